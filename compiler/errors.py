@@ -1,0 +1,13 @@
+"""The errors Kiln raises to its users: each says what is wrong and where."""
+
+
+class KilnError(Exception):
+    """Base of Kiln's user-facing errors."""
+
+
+class ModelError(KilnError):
+    """A malformed, corrupt or inconsistent model."""
+
+
+class UnsupportedError(KilnError):
+    """A model that uses something Kiln does not support (op, opset, attribute, element type)."""

@@ -1,0 +1,125 @@
+"""The reference interpreter: runs a graph node by node with each op's NumPy ``compute``.
+
+It is Kiln's definition of correct and the oracle for every pass and backend. By default it checks
+every result against the type the IR gave it (element type, rank, static and symbolic dimensions), so a
+wrong shape inference is caught where it happens, not three passes later.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from .graph import Graph, Node, Value
+from .types import DType, TensorType
+
+
+class InterpreterError(RuntimeError):
+    """A node failed, or produced a result that does not match its IR type."""
+
+
+class InputError(ValueError):
+    """Inputs that do not match the graph's signature (name, dtype, rank, dimension)."""
+
+
+def check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """Validate inputs against the graph signature; returns the bindings of symbolic dimensions."""
+    names = [v.name for v in graph.inputs]
+    missing = [n for n in names if n not in inputs]
+    if missing:
+        raise InputError(f"missing input(s) {missing}; the graph takes {_signature(graph)}")
+    extra = [n for n in inputs if n not in names]
+    if extra:
+        raise InputError(f"unknown input(s) {extra}; the graph takes {_signature(graph)}")
+    bindings: dict[str, int] = {}
+    for v in graph.inputs:
+        arr = inputs[v.name]
+        if not isinstance(arr, np.ndarray):
+            raise InputError(f"input {v.name!r} must be a numpy array, got {type(arr).__name__}")
+        try:
+            dt = DType.from_numpy(arr.dtype)
+        except TypeError:
+            dt = None
+        if dt is not v.dtype:
+            raise InputError(f"input {v.name!r} has dtype {arr.dtype}, expected {v.dtype} ({v.type})")
+        problem = _shape_mismatch(v.type, arr.shape, bindings)
+        if problem:
+            raise InputError(f"input {v.name!r} has shape {list(arr.shape)}, expected {v.type}: {problem}")
+    return bindings
+
+
+def _signature(graph: Graph) -> str:
+    return "(" + ", ".join(f"{v.name}: {v.type}" for v in graph.inputs) + ")"
+
+
+def _shape_mismatch(t: TensorType, shape: tuple, bindings: dict[str, int]) -> str | None:
+    if len(shape) != t.rank:
+        return f"rank {len(shape)} instead of {t.rank}"
+    for i, (want, got) in enumerate(zip(t.shape, shape)):
+        if isinstance(want, int):
+            if want != got:
+                return f"dimension {i} is {got}, not {want}"
+        elif isinstance(want, str):
+            bound = bindings.setdefault(want, got)
+            if bound != got:
+                return f"dimension {i} ({want}) is {got}, but {want} is {bound} elsewhere"
+    return None
+
+
+def run_node(node: Node, args: list[np.ndarray | None]) -> list[np.ndarray]:
+    try:
+        outs = node.op.compute(*args)
+    except Exception as e:
+        raise InterpreterError(f"{node.describe()} failed: {type(e).__name__}: {e}") from e
+    outs = list(outs)
+    if len(outs) < len(node.outputs):
+        raise InterpreterError(f"{node.describe()} computed {len(outs)} results, the IR has {len(node.outputs)}")
+    return [np.asarray(o) for o in outs[: len(node.outputs)]]
+
+
+def interpret(graph: Graph, inputs: Mapping[str, np.ndarray], check_types: bool = True,
+              keep: bool = False) -> dict[str, np.ndarray]:
+    """Run ``graph`` on ``inputs`` (name -> array); returns output name -> array.
+
+    ``keep=True`` returns every value computed (by Value object, under the key ``"values"``) in
+    addition, for differential checks.
+    """
+    bindings = check_inputs(graph, inputs)
+    env: dict[Value, np.ndarray] = {v: inputs[v.name] for v in graph.inputs}
+    for c in graph.constants:
+        env[c] = c.const
+    # last use of each value, so intermediates are freed as soon as they die
+    last: dict[Value, int] = {}
+    for i, n in enumerate(graph.nodes):
+        for v in n.inputs:
+            if v is not None:
+                last[v] = i
+    outputs = set(graph.outputs)
+    for i, node in enumerate(graph.nodes):
+        args = [None if v is None else env[v] for v in node.inputs]
+        results = run_node(node, args)
+        for v, r in zip(node.outputs, results):
+            if check_types:
+                _check_result(node, v, r, bindings)
+            env[v] = r
+        if not keep:
+            for v in node.inputs:
+                if v is not None and last.get(v) == i and v not in outputs and v.producer is not None:
+                    env.pop(v, None)
+    result = {name: env[v] for name, v in zip(graph.output_names, graph.outputs)}
+    if keep:
+        result["values"] = env  # type: ignore[assignment]
+    return result
+
+
+def _check_result(node: Node, v: Value, r: np.ndarray, bindings: dict[str, int]) -> None:
+    try:
+        dt = DType.from_numpy(r.dtype)
+    except TypeError:
+        dt = None
+    if dt is not v.dtype:
+        raise InterpreterError(f"{node.describe()} result {v.index} has dtype {r.dtype}, IR type {v.type}")
+    problem = _shape_mismatch(v.type, r.shape, bindings)
+    if problem:
+        raise InterpreterError(f"{node.describe()} result {v.index} has shape {list(r.shape)}, "
+                               f"IR type {v.type}: {problem}")

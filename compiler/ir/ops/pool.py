@@ -1,0 +1,4 @@
+"""Op family: pool (to be filled)."""
+from __future__ import annotations
+
+OPS: tuple = ()

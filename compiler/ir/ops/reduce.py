@@ -1,0 +1,4 @@
+"""Op family: reduce (to be filled)."""
+from __future__ import annotations
+
+OPS: tuple = ()

@@ -1,0 +1,96 @@
+"""Kiln IR → ONNX: constants become initializers, every node one ONNX node at the IR's opset."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from compiler.errors import UnsupportedError
+from compiler.ir.graph import Graph, Value
+from compiler.ir.types import DType, TensorType
+
+#: the lowest opset an exported model declares: every op's IR form is valid from here on
+EXPORT_MIN_OPSET = 18
+
+
+def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, t.dtype.onnx, [d if d is not None else None for d in t.shape])
+
+
+def _array_to_tensor(arr: np.ndarray, name: str) -> onnx.TensorProto:
+    if arr.dtype == object:
+        t = onnx.TensorProto(name=name, data_type=onnx.TensorProto.STRING, dims=arr.shape)
+        t.string_data.extend(s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in arr.ravel())
+        return t
+    return numpy_helper.from_array(np.ascontiguousarray(arr), name=name)
+
+
+def _attribute(name: str, value) -> onnx.AttributeProto:
+    if isinstance(value, DType):
+        return helper.make_attribute(name, value.onnx)
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(name, _array_to_tensor(value, name))
+    if isinstance(value, onnx.TypeProto):
+        return helper.make_attribute(name, value)
+    if isinstance(value, tuple):
+        if value and all(isinstance(v, np.ndarray) for v in value):
+            return helper.make_attribute(name, [_array_to_tensor(v, name) for v in value])
+        if value and all(isinstance(v, float) for v in value):
+            return helper.make_attribute(name, list(value), attr_type=onnx.AttributeProto.FLOATS)
+        if value and all(isinstance(v, str) for v in value):
+            return helper.make_attribute(name, list(value), attr_type=onnx.AttributeProto.STRINGS)
+        return helper.make_attribute(name, [int(v) for v in value], attr_type=onnx.AttributeProto.INTS)
+    if isinstance(value, bool):
+        return helper.make_attribute(name, int(value))
+    return helper.make_attribute(name, value)
+
+
+def export_model(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
+    """An ONNX model computing the same as ``graph`` (checked by onnx.checker in the tests)."""
+    names: dict[Value, str] = {}
+    taken: set[str] = set()
+
+    def name_of(v: Value, hint: str | None = None) -> str:
+        if v in names:
+            return names[v]
+        base = hint or v.name or (f"{v.producer.op.name.lower()}_{len(names)}" if v.producer else f"v{len(names)}")
+        n, k = base, 1
+        while n in taken:
+            n, k = f"{base}_{k}", k + 1
+        taken.add(n)
+        names[v] = n
+        return n
+
+    # graph inputs keep their names; node results that are graph outputs take the output's name
+    inputs = [_value_info(name_of(v), v.type) for v in graph.inputs]
+    for name, v in zip(graph.output_names, graph.outputs):
+        if v.producer is not None and v not in names and name not in taken:
+            names[v] = name
+            taken.add(name)
+    initializers = [_array_to_tensor(c.const, name_of(c)) for c in graph.constants]
+    nodes = []
+    domains: dict[str, int] = {}
+    needed = EXPORT_MIN_OPSET
+    for n in graph.nodes:
+        needed = max(needed, n.op.since)
+        if n.op.domain:
+            domains[n.op.domain] = 1
+        node = helper.make_node(n.op.name, [name_of(v) if v is not None else "" for v in n.inputs],
+                                [name_of(v) for v in n.outputs], name=n.name or "", domain=n.op.domain)
+        node.attribute.extend(_attribute(k, v) for k, v in n.op.non_default_attributes().items())
+        nodes.append(node)
+    outputs = []
+    for name, v in zip(graph.output_names, graph.outputs):
+        if names[v] != name:  # an input, a constant or a repeated value: rename through Identity
+            if name in taken:
+                raise UnsupportedError(f"cannot export: output name {name!r} is also an internal value name")
+            nodes.append(helper.make_node("Identity", [names[v]], [name]))
+            taken.add(name)
+        outputs.append(_value_info(name, v.type))
+    opset = opset or needed
+    model = helper.make_model(
+        helper.make_graph(nodes, graph.name, inputs, outputs, initializers),
+        opset_imports=[helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in domains.items()],
+        producer_name="kiln")
+    model.ir_version = min(model.ir_version, 10)
+    return model

@@ -1,0 +1,276 @@
+"""ONNX → Kiln IR.
+
+``import_model(path | bytes | ModelProto, input_shapes=None) -> Graph``: initializers become constants,
+``Constant`` nodes become constants too, and every other node becomes one IR node (or a few, where an
+older opset's form is rewritten into the IR's one form; see ``converters.py``).
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from compiler.errors import ModelError, UnsupportedError
+from compiler.ir import ops
+from compiler.ir.graph import Graph, Value
+from compiler.ir.ops.base import OpError
+from compiler.ir.types import DType, TensorType
+
+from . import converters
+
+#: the opsets of the default domain Kiln imports
+MIN_OPSET = 7
+
+
+def max_opset() -> int:
+    return onnx.defs.onnx_opset_version()
+
+
+def load_proto(model) -> onnx.ModelProto:
+    """A ModelProto from a path, bytes or a ModelProto, with a clear error for a bad file."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        data, where = bytes(model), "the given bytes"
+    else:
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise ModelError(f"no such model file: {path}")
+        with open(path, "rb") as f:
+            data = f.read()
+        where = path
+    if not data:
+        raise ModelError(f"{where} is empty, not an ONNX model")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise ModelError(f"{where} is not a valid ONNX model (truncated or corrupt file?): "
+                         f"{type(e).__name__}: {e}") from None
+    if not proto.HasField("graph") or not (proto.graph.node or proto.graph.output):
+        raise ModelError(f"{where} holds no ONNX graph (truncated or corrupt file, or not an ONNX model)")
+    if not isinstance(model, (bytes, bytearray)) and any(
+            t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        try:
+            onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(where)))
+        except Exception as e:
+            raise ModelError(f"{where}: cannot load external weights: {e}") from None
+    return proto
+
+
+def _opsets(proto: onnx.ModelProto) -> dict[str, int]:
+    found = {("" if o.domain in ("", "ai.onnx") else o.domain): o.version for o in proto.opset_import}
+    if "" not in found:
+        found[""] = 1 if proto.ir_version < 3 else max_opset()
+    return found
+
+
+def type_from_proto(tp: onnx.TypeProto, what: str) -> TensorType:
+    if not tp.HasField("tensor_type"):
+        kind = tp.WhichOneof("value")
+        raise UnsupportedError(f"{what}: only tensors are supported, not {kind} values")
+    tt = tp.tensor_type
+    try:
+        dt = DType.from_onnx(tt.elem_type)
+    except TypeError:
+        raise UnsupportedError(f"{what}: element type {onnx.TensorProto.DataType.Name(tt.elem_type)} "
+                               "is not supported") from None
+    if dt.np is None:
+        raise UnsupportedError(f"{what}: element type {dt} needs the ml_dtypes package")
+    if not tt.HasField("shape"):
+        raise ModelError(f"{what} has no shape (unknown rank); give its shape with input_shapes=")
+    dims = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return TensorType(dt, tuple(dims))
+
+
+def specialize(t: TensorType, shape: Sequence, name: str) -> TensorType:
+    shape = tuple(int(d) if not isinstance(d, str) else d for d in shape)
+    if len(shape) != t.rank:
+        raise ModelError(f"input_shapes[{name!r}] = {list(shape)} has rank {len(shape)}, the model's input "
+                         f"is {t}")
+    for i, (old, new) in enumerate(zip(t.shape, shape)):
+        if isinstance(old, int) and old != new:
+            raise ModelError(f"input_shapes[{name!r}]: dimension {i} is fixed to {old} by the model, not {new}")
+    return t.with_shape(shape)
+
+
+def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
+    try:
+        arr = numpy_helper.to_array(t)
+    except Exception as e:
+        raise ModelError(f"{what}: cannot read tensor data: {e}") from None
+    if arr.dtype.kind in "SU":
+        arr = arr.astype(object)
+    if arr.dtype == object:
+        arr = np.array([x.decode("utf-8") if isinstance(x, bytes) else x for x in arr.ravel()],
+                       dtype=object).reshape(arr.shape)
+    return arr
+
+
+def attribute_value(a: onnx.AttributeProto, what: str):
+    A = onnx.AttributeProto
+    if a.type == A.FLOAT:
+        return a.f
+    if a.type == A.INT:
+        return a.i
+    if a.type == A.STRING:
+        return a.s.decode("utf-8")
+    if a.type == A.TENSOR:
+        return tensor_to_array(a.t, what)
+    if a.type == A.FLOATS:
+        return tuple(a.floats)
+    if a.type == A.INTS:
+        return tuple(a.ints)
+    if a.type == A.STRINGS:
+        return tuple(s.decode("utf-8") for s in a.strings)
+    if a.type == A.TENSORS:
+        return tuple(tensor_to_array(t, what) for t in a.tensors)
+    if a.type == A.TYPE_PROTO:
+        return a.tp
+    if a.type in (A.GRAPH, A.GRAPHS):
+        raise UnsupportedError(f"{what}: subgraph attributes (control flow: If/Loop/Scan) are not supported yet")
+    raise UnsupportedError(f"{what}: attribute type {A.AttributeType.Name(a.type)} is not supported")
+
+
+class NodeContext:
+    """What a converter sees of one ONNX node while it is imported."""
+
+    def __init__(self, importer: "_Importer", proto: onnx.NodeProto, opset: int):
+        self.importer = importer
+        self.proto = proto
+        self.op_type = proto.op_type
+        self.domain = "" if proto.domain in ("", "ai.onnx") else proto.domain
+        self.opset = opset
+        self.name = proto.name or None
+        self.attrs = {a.name: attribute_value(a, self.where(f"attribute {a.name!r}")) for a in proto.attribute}
+        self.inputs: list[Value | None] = [importer.lookup(n, self) if n else None for n in proto.input]
+        while self.inputs and self.inputs[-1] is None:
+            self.inputs.pop()
+        outs = list(proto.output)
+        while outs and not outs[-1]:
+            outs.pop()
+        self.num_outputs = len(outs)
+
+    @property
+    def graph(self) -> Graph:
+        return self.importer.graph
+
+    def where(self, detail: str = "") -> str:
+        node = f"node {self.proto.name!r}" if self.proto.name else f"node #{self.importer.index}"
+        dom = f"{self.domain}." if self.domain else ""
+        s = f"{dom}{self.op_type} {node} (opset {self.opset})"
+        return f"{s}: {detail}" if detail else s
+
+    def const(self, array, dtype: DType | None = None) -> Value:
+        """A new constant (for an attribute an older opset had where the IR form takes an input)."""
+        return self.graph.add_constant(np.asarray(array, dtype=None if dtype is None else dtype.np))
+
+    def emit(self, op: ops.OpDef, inputs: Sequence[Value | None], num_outputs: int | None = None) -> list[Value]:
+        node = self.graph.add_node(op, list(inputs), name=self.name, num_outputs=num_outputs)
+        return list(node.outputs)
+
+    def make(self, cls: type[ops.OpDef], attrs: Mapping | None = None) -> ops.OpDef:
+        """Build an op from attributes, naming unknown or bad ones clearly."""
+        attrs = dict(self.attrs if attrs is None else attrs)
+        fields = {f for f in getattr(cls, "__dataclass_fields__", {})}
+        unknown = sorted(set(attrs) - fields)
+        if unknown:
+            raise UnsupportedError(self.where(
+                f"attribute(s) {', '.join(unknown)} not supported (Kiln's {cls.name} takes: "
+                f"{', '.join(sorted(fields)) or 'no attributes'})"))
+        return cls(**attrs)
+
+
+class _Importer:
+    def __init__(self, proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence] | None):
+        self.proto = proto
+        self.opsets = _opsets(proto)
+        self.input_shapes = dict(input_shapes or {})
+        self.graph = Graph(proto.graph.name or "main")
+        self.values: dict[str, Value] = {}
+        self.index = 0
+
+    def lookup(self, name: str, ctx: NodeContext) -> Value:
+        v = self.values.get(name)
+        if v is None:
+            raise ModelError(ctx.where(f"input {name!r} is not defined by any earlier node, input or initializer "
+                                       "(the graph is not in topological order, or is malformed)"))
+        return v
+
+    def run(self) -> Graph:
+        opset = self.opsets[""]
+        if not MIN_OPSET <= opset <= max_opset():
+            raise UnsupportedError(f"model uses opset {opset} of the default ONNX domain; Kiln imports opsets "
+                                   f"{MIN_OPSET} to {max_opset()}")
+        g = self.proto.graph
+        for t in g.initializer:
+            arr = tensor_to_array(t, f"initializer {t.name!r}")
+            self.values[t.name] = self.graph.add_constant(arr, name=t.name)
+        for t in g.sparse_initializer:
+            raise UnsupportedError(f"sparse initializer {t.values.name!r} is not supported")
+        for vi in g.input:
+            if vi.name in self.values:
+                continue  # an initializer also listed as input (IR version < 4): a constant
+            t = type_from_proto(vi.type, f"input {vi.name!r}")
+            if vi.name in self.input_shapes:
+                t = specialize(t, self.input_shapes.pop(vi.name), vi.name)
+            self.values[vi.name] = self.graph.add_input(vi.name, t)
+        if self.input_shapes:
+            raise ModelError(f"input_shapes names unknown input(s) {sorted(self.input_shapes)}; the model's "
+                             f"inputs are {[v.name for v in self.graph.inputs]}")
+        for self.index, node in enumerate(g.node):
+            self.convert(node)
+        outs = []
+        for vi in g.output:
+            if vi.name not in self.values:
+                raise ModelError(f"graph output {vi.name!r} is not computed by any node")
+            outs.append(self.values[vi.name])
+        self.graph.set_outputs(outs, [vi.name for vi in g.output])
+        for vi in list(g.input) + list(g.value_info):
+            if vi.name in self.values and not self.values[vi.name].name:
+                self.values[vi.name].name = vi.name
+        return self.graph
+
+    def convert(self, node: onnx.NodeProto) -> None:
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        opset = self.opsets.get(domain)
+        ctx = NodeContext(self, node, opset if opset is not None else 0)
+        convert = converters.CONVERTERS.get((domain, node.op_type))
+        cls = ops.lookup(node.op_type, domain)
+        if convert is None and cls is None:
+            raise UnsupportedError(ctx.where(
+                f"op {node.op_type!r} is not supported by Kiln (see docs/ops.md for the {len(ops.BY_NAME)} "
+                "supported ops)"))
+        try:
+            outs = convert(ctx) if convert is not None else converters.generic(ctx, cls)
+        except (UnsupportedError, ModelError):
+            raise
+        except (OpError, TypeError, ValueError, IndexError) as e:
+            raise ModelError(ctx.where(str(e))) from e
+        names = [n for n in node.output]
+        for name, v in zip(names, outs):
+            if name:
+                if name in self.values:
+                    raise ModelError(ctx.where(f"output {name!r} is defined twice (the graph is not SSA)"))
+                self.values[name] = v
+                if v.name is None:
+                    v.name = name
+
+
+def import_model(model, input_shapes: Mapping[str, Sequence] | None = None) -> Graph:
+    """Import an ONNX model (a path, serialized bytes or a ModelProto) as a Kiln graph.
+
+    ``input_shapes`` maps input names to shapes that replace the model's symbolic dimensions.
+    """
+    proto = load_proto(model)
+    return _Importer(proto, input_shapes).run()
