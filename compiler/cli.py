@@ -1,0 +1,182 @@
+"""The ``kiln`` command line."""
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+
+import numpy as np
+
+from .errors import KilnError
+
+EPILOG = """\
+models:
+  MODEL is an ONNX file (model.onnx), a Kiln IR text file (stage.kir), or light:NAME for one of the
+  ONNX model-zoo networks shipped inside the onnx package (light:squeezenet, light:resnet50, ...).
+
+examples:
+  kiln run light:squeezenet
+  kiln run model.onnx --input x=x.npy --output out.npz
+  kiln run model.onnx --input-shape x=1x3x224x224
+  kiln dump light:resnet50 --format text > resnet50.kir
+"""
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int | str, ...]]:
+    """NAME=1x3x224x224 (a dimension may stay symbolic: NAME=Nx3x224x224)."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=DIMS like x=1x3x224x224, got {text!r}")
+    name, dims = text.split("=", 1)
+    out = []
+    for d in dims.lower().split("x") if dims else []:
+        out.append(int(d) if d.isdigit() else d)
+    return name, tuple(out)
+
+
+def parse_input(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
+    name, path = text.split("=", 1)
+    return name, path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kiln",
+        description="Kiln, a deep-learning graph compiler: import a model into Kiln's SSA graph IR, run it, "
+                    "and inspect what the compiler sees.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"kiln {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run a model with the reference interpreter and print its outputs",
+                       description="Run MODEL on the given inputs (random ones, seeded, of the right shape and "
+                                   "dtype, for inputs not given) and print each output's shape, dtype and "
+                                   "values.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("model", metavar="MODEL")
+    r.add_argument("--input", "-i", action="append", type=parse_input, default=[], metavar="NAME=FILE.npy",
+                   help="an input from a .npy file (repeat for several inputs)")
+    r.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
+                   help="give a symbolic input dimension a size")
+    r.add_argument("--output", "-o", metavar="OUT.npz", help="also save all outputs to a .npz file")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.set_defaults(func=cmd_run)
+
+    d = sub.add_parser("dump", help="print a model as Kiln IR",
+                       description="Import MODEL and print its IR in the text format (see docs/ir.md).",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("model", metavar="MODEL")
+    d.add_argument("--format", choices=["text"], default="text", help="output format (default: text)")
+    d.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
+                   help="give a symbolic input dimension a size")
+    d.add_argument("--output", "-o", metavar="FILE.kir",
+                   help="write the IR here (large weights go to FILE.kir.npz) instead of stdout")
+    d.set_defaults(func=cmd_dump)
+    return p
+
+
+def random_inputs(graph, given: dict, seed: int = 0, notes=None) -> dict:
+    """Seeded random arrays for the graph inputs not in ``given`` (symbolic dimensions become 1)."""
+    from .ir.types import DType
+
+    rng = np.random.default_rng(seed)
+    feeds = dict(given)
+    for v in graph.inputs:
+        if v.name in feeds:
+            continue
+        shape = []
+        for d in v.shape:
+            if not isinstance(d, int):
+                if notes is not None:
+                    notes.append(f"input {v.name!r}: dimension {d or '?'} set to 1 (use --input-shape to choose)")
+                d = 1
+            shape.append(d)
+        dt = v.dtype
+        if dt.is_float:
+            arr = rng.standard_normal(shape).astype(dt.np)
+        elif dt is DType.bool:
+            arr = rng.integers(0, 2, shape).astype(bool)
+        elif dt.is_int:
+            arr = rng.integers(0, 10, shape).astype(dt.np)
+        elif dt is DType.string:
+            arr = np.array(["kiln"] * int(np.prod(shape)), dtype=object).reshape(shape)
+        else:
+            raise KilnError(f"cannot make random data for input {v.name!r} of type {v.type}")
+        feeds[v.name] = arr
+    return feeds
+
+
+def describe_array(name: str, a: np.ndarray) -> str:
+    lines = [f"{name}: {a.dtype}{list(a.shape)}"]
+    if a.size and a.dtype.kind in "fiub":
+        f = a.astype(np.float64)
+        lines.append(f"  min {f.min():.6g}  max {f.max():.6g}  mean {f.mean():.6g}")
+        if a.ndim == 2 and a.shape[0] == 1 and a.shape[1] >= 10 and a.dtype.kind == "f":
+            top = np.argsort(-f[0])[:5]
+            lines.append("  top-5 " + ", ".join(f"[{i}] {f[0, i]:.5g}" for i in top))
+    with np.printoptions(precision=5, threshold=12, edgeitems=3, linewidth=100):
+        lines.append(textwrap.indent(np.array2string(a.ravel() if a.ndim > 2 else a), "  "))
+    return "\n".join(lines)
+
+
+def cmd_run(args) -> int:
+    from .ir.interpreter import interpret
+    from .models import load_graph
+
+    graph = load_graph(args.model, dict(args.input_shape) or None)
+    given = {}
+    for name, path in args.input:
+        try:
+            given[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise KilnError(f"cannot read input {name!r} from {path}: {e}") from None
+    notes: list[str] = []
+    feeds = random_inputs(graph, given, args.seed, notes)
+    for n in notes:
+        print(f"note: {n}", file=sys.stderr)
+    outs = interpret(graph, feeds)
+    for name, arr in outs.items():
+        print(describe_array(name, arr))
+    if args.output:
+        np.savez(args.output, **outs)
+        print(f"saved {len(outs)} output(s) to {args.output}")
+    return 0
+
+
+def cmd_dump(args) -> int:
+    from .ir.printer import print_graph, save_text
+    from .models import load_graph
+
+    graph = load_graph(args.model, dict(args.input_shape) or None)
+    if args.output:
+        save_text(graph, args.output)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(print_graph(graph))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from .ir.interpreter import InputError, InterpreterError
+
+    try:
+        return args.func(args)
+    except (KilnError, InputError, InterpreterError) as e:
+        print(f"kiln: error: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:  # ParseError / VerifyError and op errors are ValueErrors with clear messages
+        print(f"kiln: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Finding and loading models named on the command line or in the API.
+
+A model is an ONNX file (``.onnx``), a Kiln IR text file (``.kir``, with its ``.kir.npz`` weights), or
+``light:NAME``: one of the ONNX model-zoo networks that the ``onnx`` package ships
+(``onnx/backend/test/data/light/light_NAME.onnx``: bvlc_alexnet, densenet121, inception_v1,
+inception_v2, resnet50, shufflenet, squeezenet, vgg19, zfnet512).
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+from .errors import ModelError
+from .ir.graph import Graph
+
+
+def light_model_dir() -> str:
+    import onnx
+
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def light_models() -> list[str]:
+    d = light_model_dir()
+    return sorted(f[len("light_"):-len(".onnx")] for f in os.listdir(d) if f.endswith(".onnx"))
+
+
+def resolve(spec: str) -> str:
+    """The file a model spec names (``light:NAME`` or a path)."""
+    if spec.startswith("light:"):
+        name = spec[len("light:"):]
+        path = os.path.join(light_model_dir(), f"light_{name}.onnx")
+        if not os.path.exists(path):
+            raise ModelError(f"no light model {name!r}; the onnx package ships: {', '.join(light_models())}")
+        return path
+    if not os.path.exists(spec):
+        raise ModelError(f"no such model file: {spec}")
+    return spec
+
+
+def load_graph(spec, input_shapes: Mapping[str, Sequence] | None = None) -> Graph:
+    """A graph from a model spec, path, ModelProto or Graph."""
+    if isinstance(spec, Graph):
+        return spec
+    if isinstance(spec, str):
+        path = resolve(spec)
+        if path.endswith(".kir"):
+            from .ir.parser import load_text
+
+            g = load_text(path)
+            if input_shapes:
+                raise ModelError("--input-shape applies to ONNX models; a .kir file has its shapes")
+            return g
+        spec = path
+    from frontends.onnx import import_model
+
+    return import_model(spec, input_shapes=input_shapes)

@@ -1,0 +1,205 @@
+"""Models Kiln builds itself with PyTorch (no torchvision): an MLP, a BERT-style encoder, a
+MobileNetV2-style CNN and an EfficientNet-style block. Used by the tests and the benchmarks.
+
+``export(name, **size)`` returns (onnx bytes, example inputs as numpy, the torch module).
+"""
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, sizes=(784, 512, 512, 10)):
+        super().__init__()
+        layers = []
+        for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+            layers.append(nn.Linear(a, b))
+            if i < len(sizes) - 2:
+                layers.append(nn.ReLU())
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads, self.d = heads, hidden // heads
+        self.q, self.k, self.v = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
+        self.out = nn.Linear(hidden, hidden)
+
+    def forward(self, x, mask):
+        b, s, h = x.shape
+        def split(t):
+            return t.view(b, s, self.heads, self.d).transpose(1, 2)
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d) + mask
+        ctx = torch.softmax(scores, dim=-1) @ v
+        return self.out(ctx.transpose(1, 2).reshape(b, s, h))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.attn = SelfAttention(hidden, heads)
+        self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.ff1, self.ff2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
+
+    def forward(self, x, mask):
+        x = self.ln1(x + self.attn(x, mask))
+        return self.ln2(x + self.ff2(torch.nn.functional.gelu(self.ff1(x))))
+
+
+class BertEncoder(nn.Module):
+    """Embeddings + post-LayerNorm transformer encoder layers, BERT-style."""
+
+    def __init__(self, vocab=1000, hidden=256, heads=4, layers=4, seq=128):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, hidden)
+        self.pos = nn.Parameter(torch.randn(1, seq, hidden) * 0.02)
+        self.ln = nn.LayerNorm(hidden)
+        self.layers = nn.ModuleList(EncoderLayer(hidden, heads, 4 * hidden) for _ in range(layers))
+
+    def forward(self, ids, attention_mask):
+        x = self.ln(self.tok(ids) + self.pos)
+        mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+def conv_bn(cin, cout, k, stride=1, groups=1, act=nn.ReLU6):
+    layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+    if act is not None:
+        layers.append(act())
+    return nn.Sequential(*layers)
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        mid = cin * expand
+        self.use_res = stride == 1 and cin == cout
+        layers = [conv_bn(cin, mid, 1)] if expand != 1 else []
+        layers += [conv_bn(mid, mid, 3, stride, groups=mid), conv_bn(mid, cout, 1, act=None)]
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return x + self.block(x) if self.use_res else self.block(x)
+
+
+class MobileNetV2(nn.Module):
+    """MobileNetV2 (Sandler et al. 2018): depthwise separable inverted residuals with ReLU6."""
+
+    CONFIG = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+              (6, 320, 1, 1)]
+
+    def __init__(self, width=1.0, classes=1000):
+        super().__init__()
+        c = lambda n: max(8, int(n * width + 4) // 8 * 8)  # noqa: E731
+        layers, cin = [conv_bn(3, c(32), 3, 2)], c(32)
+        for t, ch, n, s in self.CONFIG:
+            for i in range(n):
+                layers.append(InvertedResidual(cin, c(ch), s if i == 0 else 1, t))
+                cin = c(ch)
+        layers.append(conv_bn(cin, 1280, 1))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(1280, classes)
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, ch, reduced):
+        super().__init__()
+        self.reduce, self.expand = nn.Conv2d(ch, reduced, 1), nn.Conv2d(reduced, ch, 1)
+
+    def forward(self, x):
+        s = nn.functional.adaptive_avg_pool2d(x, 1)
+        return x * torch.sigmoid(self.expand(nn.functional.silu(self.reduce(s))))
+
+
+class EfficientNetBlock(nn.Module):
+    """An MBConv stage: expand (SiLU) → depthwise (SiLU) → squeeze-excite → project, + HardSwish head."""
+
+    def __init__(self, cin=16, cout=24, expand=4, blocks=2):
+        super().__init__()
+        self.stem = conv_bn(3, cin, 3, 2, act=nn.Hardswish)
+        body, c = [], cin
+        for i in range(blocks):
+            mid = c * expand
+            body.append(nn.Sequential(conv_bn(c, mid, 1, act=nn.SiLU),
+                                      conv_bn(mid, mid, 3, 2 if i == 0 else 1, groups=mid, act=nn.SiLU),
+                                      SqueezeExcite(mid, max(1, c // 4)), conv_bn(mid, cout, 1, act=None)))
+            c = cout
+        self.body = nn.Sequential(*body)
+        self.head = nn.Sequential(nn.Conv2d(cout, 64, 1), nn.Hardswish())
+
+    def forward(self, x):
+        return self.head(self.body(self.stem(x)))
+
+
+def build(name: str, **size):
+    """(module, example inputs as numpy arrays, input names)."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    if name == "mlp":
+        batch = size.pop("batch", 1)
+        m = MLP(**size)
+        return m, [rng.standard_normal((batch, m.net[0].in_features)).astype(np.float32)], ["x"]
+    if name == "bert":
+        seq = size.get("seq", 128)
+        batch = size.pop("batch", 1)
+        m = BertEncoder(**size)
+        ids = rng.integers(0, m.tok.num_embeddings, (batch, seq)).astype(np.int64)
+        mask = np.ones((batch, seq), np.int64)
+        mask[:, seq * 3 // 4:] = 0
+        return m, [ids, mask], ["input_ids", "attention_mask"]
+    if name == "mobilenetv2":
+        res = size.pop("resolution", 224)
+        m = MobileNetV2(**size)
+        return m, [rng.standard_normal((1, 3, res, res)).astype(np.float32)], ["x"]
+    if name == "efficientnet_block":
+        res = size.pop("resolution", 64)
+        m = EfficientNetBlock(**size)
+        return m, [rng.standard_normal((1, 3, res, res)).astype(np.float32)], ["x"]
+    raise ValueError(f"unknown zoo model {name!r}")
+
+
+def randomize_batchnorm(module: nn.Module, seed: int = 0) -> None:
+    """Give BatchNorm layers non-trivial statistics, so folding them is really tested."""
+    g = torch.Generator().manual_seed(seed)
+    for mod in module.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            n = mod.num_features
+            mod.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
+            mod.running_var.copy_(torch.rand(n, generator=g) * 0.5 + 0.5)
+            mod.weight.data.copy_(torch.rand(n, generator=g) + 0.5)
+            mod.bias.data.copy_(torch.randn(n, generator=g) * 0.1)
+
+
+def export(name: str, opset: int = 17, **size):
+    """ONNX bytes of a zoo model (eval mode), its example inputs and the torch module."""
+    m, inputs, names = build(name, **size)
+    randomize_batchnorm(m)
+    m.eval()
+    f = io.BytesIO()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, tuple(torch.from_numpy(x) for x in inputs), f, dynamo=False, opset_version=opset,
+                          input_names=names, output_names=["output"])
+    return f.getvalue(), dict(zip(names, inputs)), m
+
+
+def torch_reference(module: nn.Module, feeds: dict) -> np.ndarray:
+    with torch.no_grad():
+        return module(*[torch.from_numpy(v) for v in feeds.values()]).numpy()
