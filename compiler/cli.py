@@ -9,6 +9,17 @@ import numpy as np
 
 from .errors import KilnError
 
+DUMP_EPILOG = """\
+examples:
+  kiln dump light:resnet50                          # the IR after the -O2 pipeline
+  kiln dump light:resnet50 -O0                      # just imported (and shapes inferred)
+  kiln dump model.onnx --print-after fold-batchnorm # one stage on stdout
+  kiln dump model.onnx --print-after-all --dump-dir stages/   # stages/NN-<pass>.kir + summary.txt
+  kiln dump model.onnx --dump-dir stages/ --format dot        # Graphviz per stage (SVG with graphviz)
+  kiln dump model.onnx --check                      # which pass changes the outputs?
+  kiln run stages/05-fold-batchnorm.kir             # run one dumped stage
+"""
+
 EPILOG = """\
 models:
   MODEL is an ONNX file (model.onnx), a Kiln IR text file (stage.kir), or light:NAME for one of the
@@ -64,15 +75,38 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.set_defaults(func=cmd_run)
 
-    d = sub.add_parser("dump", help="print a model as Kiln IR",
-                       description="Import MODEL and print its IR in the text format (see docs/ir.md).",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = sub.add_parser(
+        "dump", help="run the pass pipeline and show the IR of any or every stage",
+        description="Import MODEL, run the pass pipeline for -O N and print the final IR (text format, see "
+                    "docs/ir.md); or print/dump every stage, and check which pass changes the numbers.",
+        epilog=DUMP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     d.add_argument("model", metavar="MODEL")
-    d.add_argument("--format", choices=["text"], default="text", help="output format (default: text)")
+    d.add_argument("-O", dest="opt_level", type=int, default=2, choices=[0, 1, 2, 3],
+                   help="optimization level of the pipeline (default 2)")
     d.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
                    help="give a symbolic input dimension a size")
-    d.add_argument("--output", "-o", metavar="FILE.kir",
-                   help="write the IR here (large weights go to FILE.kir.npz) instead of stdout")
+    d.add_argument("--format", choices=["text", "dot", "onnx"], default="text",
+                   help="format of the stages written with --dump-dir or -o (default: text; dot renders SVG "
+                        "too when Graphviz is installed; onnx files run in ONNX Runtime)")
+    d.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
+    d.add_argument("--print-after", action="append", default=[], metavar="PASS",
+                   help="print the IR after this pass (repeatable)")
+    d.add_argument("--only-if-changed", action="store_true", help="with --print-after*: skip passes that changed nothing")
+    d.add_argument("--dump-dir", metavar="DIR",
+                   help="write DIR/00-input.kir, DIR/NN-<pass>.kir for every pass, and DIR/summary.txt")
+    d.add_argument("--check", action="store_true",
+                   help="run the reference interpreter on random inputs after every pass and name the first "
+                        "pass whose outputs differ beyond tolerance (exit status 1 if one does)")
+    d.add_argument("--rtol", type=float, default=1e-4,
+                   help="--check tolerance: max abs error relative to each output's scale (default 1e-4)")
+    d.add_argument("--seed", type=int, default=0, help="seed of --check's random inputs")
+    d.add_argument("--disable-pass", action="append", default=[], metavar="PASS", help="skip this pass")
+    d.add_argument("--extra-pass", action="append", default=[], metavar="MODULE:CLASS",
+                   help="append your own Pass subclass to the pipeline (for developing passes)")
+    d.add_argument("--verify", action="store_true", help="run the IR verifier after every pass")
+    d.add_argument("--json", action="store_true", help="print the pass summary (and --check report) as JSON")
+    d.add_argument("--list-passes", action="store_true", help="list the passes of -O N and exit")
+    d.add_argument("--output", "-o", metavar="FILE", help="write the final IR here instead of printing it")
     d.set_defaults(func=cmd_dump)
     return p
 
@@ -145,17 +179,83 @@ def cmd_run(args) -> int:
     return 0
 
 
+def load_pass(spec: str):
+    import importlib
+
+    from .passes.manager import Pass
+
+    if ":" not in spec:
+        raise KilnError(f"--extra-pass wants MODULE:CLASS, got {spec!r}")
+    mod, cls = spec.split(":", 1)
+    try:
+        obj = getattr(importlib.import_module(mod), cls)
+    except (ImportError, AttributeError) as e:
+        raise KilnError(f"cannot load pass {spec!r}: {e}") from None
+    p = obj() if isinstance(obj, type) else obj
+    if not isinstance(p, Pass):
+        raise KilnError(f"{spec} is not a compiler.passes.manager.Pass")
+    return p
+
+
 def cmd_dump(args) -> int:
+    import json
+    import os
+
     from .ir.printer import print_graph, save_text
     from .models import load_graph
+    from .passes.instruments import CheckNumerics, DumpIR, write_summary
+    from .passes.manager import PassManager, PrintAfter
+    from .passes.options import CompileOptions
+    from .passes.pipeline import pipeline
 
-    graph = load_graph(args.model, dict(args.input_shape) or None)
+    shapes = dict(args.input_shape)
+    opts = CompileOptions.make(opt_level=args.opt_level, disabled_passes=tuple(args.disable_pass),
+                               verify=args.verify)
+    passes = pipeline(opts) + [load_pass(s) for s in args.extra_pass]
+    if args.list_passes:
+        for i, p in enumerate(passes, start=1):
+            doc = (type(p).__doc__ or "").strip().splitlines()
+            print(f"{i:02d} {p.name:<34} {doc[0] if doc else ''}")
+        return 0
+    graph = load_graph(args.model, shapes or None)
+    instruments = []
+    if args.print_after_all or args.print_after:
+        known = {p.name for p in passes}
+        bad = sorted(set(args.print_after) - known)
+        if bad:
+            raise KilnError(f"--print-after: unknown pass(es) {', '.join(bad)}; passes: {', '.join(sorted(known))}")
+        instruments.append(PrintAfter("all" if args.print_after_all else args.print_after, args.only_if_changed))
+    dumper = DumpIR(args.dump_dir, args.format) if args.dump_dir else None
+    if dumper:
+        instruments.append(dumper)
+    checker = CheckNumerics(random_inputs(graph, {}, args.seed), rtol=args.rtol) if args.check else None
+    if checker:
+        instruments.append(checker)
+    result = PassManager(passes, instruments, opts).run(graph)
+    if dumper:
+        write_summary(args.dump_dir, result)
+        if args.json:
+            write_summary(args.dump_dir, result, as_json=True)
+        print(f"wrote {len(dumper.files)} stages and summary.txt to {args.dump_dir}", file=sys.stderr)
     if args.output:
-        save_text(graph, args.output)
+        if args.format == "text":
+            save_text(graph, args.output)
+        else:
+            DumpIR(os.path.dirname(os.path.abspath(args.output)) or ".", args.format).write(0, "final", graph)
         print(f"wrote {args.output}", file=sys.stderr)
+    if args.json:
+        doc = {"passes": result.to_json()}
+        if checker:
+            doc["check"] = checker.report.to_json()
+        print(json.dumps(doc, indent=2))
     else:
-        sys.stdout.write(print_graph(graph))
-    return 0
+        if not (args.print_after_all or args.print_after or args.output or args.dump_dir or checker):
+            sys.stdout.write(print_graph(graph))
+        if args.dump_dir or checker:
+            print(result.summary())
+        if checker:
+            print(checker.report.text())
+    return 1 if checker and checker.report.first_bad else 0
 
 
 def main(argv=None) -> int:

@@ -9,6 +9,7 @@ changed defaults or semantics) has a converter here that rewrites it into that f
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 def generic(ctx: Ctx, cls: type[ops.OpDef], attrs: dict | None = None,
             inputs: list[Value | None] | None = None) -> list[Value]:
     attrs = dict(ctx.attrs if attrs is None else attrs)
-    if "num_outputs" in getattr(cls, "__dataclass_fields__", {}) and "num_outputs" not in attrs:
+    if "num_outputs" in {f.name for f in dataclasses.fields(cls)} and "num_outputs" not in attrs:
         attrs["num_outputs"] = ctx.num_outputs
     op = ctx.make(cls, attrs)
     return ctx.emit(op, ctx.inputs if inputs is None else inputs, num_outputs=ctx.num_outputs)

@@ -6,6 +6,7 @@ older opset's form is rewritten into the IR's one form; see ``converters.py``).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Mapping, Sequence
 
@@ -182,7 +183,7 @@ class NodeContext:
     def make(self, cls: type[ops.OpDef], attrs: Mapping | None = None) -> ops.OpDef:
         """Build an op from attributes, naming unknown or bad ones clearly."""
         attrs = dict(self.attrs if attrs is None else attrs)
-        fields = {f for f in getattr(cls, "__dataclass_fields__", {})}
+        fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(attrs) - fields)
         if unknown:
             raise UnsupportedError(self.where(

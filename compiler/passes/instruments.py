@@ -1,0 +1,146 @@
+"""Instruments that write or check each stage: ``DumpIR`` and ``CheckNumerics``."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from ..ir.graph import Graph
+from .manager import Instrument, Pass
+
+
+def stage_file(index: int, name: str, ext: str) -> str:
+    return f"{index:02d}-{name}.{ext}"
+
+
+class DumpIR(Instrument):
+    """Write the IR before the pipeline (``00-input``) and after every pass (``NN-<pass>``) to ``dir``,
+    in the text format (with its weights sidecar), Graphviz DOT, or ONNX."""
+
+    def __init__(self, directory: str, fmt: str = "text"):
+        if fmt not in ("text", "dot", "onnx"):
+            raise ValueError(f"unknown dump format {fmt!r}; use text, dot or onnx")
+        self.directory = directory
+        self.fmt = fmt
+        self.files: list[str] = []
+        os.makedirs(directory, exist_ok=True)
+
+    def write(self, index: int, name: str, graph: Graph) -> None:
+        ext = {"text": "kir", "dot": "dot", "onnx": "onnx"}[self.fmt]
+        path = os.path.join(self.directory, stage_file(index, name, ext))
+        if self.fmt == "text":
+            from ..ir.printer import save_text
+
+            save_text(graph, path)
+        elif self.fmt == "dot":
+            from ..ir.dot import render_svg, to_dot
+
+            with open(path, "w") as f:
+                f.write(to_dot(graph, title=f"{index:02d} {name}"))
+            render_svg(path)
+        else:
+            from frontends.onnx import export_model
+
+            with open(path, "wb") as f:
+                f.write(export_model(graph).SerializeToString())
+        self.files.append(path)
+
+    def before_pipeline(self, graph):
+        self.write(0, "input", graph)
+
+    def after_pass(self, p, index, graph, changed):
+        self.write(index, p.name, graph)
+
+
+@dataclass
+class StageError:
+    """How far one output moved from the input graph's, after one pass."""
+
+    output: str
+    max_abs: float
+    max_rel: float  # max abs error / max |reference|
+
+
+@dataclass
+class NumericsReport:
+    stages: list[tuple[int, str, list[StageError]]] = field(default_factory=list)
+    first_bad: tuple[int, str, list[StageError]] | None = None
+    rtol: float = 1e-4
+
+    def text(self) -> str:
+        lines = [f"numerical check: reference interpreter after every pass, tolerance {self.rtol:g} of each "
+                 "output's scale"]
+        for index, name, errs in self.stages:
+            worst = max(errs, key=lambda e: e.max_rel) if errs else None
+            mark = "  <-- first pass beyond tolerance" if self.first_bad and self.first_bad[0] == index else ""
+            detail = f"max rel {worst.max_rel:.2e} (max abs {worst.max_abs:.2e}, output {worst.output!r})" \
+                if worst else "no outputs"
+            lines.append(f"  {index:02d} {name:<32} {detail}{mark}")
+        if self.first_bad:
+            index, name, errs = self.first_bad
+            lines.append(f"FAIL: pass {index:02d} {name!r} changed the outputs beyond tolerance:")
+            for e in errs:
+                lines.append(f"    {e.output}: max abs error {e.max_abs:.3e}, max relative error {e.max_rel:.3e}")
+        else:
+            lines.append("OK: no pass changed the outputs beyond tolerance")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        conv = lambda errs: [e.__dict__ for e in errs]  # noqa: E731
+        return {"rtol": self.rtol, "stages": [dict(index=i, name=n, errors=conv(e)) for i, n, e in self.stages],
+                "first_bad": None if not self.first_bad else dict(index=self.first_bad[0], name=self.first_bad[1])}
+
+
+class CheckNumerics(Instrument):
+    """Run the reference interpreter on fixed inputs before the pipeline and after every pass; record
+    each output's error against the input graph's and the first pass beyond tolerance."""
+
+    def __init__(self, inputs: Mapping[str, np.ndarray], rtol: float = 1e-4):
+        self.inputs = dict(inputs)
+        self.report = NumericsReport(rtol=rtol)
+        self.reference: dict[str, np.ndarray] = {}
+
+    def before_pipeline(self, graph):
+        from ..ir.interpreter import interpret
+
+        self.reference = interpret(graph, self.inputs)
+
+    def after_pass(self, p: Pass, index, graph, changed):
+        from ..ir.interpreter import interpret
+
+        feeds = {k: v for k, v in self.inputs.items() if k in {i.name for i in graph.inputs}}
+        got = interpret(graph, feeds)
+        errs = []
+        for name, ref in self.reference.items():
+            out = got.get(name)
+            if out is None or out.shape != ref.shape:
+                errs.append(StageError(name, float("inf"), float("inf")))
+                continue
+            if ref.dtype.kind in "fc" or ref.dtype.kind in "iub":
+                r = ref.astype(np.float64)
+                o = out.astype(np.float64)
+                both_nan = np.isnan(r) & np.isnan(o)
+                diff = np.where(both_nan, 0.0, np.abs(o - r))
+                diff = np.where(np.isnan(diff), np.inf, diff)
+                max_abs = float(diff.max()) if diff.size else 0.0
+                scale = float(np.nanmax(np.abs(r))) if r.size and not np.all(np.isnan(r)) else 0.0
+                errs.append(StageError(name, max_abs, max_abs / max(scale, 1e-30) if max_abs else 0.0))
+            else:
+                same = bool(np.array_equal(out, ref))
+                errs.append(StageError(name, 0.0 if same else float("inf"), 0.0 if same else float("inf")))
+        self.report.stages.append((index, p.name, errs))
+        if self.report.first_bad is None and any(e.max_rel > self.report.rtol for e in errs):
+            self.report.first_bad = (index, p.name, errs)
+
+
+def write_summary(directory: str, result, as_json: bool = False) -> str:
+    path = os.path.join(directory, "summary.json" if as_json else "summary.txt")
+    with open(path, "w") as f:
+        if as_json:
+            json.dump(result.to_json(), f, indent=2)
+        else:
+            f.write(result.summary() + "\n")
+    return path

@@ -1,0 +1,54 @@
+"""Typed compile options: every knob of the pipeline in one dataclass, validated when built."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+
+class OptionError(ValueError):
+    """An unknown option, or an option with a bad value."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    #: 0: only what correctness needs (shape inference); 1: simplification; 2: + folding into
+    #: kernels (the default); 3: + aggressive rewrites
+    opt_level: int = 2
+    #: passes to skip, by name (see ``kiln dump --list-passes``)
+    disabled_passes: tuple[str, ...] = ()
+    #: input name -> shape, replacing symbolic dimensions
+    input_shapes: Mapping[str, tuple] = field(default_factory=dict)
+    #: constant folding never creates a constant larger than this many bytes
+    fold_limit_bytes: int = 1 << 26
+    #: run the IR verifier after every pass
+    verify: bool = False
+    #: the rewrite driver gives up after this many rounds over the graph (loop guard)
+    max_rewrite_rounds: int = 50
+
+    def __post_init__(self):
+        if self.opt_level not in (0, 1, 2, 3):
+            raise OptionError(f"opt_level must be 0, 1, 2 or 3, got {self.opt_level!r}")
+        object.__setattr__(self, "disabled_passes", tuple(self.disabled_passes))
+        object.__setattr__(self, "input_shapes", {k: tuple(v) for k, v in dict(self.input_shapes).items()})
+        if self.fold_limit_bytes < 0:
+            raise OptionError("fold_limit_bytes must be >= 0")
+
+    @classmethod
+    def valid_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def make(cls, options: "CompileOptions | None" = None, **kwargs) -> "CompileOptions":
+        """Options from keyword arguments; an unknown name is an error that lists the valid ones."""
+        unknown = sorted(set(kwargs) - set(cls.valid_names()))
+        if unknown:
+            raise OptionError(f"unknown compile option(s) {', '.join(unknown)}; valid options: "
+                              f"{', '.join(cls.valid_names())}")
+        base = options or cls()
+        return dataclasses.replace(base, **kwargs)
+
+    def check_pass_names(self, known: Sequence[str]) -> None:
+        unknown = sorted(set(self.disabled_passes) - set(known))
+        if unknown:
+            raise OptionError(f"cannot disable unknown pass(es) {', '.join(unknown)}; passes: {', '.join(known)}")

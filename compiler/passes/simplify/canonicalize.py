@@ -1,0 +1,222 @@
+"""Canonicalization: declarative rewrite rules that bring the graph to one normal form.
+
+* Identity and inference-mode Dropout disappear.
+* Sum of n inputs becomes a chain of Adds.
+* Flatten / Squeeze / Unsqueeze with a static result become Reshape; chains of Reshapes collapse to
+  one; a Reshape to its input's shape disappears.
+* Transpose chains compose into one Transpose; an identity permutation disappears.
+* MatMul by a constant matrix followed by Add of a constant bias becomes Gemm (through a Reshape to
+  2-D when the activation has more dimensions, as in transformer layers).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import ops
+from ...ir.graph import Graph, Node, Value
+from ...ir.types import DType
+from ..manager import Pass
+from ..rewrite import Rule, apply_rules
+
+
+def op(name: str, **attrs):
+    cls = ops.lookup(name)
+    if cls is None:  # pragma: no cover - every op used here is in the table
+        raise RuntimeError(f"op {name} is missing from the op table")
+    return cls(**attrs)
+
+
+def only_use_is(v: Value, node: Node) -> bool:
+    return len(v.uses) == 1 and v.uses[0][0] is node
+
+
+def reshape_to(graph: Graph, x: Value, shape, before: Node, name: str | None = None) -> Value:
+    target = graph.add_constant(np.asarray(shape, dtype=np.int64))
+    return graph.add_node(op("Reshape"), [x, target], name=name, before=before).output
+
+
+class RemoveIdentity(Rule):
+    name = "remove-identity"
+    roots = ("Identity",)
+
+    def check(self, node):
+        return None
+
+    def rewrite(self, graph, node):
+        node.output.replace_all_uses_with(node.inputs[0])
+
+
+class RemoveInferenceDropout(Rule):
+    name = "remove-dropout"
+    roots = ("Dropout",)
+
+    def check(self, node):
+        training = node.inputs[2] if len(node.inputs) > 2 else None
+        if training is not None and (training.known is None or bool(np.asarray(training.known).item())):
+            return "training_mode is not known to be false"
+        if len(node.outputs) > 1 and node.outputs[1].uses:
+            return "the mask output is used"
+        return None
+
+    def rewrite(self, graph, node):
+        node.outputs[0].replace_all_uses_with(node.inputs[0])
+
+
+class SumToAdd(Rule):
+    name = "sum-to-add"
+    roots = ("Sum",)
+
+    def check(self, node):
+        return None
+
+    def rewrite(self, graph, node):
+        acc = node.inputs[0]
+        for x in node.inputs[1:]:
+            acc = graph.add_node(op("Add"), [acc, x], name=node.name, before=node).output
+        if acc.type != node.output.type:  # Sum of one input broadcast nowhere: same value
+            acc = graph.add_node(op("Identity"), [acc], before=node).output
+        node.output.replace_all_uses_with(acc)
+
+
+_RESHAPE_LIKE = ("Flatten", "Squeeze", "Unsqueeze")
+
+
+class ReshapeLikeToReshape(Rule):
+    name = "reshape-like-to-reshape"
+    roots = _RESHAPE_LIKE
+
+    def check(self, node):
+        if not node.output.type.is_static:
+            return "the result shape is not static"
+        return None
+
+    def rewrite(self, graph, node):
+        node.output.replace_all_uses_with(reshape_to(graph, node.inputs[0], node.output.shape, node, node.name))
+
+
+class CollapseReshapes(Rule):
+    name = "collapse-reshapes"
+    roots = ("Reshape",)
+
+    def check(self, node):
+        x = node.inputs[0]
+        if not node.output.type.is_static:
+            return "the result shape is not static"
+        if x.type.shape == node.output.shape:
+            return None
+        if x.producer is None or x.producer.op.name != "Reshape":
+            return "the input is not a Reshape"
+        return None
+
+    def rewrite(self, graph, node):
+        x = node.inputs[0]
+        if x.type.shape == node.output.shape:
+            node.output.replace_all_uses_with(x)
+            return
+        src = x.producer.inputs[0]
+        if src.type.shape == node.output.shape:
+            node.output.replace_all_uses_with(src)
+        else:
+            node.output.replace_all_uses_with(reshape_to(graph, src, node.output.shape, node, node.name))
+
+
+class ComposeTransposes(Rule):
+    name = "compose-transposes"
+    roots = ("Transpose",)
+
+    @staticmethod
+    def perm(node) -> list[int]:
+        p = node.op.perm
+        rank = node.inputs[0].type.rank
+        return list(p) if p else list(reversed(range(rank)))
+
+    def check(self, node):
+        if self.perm(node) == list(range(node.inputs[0].type.rank)):
+            return None
+        x = node.inputs[0]
+        if x.producer is None or x.producer.op.name != "Transpose":
+            return "the input is not a Transpose and the permutation is not the identity"
+        return None
+
+    def rewrite(self, graph, node):
+        p = self.perm(node)
+        if p == list(range(len(p))):
+            node.output.replace_all_uses_with(node.inputs[0])
+            return
+        inner = node.inputs[0].producer
+        q = self.perm(inner)
+        composed = [q[i] for i in p]
+        src = inner.inputs[0]
+        if composed == list(range(len(composed))):
+            node.output.replace_all_uses_with(src)
+        else:
+            new = graph.add_node(op("Transpose", perm=tuple(composed)), [src], name=node.name, before=node)
+            node.output.replace_all_uses_with(new.output)
+
+
+class MatMulAddToGemm(Rule):
+    """Add(MatMul(A, B), C) → Gemm(A, B, C) for constant 2-D B and constant bias C of shape [N]/[1,N]."""
+
+    name = "matmul-add-to-gemm"
+    roots = ("Add",)
+
+    @staticmethod
+    def split(node):
+        a, b = node.inputs
+        for mm, bias in ((a, b), (b, a)):
+            if mm.producer is not None and mm.producer.op.name == "MatMul":
+                return mm, bias
+        return None, None
+
+    def check(self, node):
+        mm, bias = self.split(node)
+        if mm is None:
+            return "neither operand is a MatMul"
+        if not only_use_is(mm, node):
+            return "the MatMul result has other uses"
+        a, b = mm.producer.inputs
+        if b.const is None or b.type.rank != 2:
+            return "the MatMul's right operand is not a constant matrix"
+        if a.type.rank < 2 or not a.type.is_static:
+            return "the MatMul's left operand is not a static matrix or batch of matrices"
+        if a.dtype not in (DType.f32, DType.f64, DType.f16):
+            return f"Gemm does not take {a.dtype}"
+        n = b.shape[1]
+        if bias.const is None or bias.type.numel not in (1, n) or (bias.type.rank > 1 and bias.shape[-1] not in (1, n)):
+            return "the addend is not a constant bias of shape [N]"
+        if bias.dtype != a.dtype:
+            return "the bias has another element type"
+        if node.output.shape != mm.shape:
+            return "the Add broadcasts the MatMul result"
+        return None
+
+    def rewrite(self, graph, node):
+        mm, bias = self.split(node)
+        a, b = mm.producer.inputs
+        n = b.shape[1]
+        c = graph.add_constant(np.broadcast_to(bias.const.reshape(-1), (n,)).copy())
+        x = a if a.type.rank == 2 else reshape_to(graph, a, (-1, a.shape[-1]), node)
+        gemm = graph.add_node(op("Gemm"), [x, b, c], name=mm.producer.name, before=node).output
+        out = gemm if a.type.rank == 2 else reshape_to(graph, gemm, node.output.shape, node)
+        node.output.replace_all_uses_with(out)
+
+
+RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), ReshapeLikeToReshape(),
+                           CollapseReshapes(), ComposeTransposes(), MatMulAddToGemm())
+
+
+class Canonicalize(Pass):
+    """Apply the canonicalization rules (RULES) to a fixed point."""
+
+    name = "canonicalize"
+
+    def __init__(self, rules=RULES, max_rounds: int = 50):
+        self.rules = tuple(rules)
+        self.max_rounds = max_rounds
+        self.fired: dict[str, int] = {}
+
+    def run(self, graph: Graph) -> bool:
+        self.fired = apply_rules(graph, self.rules, self.max_rounds)
+        if self.fired:
+            graph.remove_unused_constants()
+        return bool(self.fired)

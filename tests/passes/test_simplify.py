@@ -1,0 +1,276 @@
+"""Simplification passes: each checked for structure (expected IR), numbers (the interpreter agrees
+before and after) and refusals (where a rewrite must not fire, and why)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.passes.rewrite import explain
+from compiler.passes.simplify.canonicalize import RULES, Canonicalize
+from compiler.passes.simplify.cse import EliminateCommonSubexpressions
+from compiler.passes.simplify.dce import EliminateDead
+from compiler.passes.simplify.fold_batchnorm import FoldBatchNorm, FoldScaleBias
+from compiler.passes.simplify.fold_constants import FoldConstants
+from compiler.passes.simplify.infer_shapes import InferShapes
+
+from .util import ir, run_pass, same_ir
+
+
+def refusals(graph, rule_name):
+    return [r.reason for r in explain(graph, RULES) if r.rule == rule_name]
+
+
+# -- infer-shapes ---------------------------------------------------------------------------------
+
+def test_infer_shapes_specializes_symbolic_dims():
+    g = ir("""
+    graph @t(%x: f32[N,3]) -> (y: f32[N,3]) {
+      %0 = Relu(%x) : f32[N,3]
+      return y=%0
+    }""")
+    assert run_pass(InferShapes({"x": (1, 3)}), g)  # random inputs give N=1
+    same_ir(g, """
+    graph @t(%x: f32[1,3]) -> (y: f32[1,3]) {
+      %0 = Relu(%x) : f32[1,3]
+      return y=%0
+    }""")
+    assert not run_pass(InferShapes(), g)
+
+
+def test_infer_shapes_refuses_a_fixed_dimension():
+    g = ir("""
+    graph @t(%x: f32[N,3]) -> (y: f32[N,3]) {
+      %0 = Relu(%x) : f32[N,3]
+      return y=%0
+    }""")
+    with pytest.raises(Exception, match="dimension 1 is fixed to 3"):
+        InferShapes({"x": (4, 5)}).run(g)
+
+
+# -- fold-constants -------------------------------------------------------------------------------
+
+SHAPE_CHAIN = """
+graph @t(%x: f32[2,3,4]) -> (y: f32[2,12]) {
+  %idx = const i64[] dense<0>
+  %m1 = const i64[1] dense<[-1]>
+  %0 = Shape(%x) : i64[3]
+  %1 = Gather(%0, %idx) {axis=0} : i64[]
+  %2 = Unsqueeze(%1, %idx) : i64[1]
+  %3 = Concat(%2, %m1) {axis=0} : i64[2]
+  %4 = Reshape(%x, %3) : f32[2,12]
+  return y=%4
+}"""
+
+
+def test_fold_constants_collapses_shape_arithmetic():
+    g = ir(SHAPE_CHAIN)
+    assert run_pass(FoldConstants(), g)
+    assert g.op_counts() == {"Reshape": 1}
+    (shape,) = [c for c in g.constants if c.uses]
+    assert shape.const.tolist() == [2, -1]
+
+
+def test_fold_constants_respects_the_size_limit():
+    g = ir("""
+    graph @t(%x: f32[1000,1000]) -> (y: f32[1000,1000]) {
+      %s = const i64[2] dense<[1000, 1000]>
+      %0 = ConstantOfShape(%s) : f32[1000,1000]
+      %1 = Add(%x, %0) : f32[1000,1000]
+      return y=%1
+    }""")
+    p = FoldConstants(limit_bytes=1 << 20)
+    assert p.foldable(g.nodes[0]).startswith("the result (4000000 bytes) exceeds the folding limit")
+    assert not p.run(g)
+    assert run_pass(FoldConstants(limit_bytes=1 << 23), g)
+    assert g.op_counts() == {"Add": 1}
+
+
+def test_fold_constants_refuses_non_constant_inputs():
+    g = ir("""
+    graph @t(%x: f32[3]) -> (y: f32[3]) {
+      %0 = Relu(%x) : f32[3]
+      return y=%0
+    }""")
+    assert FoldConstants().foldable(g.nodes[0]) == "an input is not constant"
+    assert not run_pass(FoldConstants(), g)
+
+
+# -- eliminate-dead / eliminate-common-subexpressions ----------------------------------------------
+
+def test_dce_and_cse():
+    g = ir("""
+    graph @t(%x: f32[3]) -> (y: f32[3]) {
+      %a = const f32[3] dense<[1.0, 2.0, 3.0]>
+      %b = const f32[3] dense<[1.0, 2.0, 3.0]>
+      %0 = Add(%x, %a) : f32[3]
+      %1 = Add(%x, %b) : f32[3]
+      %2 = Mul(%0, %1) : f32[3]
+      %3 = Neg(%2) : f32[3]
+      return y=%2
+    }""")
+    assert run_pass(EliminateDead(), g)
+    assert g.op_counts() == {"Add": 2, "Mul": 1}
+    assert run_pass(EliminateCommonSubexpressions(), g)
+    same_ir(g, """
+    graph @t(%x: f32[3]) -> (y: f32[3]) {
+      %a = const f32[3] dense<[1.0, 2.0, 3.0]>
+      %0 = Add(%x, %a) : f32[3]
+      %1 = Mul(%0, %0) : f32[3]
+      return y=%1
+    }""")
+    assert not run_pass(EliminateCommonSubexpressions(), g)
+
+
+def test_cse_refuses_different_attributes():
+    g = ir("""
+    graph @t(%x: f32[3]) -> (y: f32[3], z: f32[3]) {
+      %0 = LeakyRelu(%x) {alpha=0.1} : f32[3]
+      %1 = LeakyRelu(%x) {alpha=0.2} : f32[3]
+      return y=%0, z=%1
+    }""")
+    assert not run_pass(EliminateCommonSubexpressions(), g)
+
+
+# -- canonicalize ---------------------------------------------------------------------------------
+
+def test_canonicalize_identity_dropout_sum_reshapes_transposes():
+    g = ir("""
+    graph @t(%x: f32[2,3,4], %z: f32[2,3,4]) -> (y: f32[4,6], w: f32[2,3,4]) {
+      %s1 = const i64[2] dense<[6, 4]>
+      %0 = Identity(%x) : f32[2,3,4]
+      %1 = Dropout(%0) : f32[2,3,4]
+      %2 = Sum(%1, %z, %x) : f32[2,3,4]
+      %3 = Reshape(%2, %s1) : f32[6,4]
+      %4 = Unsqueeze(%3, %ax) : f32[1,6,4]
+      %5 = Flatten(%4) {axis=2} : f32[6,4]
+      %6 = Transpose(%5) {perm=[1, 0]} : f32[4,6]
+      %7 = Transpose(%x) {perm=[1, 0, 2]} : f32[3,2,4]
+      %8 = Transpose(%7) {perm=[1, 0, 2]} : f32[2,3,4]
+      return y=%6, w=%8
+    }""".replace("%s1 = ", "%ax = const i64[1] dense<[0]>\n      %s1 = "))
+    assert run_pass(Canonicalize(), g)
+    assert g.op_counts() == {"Add": 2, "Reshape": 1, "Transpose": 1}
+    assert g.outputs[1] is g.inputs[0]  # the two transposes cancel
+    assert not run_pass(Canonicalize(), g)
+
+
+def test_canonicalize_refusals_say_why():
+    g = ir("""
+    graph @t(%x: f32[N,4], %w: f32[4,5]) -> (y: f32[N,5]) {
+      %b = const f32[5] dense<[1.0, 2.0, 3.0, 4.0, 5.0]>
+      %0 = MatMul(%x, %w) : f32[N,5]
+      %1 = Add(%0, %b) : f32[N,5]
+      %2 = Transpose(%x) {perm=[1, 0]} : f32[4,N]
+      return y=%1
+    }""")
+    assert refusals(g, "matmul-add-to-gemm") == ["the MatMul's right operand is not a constant matrix"]
+    assert refusals(g, "compose-transposes") == [
+        "the input is not a Transpose and the permutation is not the identity"]
+    assert not Canonicalize(rules=[r for r in RULES if r.name == "matmul-add-to-gemm"]).run(g)
+
+
+def test_matmul_add_becomes_gemm_through_a_reshape_for_3d_activations():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 5)).astype(np.float32)
+    g = ir("""
+    graph @t(%x: f32[2,3,8]) -> (y: f32[2,3,5]) {
+      %w = const f32[8,5]
+      %b = const f32[5] dense<[1.0, 2.0, 3.0, 4.0, 5.0]>
+      %0 = MatMul(%x, %w) : f32[2,3,5]
+      %1 = Add(%b, %0) : f32[2,3,5]
+      return y=%1
+    }""", weights={"w": w})
+    assert run_pass(Canonicalize(), g)
+    assert g.op_counts() == {"Gemm": 1, "Reshape": 2}
+
+
+def test_matmul_add_refused_when_the_matmul_has_other_uses():
+    g = ir("""
+    graph @t(%x: f32[2,4]) -> (y: f32[2,2], z: f32[2,2]) {
+      %w = const f32[4,2] dense<[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]>
+      %b = const f32[2] dense<[1.0, 2.0]>
+      %0 = MatMul(%x, %w) : f32[2,2]
+      %1 = Add(%0, %b) : f32[2,2]
+      return y=%1, z=%0
+    }""")
+    assert refusals(g, "matmul-add-to-gemm") == ["the MatMul result has other uses"]
+
+
+# -- fold-batchnorm / fold-scale-bias ---------------------------------------------------------------
+
+def conv_bn_weights(c_in=3, c_out=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"w": rng.standard_normal((c_out, c_in, 3, 3)).astype(np.float32),
+            "scale": rng.uniform(0.5, 1.5, c_out).astype(np.float32),
+            "bias": rng.standard_normal(c_out).astype(np.float32),
+            "mean": rng.standard_normal(c_out).astype(np.float32),
+            "var": rng.uniform(0.5, 2, c_out).astype(np.float32)}
+
+
+CONV_BN = """
+graph @t(%x: f32[1,3,8,8]) -> (y: f32[1,4,8,8]) {
+  %w = const f32[4,3,3,3]
+  %scale = const f32[4]
+  %bias = const f32[4]
+  %mean = const f32[4]
+  %var = const f32[4]
+  %0 = Conv(%x, %w) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]} : f32[1,4,8,8]
+  %1 = BatchNormalization(%0, %scale, %bias, %mean, %var) : f32[1,4,8,8]
+  return y=%1
+}"""
+
+
+def test_fold_batchnorm_into_conv():
+    g = ir(CONV_BN, conv_bn_weights())
+    assert run_pass(FoldBatchNorm(), g, rtol=1e-5)
+    assert g.op_counts() == {"Conv": 1}
+    assert len(g.nodes[0].inputs) == 3  # the folded bias
+    assert not run_pass(FoldBatchNorm(), g)
+
+
+def test_batchnorm_without_a_foldable_producer_becomes_mul_add():
+    text = CONV_BN.replace("%0 = Conv(%x, %w) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]} : f32[1,4,8,8]",
+                           "%0 = Relu(%x4) : f32[1,4,8,8]").replace("%x: f32[1,3,8,8]", "%x4: f32[1,4,8,8]")
+    g = ir(text, conv_bn_weights())
+    assert run_pass(FoldBatchNorm(), g)
+    assert g.op_counts() == {"Add": 1, "Mul": 1, "Relu": 1}
+
+
+def test_fold_batchnorm_refuses_a_shared_conv_result():
+    text = CONV_BN.replace("-> (y: f32[1,4,8,8])", "-> (y: f32[1,4,8,8], z: f32[1,4,8,8])").replace(
+        "return y=%1", "return y=%1, z=%0")
+    g = ir(text, conv_bn_weights())
+    assert run_pass(FoldBatchNorm(), g)
+    assert g.op_counts() == {"Add": 1, "Conv": 1, "Mul": 1}  # the Conv is kept for z; BN became Mul+Add
+
+
+def test_fold_scale_bias_into_conv():
+    rng = np.random.default_rng(1)
+    g = ir("""
+    graph @t(%x: f32[1,3,8,8]) -> (y: f32[1,4,8,8]) {
+      %w = const f32[4,3,3,3]
+      %s = const f32[4,1,1]
+      %b = const f32[1,4,1,1]
+      %0 = Conv(%x, %w) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]} : f32[1,4,8,8]
+      %1 = Mul(%0, %s) : f32[1,4,8,8]
+      %2 = Add(%b, %1) : f32[1,4,8,8]
+      return y=%2
+    }""", {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+           "s": rng.standard_normal((4, 1, 1)).astype(np.float32),
+           "b": rng.standard_normal((1, 4, 1, 1)).astype(np.float32)})
+    assert run_pass(FoldScaleBias(), g)
+    assert g.op_counts() == {"Conv": 1}
+
+
+def test_fold_scale_bias_refuses_a_non_channel_constant():
+    rng = np.random.default_rng(2)
+    g = ir("""
+    graph @t(%x: f32[1,3,8,8]) -> (y: f32[1,4,8,8]) {
+      %w = const f32[4,3,3,3]
+      %s = const f32[8]
+      %0 = Conv(%x, %w) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]} : f32[1,4,8,8]
+      %1 = Mul(%0, %s) : f32[1,4,8,8]
+      return y=%1
+    }""", {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+           "s": rng.standard_normal(8).astype(np.float32)})
+    assert not run_pass(FoldScaleBias(), g)
