@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 def generic(ctx: Ctx, cls: type[ops.OpDef], attrs: dict | None = None,
             inputs: list[Value | None] | None = None) -> list[Value]:
     attrs = dict(ctx.attrs if attrs is None else attrs)
+    if ctx.opset < 6:
+        attrs.pop("consumed_inputs", None)  # a memory hint of opsets 1-5, with no meaning for the IR
     if "num_outputs" in {f.name for f in dataclasses.fields(cls)} and "num_outputs" not in attrs:
         attrs["num_outputs"] = ctx.num_outputs
     op = ctx.make(cls, attrs)
@@ -87,10 +89,10 @@ CONVERTERS: dict[tuple[str, str], Callable[[Ctx], list[Value]]] = {
 
 
 def _merge_family_tables() -> None:
-    from . import (convert_attention, convert_conv, convert_indexing, convert_linalg, convert_norm, convert_pool,
+    from . import (convert_attention, convert_conv, convert_elementwise, convert_indexing, convert_linalg, convert_norm, convert_pool,
                    convert_quant, convert_random, convert_reduce, convert_shape, convert_signal, convert_strings)
 
-    for module in (convert_shape, convert_indexing, convert_conv, convert_pool, convert_norm, convert_reduce,
+    for module in (convert_elementwise, convert_shape, convert_indexing, convert_conv, convert_pool, convert_norm, convert_reduce,
                    convert_linalg, convert_attention, convert_quant, convert_signal, convert_strings,
                    convert_random):
         for key, fn in module.CONVERTERS.items():

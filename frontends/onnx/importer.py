@@ -22,8 +22,8 @@ from compiler.ir.types import DType, TensorType
 
 from . import converters
 
-#: the opsets of the default domain Kiln imports
-MIN_OPSET = 7
+#: the opsets of the default domain Kiln imports (1-6 for the old models of ONNX's pytorch suites)
+MIN_OPSET = 1
 
 
 def max_opset() -> int:

@@ -18,6 +18,32 @@ import warnings
 import numpy as np
 
 
+def _load_dir(model_dir: str):
+    """A model directory's model.onnx and test_data_set_*/{input,output}_N.pb (real cases need the pytest suite)."""
+    import glob
+    import os
+
+    import onnx
+    from onnx import numpy_helper
+
+    if model_dir is None:
+        raise RuntimeError("real-model cases run only in the pytest suite")
+    model = onnx.load(os.path.join(model_dir, "model.onnx"))
+
+    def read(path):
+        t = onnx.TensorProto()
+        with open(path, "rb") as f:
+            t.ParseFromString(f.read())
+        return numpy_helper.to_array(t)
+
+    sets = []
+    for d in sorted(glob.glob(os.path.join(model_dir, "test_data_set*"))):
+        ins = [read(p) for p in sorted(glob.glob(os.path.join(d, "input_*.pb")), key=lambda p: int(p[:-3].rsplit("_", 1)[1]))]
+        outs = [read(p) for p in sorted(glob.glob(os.path.join(d, "output_*.pb")), key=lambda p: int(p[:-3].rsplit("_", 1)[1]))]
+        sets.append((ins, outs))
+    return model, sets
+
+
 def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     ap = argparse.ArgumentParser()
@@ -38,10 +64,9 @@ def main(argv=None) -> int:
     groups: dict[str, list[str]] = collections.defaultdict(list)
     for c in cases:
         try:
-            if c.model is None:
-                raise RuntimeError("real-model cases run only in the pytest suite")
-            rep = KilnBackend.prepare(c.model)
-            for inputs, refs in c.data_sets:
+            model, data_sets = (c.model, c.data_sets) if c.model is not None else _load_dir(c.model_dir)
+            rep = KilnBackend.prepare(model)
+            for inputs, refs in data_sets:
                 outs = rep.run([_normalize_tensor(i) for i in inputs])
                 Runner.assert_similar_outputs([_normalize_tensor(r) for r in refs], list(outs),
                                               rtol=c.rtol, atol=c.atol)

@@ -63,7 +63,7 @@ def test_zoo_model_export_round_trip(name):
     np.testing.assert_allclose(sess.run(None, feeds)[0], interpret(graph, feeds)["output"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("opset", [7, 9, 11, 13, 17, 21])
+@pytest.mark.parametrize("opset", [1, 6, 7, 9, 11, 13, 17, 21])
 def test_opsets_7_to_newest_import(opset):
     model = _tiny_model("Relu", opset)
     g = import_model(model)
@@ -110,8 +110,10 @@ def test_unsupported_domain_op_is_named():
 
 
 def test_unsupported_opset_is_named():
-    with pytest.raises(UnsupportedError, match="opset 6.*7 to"):
-        import_model(_tiny_model("Relu", 6))
+    model = _tiny_model("Relu", 6)
+    model.opset_import[0].version = 0
+    with pytest.raises(UnsupportedError, match="opset 0.*1 to"):
+        import_model(model)
     newest = onnx.defs.onnx_opset_version()
     model = _tiny_model("Relu", 17)
     model.opset_import[0].version = newest + 1
@@ -130,6 +132,18 @@ def test_unsupported_dtype_is_named():
                           [helper.make_tensor_value_info("y", TensorProto.COMPLEX64, [2])])
     with pytest.raises(ModelError, match=r"Relu node .n. \(opset 17\): .*element type c64, supported: "):
         import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_legacy_broadcast_with_axis():
+    """Opset 6 Add with broadcast=1, axis=1: B [3] aligns with A's dimension 1."""
+    node = helper.make_node("Add", ["a", "b"], ["y"], broadcast=1, axis=1)
+    g = helper.make_graph([node], "t", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3, 4]),
+                                        helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])])
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)]))
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    b = np.array([100, 200, 300], np.float32)
+    np.testing.assert_array_equal(interpret(graph, {"a": a, "b": b})["y"], a + b[:, None])
 
 
 def test_wrong_input_shape_dtype_and_missing_input_are_rejected():
