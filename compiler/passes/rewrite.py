@@ -58,6 +58,11 @@ def apply_rules(graph: Graph, rules: Sequence[Rule], max_rounds: int = 50) -> di
             by_root.setdefault(name, []).append(r)
     fired: dict[str, int] = {}
     for _round in range(max_rounds):
+        # dead nodes must not block rules (a result "used" only by a dead node is unused)
+        for node in reversed(list(graph.nodes)):
+            if node.graph is graph and not any(v.uses for v in node.outputs):
+                erase_dead_upward(graph, node)
+                fired["erase-dead"] = fired.get("erase-dead", 0) + 1
         fired_now = []
         for node in list(graph.nodes):
             for rule in by_root.get(node.op.name, ()):

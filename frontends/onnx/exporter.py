@@ -22,7 +22,7 @@ def _array_to_tensor(arr: np.ndarray, name: str) -> onnx.TensorProto:
         t = onnx.TensorProto(name=name, data_type=onnx.TensorProto.STRING, dims=arr.shape)
         t.string_data.extend(s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in arr.ravel())
         return t
-    return numpy_helper.from_array(np.ascontiguousarray(arr), name=name)
+    return numpy_helper.from_array(np.ascontiguousarray(arr).reshape(arr.shape), name=name)  # keeps 0-d
 
 
 def _attribute(name: str, value) -> onnx.AttributeProto:
@@ -43,6 +43,23 @@ def _attribute(name: str, value) -> onnx.AttributeProto:
     if isinstance(value, bool):
         return helper.make_attribute(name, int(value))
     return helper.make_attribute(name, value)
+
+
+def _required_attributes(op_name: str, domain: str, opset: int) -> set[str]:
+    """Attributes the ONNX schema requires (written even when they hold Kiln's default)."""
+    try:
+        schema = onnx.defs.get_schema(op_name, opset, domain)
+    except Exception:
+        return set()
+    return {name for name, a in schema.attributes.items() if a.required}
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    n, k = name, 1
+    while n in taken:
+        n, k = f"{name}_{k}", k + 1
+    taken.add(n)
+    return n
 
 
 def export_model(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
@@ -73,11 +90,19 @@ def export_model(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
     needed = EXPORT_MIN_OPSET
     for n in graph.nodes:
         needed = max(needed, n.op.since)
+    opset = opset or needed
+    node_names: set[str] = set()
+    for n in graph.nodes:
         if n.op.domain:
             domains[n.op.domain] = 1
         node = helper.make_node(n.op.name, [name_of(v) if v is not None else "" for v in n.inputs],
-                                [name_of(v) for v in n.outputs], name=n.name or "", domain=n.op.domain)
-        node.attribute.extend(_attribute(k, v) for k, v in n.op.non_default_attributes().items())
+                                [name_of(v) for v in n.outputs], name=_unique(n.name, node_names) if n.name else "",
+                                domain=n.op.domain)
+        attrs = n.op.non_default_attributes()
+        for k in _required_attributes(n.op.name, n.op.domain, opset if not n.op.domain else 1000):
+            if k not in attrs and getattr(n.op, k, None) is not None:
+                attrs[k] = getattr(n.op, k)
+        node.attribute.extend(_attribute(k, v) for k, v in sorted(attrs.items()))
         nodes.append(node)
     outputs = []
     for name, v in zip(graph.output_names, graph.outputs):
@@ -87,7 +112,6 @@ def export_model(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
             nodes.append(helper.make_node("Identity", [names[v]], [name]))
             taken.add(name)
         outputs.append(_value_info(name, v.type))
-    opset = opset or needed
     model = helper.make_model(
         helper.make_graph(nodes, graph.name, inputs, outputs, initializers),
         opset_imports=[helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in domains.items()],

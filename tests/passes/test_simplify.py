@@ -156,12 +156,12 @@ def test_canonicalize_identity_dropout_sum_reshapes_transposes():
 
 def test_canonicalize_refusals_say_why():
     g = ir("""
-    graph @t(%x: f32[N,4], %w: f32[4,5]) -> (y: f32[N,5]) {
+    graph @t(%x: f32[N,4], %w: f32[4,5]) -> (y: f32[N,5], t: f32[4,N]) {
       %b = const f32[5] dense<[1.0, 2.0, 3.0, 4.0, 5.0]>
       %0 = MatMul(%x, %w) : f32[N,5]
       %1 = Add(%0, %b) : f32[N,5]
       %2 = Transpose(%x) {perm=[1, 0]} : f32[4,N]
-      return y=%1
+      return y=%1, t=%2
     }""")
     assert refusals(g, "matmul-add-to-gemm") == ["the MatMul's right operand is not a constant matrix"]
     assert refusals(g, "compose-transposes") == [
