@@ -181,12 +181,15 @@ def cmd_run(args) -> int:
 
 def load_pass(spec: str):
     import importlib
+    import os
 
     from .passes.manager import Pass
 
     if ":" not in spec:
         raise KilnError(f"--extra-pass wants MODULE:CLASS, got {spec!r}")
     mod, cls = spec.split(":", 1)
+    if os.getcwd() not in sys.path:  # as `python -m` does: modules of the current directory load
+        sys.path.insert(0, os.getcwd())
     try:
         obj = getattr(importlib.import_module(mod), cls)
     except (ImportError, AttributeError) as e:

@@ -66,11 +66,12 @@ class PipelineResult:
         return sum(r.seconds for r in self.records)
 
     def summary(self) -> str:
-        lines = [f"{'#':>3}  {'pass':<28} {'changed':>7} {'ms':>9} {'nodes':>13}"]
+        w = max([len(r.name) for r in self.records] + [20])
+        lines = [f"{'#':>3}  {'pass':<{w}} {'changed':>7} {'ms':>9}  {'nodes before → after'}"]
         for r in self.records:
-            lines.append(f"{r.index:3d}  {r.name:<28} {'yes' if r.changed else 'no':>7} {r.seconds * 1e3:9.2f} "
-                         f"{r.nodes_before:6d}→{r.nodes_after:<6d}")
-        lines.append(f"     {'total':<28} {'':>7} {self.seconds * 1e3:9.2f}")
+            lines.append(f"{r.index:3d}  {r.name:<{w}} {'yes' if r.changed else 'no':>7} {r.seconds * 1e3:9.2f}  "
+                         f"{r.nodes_before:6d} → {r.nodes_after}")
+        lines.append(f"     {'total':<{w}} {'':>7} {self.seconds * 1e3:9.2f}")
         return "\n".join(lines)
 
     def to_json(self) -> list[dict]:

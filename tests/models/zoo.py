@@ -185,8 +185,12 @@ def randomize_batchnorm(module: nn.Module, seed: int = 0) -> None:
             mod.bias.data.copy_(torch.randn(n, generator=g) * 0.1)
 
 
-def export(name: str, opset: int = 17, **size):
-    """ONNX bytes of a zoo model (eval mode), its example inputs and the torch module."""
+def export(name: str, opset: int = 17, fold: bool = False, **size):
+    """ONNX bytes of a zoo model (eval mode), its example inputs and the torch module.
+
+    ``fold=False`` keeps the graph as written (BatchNormalization, shape arithmetic), so Kiln's own
+    passes do the simplifying; PyTorch's exporter would otherwise fold BatchNorm into Conv itself.
+    """
     m, inputs, names = build(name, **size)
     randomize_batchnorm(m)
     m.eval()
@@ -196,6 +200,7 @@ def export(name: str, opset: int = 17, **size):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(m, tuple(torch.from_numpy(x) for x in inputs), f, dynamo=False, opset_version=opset,
+                          do_constant_folding=fold,
                           input_names=names, output_names=["output"])
     return f.getvalue(), dict(zip(names, inputs)), m
 
