@@ -147,9 +147,10 @@ def describe_array(name: str, a: np.ndarray) -> str:
     if a.size and a.dtype.kind in "fiub":
         f = a.astype(np.float64)
         lines.append(f"  min {f.min():.6g}  max {f.max():.6g}  mean {f.mean():.6g}")
-        if a.ndim == 2 and a.shape[0] == 1 and a.shape[1] >= 10 and a.dtype.kind == "f":
-            top = np.argsort(-f[0])[:5]
-            lines.append("  top-5 " + ", ".join(f"[{i}] {f[0, i]:.5g}" for i in top))
+        scores = f.reshape(-1) if a.ndim >= 2 and a.shape[0] == 1 and a.size == a.shape[1] else None
+        if scores is not None and scores.size >= 10 and a.dtype.kind == "f":  # a classifier's scores
+            top = np.argsort(-scores, kind="stable")[:5]
+            lines.append("  top-5 " + ", ".join(f"[{i}] {scores[i]:.5g}" for i in top))
     with np.printoptions(precision=5, threshold=12, edgeitems=3, linewidth=100):
         lines.append(textwrap.indent(np.array2string(a.ravel() if a.ndim > 2 else a), "  "))
     return "\n".join(lines)
