@@ -204,7 +204,7 @@ def _per_channel(ctx: Ctx, v: Value, groups: int, channels: int, what: str) -> V
     rep = channels // groups
     if v.const is not None:
         return ctx.const(np.repeat(v.const, rep))
-    from compiler.ir.ops.shape import Expand
+    from compiler.ir.ops.tensor import Expand
 
     col = _reshape(ctx, v, ctx.const(np.asarray([groups, 1], dtype=np.int64)))
     wide = _aux(ctx, Expand(), [col, ctx.const(np.asarray([groups, rep], dtype=np.int64))])

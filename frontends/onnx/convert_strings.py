@@ -1,4 +1,5 @@
-"""ONNX converters for the strings op family (older opset forms rewritten into the IR form)."""
+"""ONNX converters for the strings op family: none is needed (RegexFullMatch's ``pattern`` attribute
+is renamed through ``OpDef.onnx_attr_names``)."""
 from __future__ import annotations
 
 CONVERTERS: dict = {}

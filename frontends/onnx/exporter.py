@@ -94,15 +94,18 @@ def export_model(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
     node_names: set[str] = set()
     for n in graph.nodes:
         if n.op.domain:
-            domains[n.op.domain] = 1
+            domains[n.op.domain] = max(domains.get(n.op.domain, 1), n.op.since)
         node = helper.make_node(n.op.name, [name_of(v) if v is not None else "" for v in n.inputs],
                                 [name_of(v) for v in n.outputs], name=_unique(n.name, node_names) if n.name else "",
                                 domain=n.op.domain)
         attrs = n.op.non_default_attributes()
-        for k in _required_attributes(n.op.name, n.op.domain, opset if not n.op.domain else 1000):
+        field_of = {v: k for k, v in n.op.onnx_attr_names.items()}
+        for a in _required_attributes(n.op.name, n.op.domain, opset if not n.op.domain else 1000):
+            k = field_of.get(a, a)
             if k not in attrs and getattr(n.op, k, None) is not None:
                 attrs[k] = getattr(n.op, k)
-        node.attribute.extend(_attribute(k, v) for k, v in sorted(attrs.items()))
+        rename = n.op.onnx_attr_names
+        node.attribute.extend(_attribute(rename.get(k, k), v) for k, v in sorted(attrs.items()))
         nodes.append(node)
     outputs = []
     for name, v in zip(graph.output_names, graph.outputs):

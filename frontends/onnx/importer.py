@@ -183,6 +183,9 @@ class NodeContext:
     def make(self, cls: type[ops.OpDef], attrs: Mapping | None = None) -> ops.OpDef:
         """Build an op from attributes, naming unknown or bad ones clearly."""
         attrs = dict(self.attrs if attrs is None else attrs)
+        for field, onnx_name in cls.onnx_attr_names.items():
+            if onnx_name in attrs:
+                attrs[field] = attrs.pop(onnx_name)
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(attrs) - fields)
         if unknown:

@@ -68,6 +68,9 @@ class OpDef:
     pattern: ClassVar[Pattern] = Pattern.OPAQUE
     #: whether compute() is deterministic and cheap enough to run on known values at compile time
     foldable: ClassVar[bool] = True
+    #: IR field -> ONNX attribute name, where they differ (an ONNX name taken by a class attribute,
+    #: like RegexFullMatch's ``pattern``); the importer and exporter rename through it
+    onnx_attr_names: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -347,7 +347,7 @@ class Pow(Binary):
 
 @dataclass(frozen=True, eq=False)
 class Mod(Binary):
-    """Remainder: sign of the divisor (fmod=0, integers only) or of the dividend (fmod=1)."""
+    """Remainder with the sign of the divisor (fmod=0, Python's %) or of the dividend (fmod=1, C's fmod)."""
 
     fmod: int = 0
 
@@ -355,27 +355,40 @@ class Mod(Binary):
         if self.fmod not in (0, 1):
             raise self.fail(f"fmod must be 0 or 1, got {self.fmod}")
 
-    def infer(self, ins):
-        out = super().infer(ins)
-        if ins[0].dtype.is_float and not self.fmod:
-            raise self.fail("fmod=0 is only defined for integer inputs; floats need fmod=1")
-        return out
-
     def fn(self, a, b):
         return np.fmod(a, b) if self.fmod else np.mod(a, b)
 
 
 @dataclass(frozen=True, eq=False)
 class BitShift(Binary):
+    """Shift X by Y bits (opset 28: signed types too).
+
+    RIGHT on a signed type is arithmetic (sign-extending); LEFT discards the bits shifted out, sign bit
+    included. A shift by a negative amount or by the bit width or more gives what the sign extension
+    alone gives: -1 for RIGHT of a negative X, 0 otherwise.
+    """
+
     direction: str = "LEFT"
-    dtypes: ClassVar = frozenset({DType.u8, DType.u16, DType.u32, DType.u64})
+    inputs: ClassVar = ("X", "Y")
+    outputs: ClassVar = ("Z",)
+    dtypes: ClassVar = STD_INTS
+    since: ClassVar = 28
 
     def validate(self):
         if self.direction not in ("LEFT", "RIGHT"):
             raise self.fail(f"direction must be LEFT or RIGHT, got {self.direction!r}")
 
     def fn(self, a, b):
-        return np.left_shift(a, b) if self.direction == "LEFT" else np.right_shift(a, b)
+        bits = a.dtype.itemsize * 8
+        ok = (b >= 0) & (b < bits)
+        s = np.where(ok, b, 0).astype(a.dtype)
+        if self.direction == "LEFT":
+            # shift the unsigned view: bits past the top (the sign bit included) are dropped, no overflow
+            u = np.dtype(f"u{a.dtype.itemsize}")
+            shifted = np.left_shift(a.view(u), s.astype(u)).view(a.dtype)
+            return np.where(ok, shifted, a.dtype.type(0))
+        fill = np.where(a < 0, a.dtype.type(-1), a.dtype.type(0)) if a.dtype.kind == "i" else a.dtype.type(0)
+        return np.where(ok, np.right_shift(a, s), fill)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,80 +497,192 @@ class Clip(OpDef):
 # Casts
 # ---------------------------------------------------------------------------------------------
 
-def cast_array(x: np.ndarray, to: DType, saturate: bool = True) -> np.ndarray:
-    """ONNX Cast semantics for the types NumPy (and ml_dtypes) hold."""
+#: the float 8 types whose conversion the ``saturate`` attribute controls (E8M0 has its own rules)
+_SATURATING_F8 = frozenset({DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz})
+#: Cast's element types: every Kiln type but the complex ones
+CAST_TYPES = frozenset(DType) - {DType.c64, DType.c128}
+ROUND_MODES = ("up", "down", "nearest")
+_E8M0_BIAS = 127
+
+
+def cast_array(x: np.ndarray, to: DType, saturate: bool = True, round_mode: str = "up") -> np.ndarray:
+    """ONNX Cast semantics (opset 25) for every type NumPy and ml_dtypes hold.
+
+    * to float 8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ): round to nearest even; with ``saturate``, values
+      (infinities included) beyond the type's range become +-max, without it they become Inf (E5M2)
+      or NaN (the types without infinities);
+    * to E8M0 (a bare power-of-two exponent): rounded as ``round_mode`` says (see ``_to_e8m0``);
+    * integers to narrower integers keep the low bits (two's complement), int4/int2 included;
+    * from strings: decimal or scientific notation, "INF"/"+INF"/"-INF"/"NaN" in any case;
+      to strings: the shortest decimal that reads back to the same value, positional for
+      1e-4 <= |x| < 1e16 ("1", "0.1", "1000000", "1e-07"; "NaN", "INF", "-INF"), booleans as "1"/"0".
+    """
     if to is DType.string:
-        if x.dtype == object:
-            return x.copy()
-        if x.dtype.kind == "f" or x.dtype.itemsize <= 2 and x.dtype.kind not in "iub":
-            return np.array([_float_str(v) for v in x.astype(np.float32).ravel()], dtype=object).reshape(x.shape)
-        return x.astype(str).astype(object)
+        return _to_strings(x)
     if x.dtype == object:
-        return np.array([_parse_number(s, to) for s in x.ravel()], dtype=to.np).reshape(x.shape)
-    if to.np.itemsize == 1 and to.is_float and saturate and x.dtype.kind == "f":
-        info = _finfo(to)
-        if info is not None:
-            x = np.where(np.isinf(x) | np.isnan(x), x, np.clip(x, -info, info))
+        x = _parse_strings(x, to)
+    if to is DType.f8e8m0:
+        return _to_e8m0(x, saturate, round_mode)
     with np.errstate(all="ignore"):
+        if to in _SATURATING_F8 and saturate and x.dtype.kind != "b":
+            limit = float(_ml_finfo(to).max)
+            # every source value is exact in f64, and f64 -> f8 rounds once (RNE): clipping first
+            # gives the saturating result, infinities included; NaN stays NaN
+            x = np.clip(x.astype(np.float64), -limit, limit)
         return x.astype(to.np)
 
 
-def _finfo(to: DType):
-    try:
-        import ml_dtypes
-        return float(ml_dtypes.finfo(to.np).max)
-    except Exception:
-        return None
+def _ml_finfo(to: DType):
+    import ml_dtypes
+
+    return ml_dtypes.finfo(to.np)
 
 
-def _float_str(v) -> str:
+def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """E8M0 holds 2**(code - 127) for codes 0..254 (255 is NaN); no zero, no sign.
+
+    A value 2**k * f (1 <= f < 2) rounds to 2**k (``down``), 2**(k+1) when f > 1 (``up``) or when
+    f >= 1.5 (``nearest``, ties up). Out of range (zero and infinity included): the nearest end of
+    the range with ``saturate``, else NaN. The sign is ignored (negative inputs are unspecified).
+    """
+    v = np.abs(x.astype(np.float64))
+    nan, inf, zero = np.isnan(v), np.isinf(v), v == 0
+    frac, exp = np.frexp(np.where(nan | inf | zero, 1.0, v))  # v = frac * 2**exp, 0.5 <= frac < 1
+    k = exp.astype(np.int64) - 1
+    if round_mode == "up":
+        k += frac > 0.5
+    elif round_mode == "nearest":
+        k += frac >= 0.75
+    code = k + _E8M0_BIAS
+    if saturate:
+        code = np.clip(code, 0, 254)
+        code[zero] = 0
+        code[inf] = 254
+    else:
+        code[(code < 0) | (code > 254) | zero | inf] = 255
+    code[nan] = 255
+    return code.astype(np.uint8).view(DType.f8e8m0.np).reshape(x.shape)
+
+
+def _to_strings(x: np.ndarray) -> np.ndarray:
+    if x.dtype == object:
+        return np.array([_text(s) for s in x.ravel()], dtype=object).reshape(x.shape)
+    if x.dtype.kind == "b":
+        flat = ["1" if v else "0" for v in x.ravel()]
+    elif x.dtype.kind in "iu":
+        flat = [str(v) for v in x.ravel().tolist()]
+    elif DType.from_numpy(x.dtype).is_int:  # int4/uint4/int2/uint2
+        flat = [str(v) for v in x.astype(np.int64).ravel().tolist()]
+    else:
+        # the shortest repr in the value's own precision (narrow floats: in f32, which holds them exactly)
+        work = x if x.dtype in (np.float16, np.float32, np.float64) else x.astype(np.float32)
+        flat = [_float_text(v) for v in work.ravel()]
+    return np.array(flat, dtype=object).reshape(x.shape)
+
+
+def _text(s) -> str:
+    return s.decode("utf-8") if isinstance(s, bytes) else str(s)
+
+
+def _float_text(v) -> str:
     if np.isnan(v):
         return "NaN"
     if np.isinf(v):
         return "INF" if v > 0 else "-INF"
-    return repr(float(v)) if float(v) != int(v) or abs(v) >= 1e16 else str(float(v))
+    # the shortest round-trip digits for v's own type, positional (like %g) for 1e-4 <= |v| < 1e16
+    sci = np.format_float_scientific(v, unique=True, trim="-", exp_digits=2)
+    exp = int(sci[sci.index("e") + 1:])
+    return np.format_float_positional(v, unique=True, trim="-") if -4 <= exp < 16 else sci
 
 
-def _parse_number(s, to: DType):
-    s = s.decode() if isinstance(s, bytes) else str(s)
-    if to.is_float:
-        return float(s)
-    if to is DType.bool:
-        return s.strip().lower() not in ("0", "false", "")
-    return int(float(s)) if "." in s or "e" in s.lower() else int(s)
+def _parse_strings(x: np.ndarray, to: DType) -> np.ndarray:
+    """Strings to f64 (float targets), bool, or int64/uint64 (integer targets, low bits kept later)."""
+    flat = [_text(s).strip() for s in x.ravel()]
+    try:
+        if to is DType.bool:
+            out = np.array([_parse_bool(s) for s in flat], dtype=np.bool_)
+        elif to.is_int:
+            ints = [_parse_int(s) for s in flat]
+            if to is DType.u64:
+                out = np.array([i % (1 << 64) for i in ints], dtype=np.uint64)
+            else:
+                out = np.array([(i + (1 << 63)) % (1 << 64) - (1 << 63) for i in ints], dtype=np.int64)
+        else:
+            out = np.array([float(s) for s in flat], dtype=np.float64)
+    except (ValueError, OverflowError) as e:
+        raise ValueError(f"cannot cast string to {to}: {e}") from None
+    return out.reshape(x.shape)
+
+
+def _parse_int(s: str) -> int:
+    try:
+        return int(s)
+    except ValueError:
+        return int(float(s))  # "1e3", "100.5" (truncated)
+
+
+def _parse_bool(s: str) -> bool:
+    low = s.lower()
+    if low in ("true", "false", ""):
+        return low == "true"
+    return float(s) != 0
 
 
 @dataclass(frozen=True, eq=False)
-class Cast(OpDef):
+class _CastBase(OpDef):
+    """Shared by Cast and CastLike: checks of the ``saturate`` and ``round_mode`` attributes and types."""
+
+    outputs: ClassVar = ("output",)
+    pattern: ClassVar = Pattern.ELEMWISE
+    since: ClassVar = 25
+
+    def validate(self):
+        if self.saturate not in (0, 1):
+            raise self.fail(f"saturate must be 0 or 1, got {self.saturate}")
+        if self.round_mode not in ROUND_MODES:
+            raise self.fail(f"round_mode must be one of {', '.join(ROUND_MODES)}, got {self.round_mode!r}")
+
+    def _check(self, src: DType, dst: DType) -> None:
+        for what, dt in (("input", src), ("target", dst)):
+            if dt not in CAST_TYPES:
+                raise self.fail(f"{what} element type {dt} cannot be cast (complex types are not supported)")
+            if dt.np is None:
+                raise self.fail(f"{what} element type {dt} needs the ml_dtypes package")
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(_CastBase):
+    """Convert to element type ``to`` (see ``cast_array`` for the rules)."""
+
     to: DType = DType.f32
     saturate: int = 1
     round_mode: str = "up"
     inputs: ClassVar = ("input",)
-    outputs: ClassVar = ("output",)
-    pattern: ClassVar = Pattern.ELEMWISE
 
     def infer(self, ins):
-        return [ins[0].type.with_dtype(self.to)]
+        (x,) = ins
+        self._check(x.dtype, self.to)
+        return [x.type.with_dtype(self.to)]
 
     def compute(self, x):
-        return [cast_array(x, self.to, bool(self.saturate))]
+        return [cast_array(x, self.to, bool(self.saturate), self.round_mode)]
 
 
 @dataclass(frozen=True, eq=False)
-class CastLike(OpDef):
-    """Cast to the element type of a second input."""
+class CastLike(_CastBase):
+    """Cast to the element type of a second input (whose values are not read)."""
 
     saturate: int = 1
     round_mode: str = "up"
     inputs: ClassVar = ("input", "target_type")
-    outputs: ClassVar = ("output",)
-    pattern: ClassVar = Pattern.ELEMWISE
 
     def infer(self, ins):
-        return [ins[0].type.with_dtype(ins[1].dtype)]
+        x, like = ins
+        self._check(x.dtype, like.dtype)
+        return [x.type.with_dtype(like.dtype)]
 
     def compute(self, x, like):
-        return [cast_array(x, DType.from_numpy(like.dtype), bool(self.saturate))]
+        return [cast_array(x, DType.from_numpy(like.dtype), bool(self.saturate), self.round_mode)]
 
 
 OPS = (Abs, Neg, Sign, Ceil, Floor, Round, Reciprocal, Sqrt, Exp, Log, Sin, Cos, Tan, Asin, Acos, Atan,
