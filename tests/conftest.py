@@ -18,13 +18,15 @@ def pytest_runtest_logreport(report):
     m = re.search(r"test_onnx_backend\.py::(\w+)::", report.nodeid)
     if not m or m.group(1) not in _SUITE_OF_CLASS:
         return
+    if report.nodeid.endswith("_cuda"):
+        return  # BackendTest makes every case once per device; Kiln's backend is CPU only
     suite = _SUITE_OF_CLASS[m.group(1)]
-    if report.when == "call":
-        _counts[suite]["passed" if report.passed else "failed"] += 1
-    elif report.when == "setup" and report.skipped:
+    if report.skipped:
         _counts[suite]["excluded"] += 1
-    elif report.when == "setup" and report.failed:
+    elif report.failed:
         _counts[suite]["failed"] += 1
+    elif report.when == "call":
+        _counts[suite]["passed"] += 1
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -232,7 +232,7 @@ class Gelu(Unary):
     def fn(self, x):
         if self.approximate == "tanh":
             return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
-        return 0.5 * x * (1 + _erf(x))
+        return 0.5 * x * (1 + _erf(x / np.sqrt(2.0)))
 
 
 @dataclass(frozen=True, eq=False)
