@@ -3,6 +3,9 @@
 It is Kiln's definition of correct and the oracle for every pass and backend. By default it checks
 every result against the type the IR gave it (element type, rank, static and symbolic dimensions), so a
 wrong shape inference is caught where it happens, not three passes later.
+
+Values are NumPy arrays; a sequence value is a list of arrays (each checked against the element type,
+and the length against a known length), an optional value is its element's value or None.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from .graph import Graph, Node, Value
-from .types import DType, TensorType
+from .types import DType, OptionalType, SequenceType, TensorType
 
 
 class InterpreterError(RuntimeError):
@@ -34,6 +37,11 @@ def check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, in
     bindings: dict[str, int] = {}
     for v in graph.inputs:
         arr = inputs[v.name]
+        if not isinstance(v.type, TensorType):
+            problem = _value_mismatch(v.type, arr, bindings)
+            if problem:
+                raise InputError(f"input {v.name!r} does not match its type {v.type}: {problem}")
+            continue
         if not isinstance(arr, np.ndarray):
             raise InputError(f"input {v.name!r} must be a numpy array, got {type(arr).__name__}")
         try:
@@ -66,7 +74,35 @@ def _shape_mismatch(t: TensorType, shape: tuple, bindings: dict[str, int]) -> st
     return None
 
 
-def run_node(node: Node, args: list[np.ndarray | None]) -> list[np.ndarray]:
+def _value_mismatch(t, x, bindings: dict[str, int]) -> str | None:
+    """Why the run-time value ``x`` does not have type ``t`` (None when it does)."""
+    if isinstance(t, OptionalType):
+        return None if x is None else _value_mismatch(t.elem, x, bindings)
+    if isinstance(t, SequenceType):
+        if not isinstance(x, (list, tuple)):
+            return f"a sequence is a list of arrays, got {type(x).__name__}"
+        if t.length is not None and len(x) != t.length:
+            return f"the sequence has {len(x)} element(s), not {t.length}"
+        for k, a in enumerate(x):
+            if not isinstance(a, np.ndarray):
+                return f"element {k} is a {type(a).__name__}, not a numpy array"
+            problem = _value_mismatch(TensorType(t.dtype, a.shape) if t.elem_shape is None else t.elem, a, bindings)
+            if problem:
+                return f"element {k}: {problem}"
+        return None
+    if not isinstance(x, np.ndarray):
+        return f"expected a numpy array, got {type(x).__name__}"
+    try:
+        dt = DType.from_numpy(x.dtype)
+    except TypeError:
+        dt = None
+    if dt is not t.dtype:
+        return f"dtype {x.dtype} instead of {t.dtype}"
+    problem = _shape_mismatch(t, x.shape, bindings)
+    return None if problem is None else f"shape {list(x.shape)} instead of {t}: {problem}"
+
+
+def run_node(node: Node, args: list) -> list:
     try:
         outs = node.op.compute(*args)
     except Exception as e:
@@ -74,7 +110,8 @@ def run_node(node: Node, args: list[np.ndarray | None]) -> list[np.ndarray]:
     outs = list(outs)
     if len(outs) < len(node.outputs):
         raise InterpreterError(f"{node.describe()} computed {len(outs)} results, the IR has {len(node.outputs)}")
-    return [np.asarray(o) for o in outs[: len(node.outputs)]]
+    # tensors as arrays; sequence (list) and optional (None or the value) results as computed
+    return [np.asarray(o) if isinstance(v.type, TensorType) else o for v, o in zip(node.outputs, outs)]
 
 
 def interpret(graph: Graph, inputs: Mapping[str, np.ndarray], check_types: bool = True,
@@ -113,6 +150,12 @@ def interpret(graph: Graph, inputs: Mapping[str, np.ndarray], check_types: bool 
 
 
 def _check_result(node: Node, v: Value, r: np.ndarray, bindings: dict[str, int]) -> None:
+    if not isinstance(v.type, TensorType):
+        problem = _value_mismatch(v.type, r, bindings)
+        if problem:
+            raise InterpreterError(f"{node.describe()} result {v.index} does not match its IR type {v.type}: "
+                                   f"{problem}")
+        return
     try:
         dt = DType.from_numpy(r.dtype)
     except TypeError:

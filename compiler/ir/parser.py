@@ -21,7 +21,7 @@ from compiler.errors import KilnError
 from . import ops
 from .graph import Graph, Node, Value
 from .ops.base import infer_node
-from .types import DType, TensorType
+from .types import DType, OptionalType, SequenceType, TensorType
 
 __all__ = ["ParseError", "parse", "load_text"]
 
@@ -289,7 +289,37 @@ class _Parser:
         raise self.error(f"expected a dimension (an integer, a symbol such as N, or ?), got {_describe(tok)}",
                          tok)
 
-    def type(self) -> TensorType:
+    def type(self):
+        """A value type: ``f32[N,4]``, ``seq<f32[?,4]>``, ``seq<3 x f32[4]>``, ``seq<f32>``, ``opt<...>``."""
+        if self.at_word("seq"):
+            self.next()
+            self.expect("<", "after seq")
+            length = None
+            if self.tok.kind == "int":
+                lt = self.next()
+                if lt.value < 0:
+                    raise self.error(f"a sequence length cannot be negative: {lt.text}", lt)
+                length = lt.value
+                self.expect_word("x", "after the sequence length (seq<3 x f32[4]>)")
+            dt = self.dtype()
+            shape = tuple(self.comma_list("]", self.dim)) if self.accept("[") else None
+            self.expect(">", "to close seq<...>")
+            return SequenceType(dt, shape, length)
+        if self.at_word("opt"):
+            self.next()
+            self.expect("<", "after opt")
+            start = self.tok
+            elem = self.type()
+            if isinstance(elem, OptionalType):
+                raise self.error("optionals do not nest: opt<opt<...>> is not a type", start)
+            self.expect(">", "to close opt<...>")
+            return OptionalType(elem)
+        return self.tensor_type()
+
+    def tensor_type(self) -> TensorType:
+        tok = self.tok
+        if tok.kind == "ident" and tok.text in ("seq", "opt"):
+            raise self.error(f"expected a tensor type here (f32[2,3]), not a {tok.text}<...> type")
         dt = self.dtype()
         self.expect("[", "after the element type (a scalar is f32[])")
         shape = self.comma_list("]", self.dim)
@@ -413,11 +443,13 @@ class _Parser:
             if word == "dense":
                 self.next()
                 self.expect("<", "after dense")
-                t = self.type()
+                t = self.tensor_type()
                 self.expect(":", f"after the type of the tensor ({t})")
                 arr = self.elements(t)
                 self.expect(">", "to close dense<...>")
                 return arr
+            if word in ("seq", "opt"):
+                return self.type()
             if word == "opaque":
                 raise self.error("an opaque<...> attribute value cannot be read back (the printer could not "
                                  "represent it)")
@@ -426,6 +458,8 @@ class _Parser:
             except ValueError:
                 raise self.error(f"unknown attribute value {word!r} (strings are quoted: \"{word}\"; element "
                                  "types are bare: f32, i64, ...)") from None
+            if self.toks[self.i + 1].kind == "punct" and self.toks[self.i + 1].text == "[":
+                return self.tensor_type()  # a type: f32[4]
             self.next()
             return dt
         raise self.error(f"expected an attribute value, got {_describe(tok)}")
@@ -507,7 +541,9 @@ class _Parser:
     def statement_const(self, name_tok: Token) -> None:
         g = self.graph
         type_tok = self.tok
-        t = self.type()
+        if type_tok.kind == "ident" and type_tok.text in ("seq", "opt"):
+            raise self.error(f"a constant is a tensor, not a {type_tok.text}<...> value", type_tok)
+        t = self.tensor_type()
         if self.at_word("dense"):
             self.next()
             self.expect("<", "after dense")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .types import DType, TensorType
+from .types import DType, OptionalType, SequenceType, TensorType
 
 if TYPE_CHECKING:
     from .graph import Graph, Node, Value
@@ -84,11 +84,21 @@ def format_dim(d) -> str:
     return str(d)
 
 
-def format_type(t: TensorType) -> str:
-    """``f32[N,784]``: the same as ``str(t)`` except that odd symbolic dims are quoted."""
-    if not isinstance(t, TensorType):
-        return f"<not a type: {t!r}>"
-    return f"{t.dtype.short}[{','.join(format_dim(d) for d in t.shape)}]"
+def _format_shape(shape) -> str:
+    return f"[{','.join(format_dim(d) for d in shape)}]"
+
+
+def format_type(t) -> str:
+    """``f32[N,784]``, ``seq<f32[?,3]>``, ``seq<2 x f32[4]>``, ``seq<f32>``, ``opt<f32[4]>``: the same as
+    ``str(t)`` except that odd symbolic dims are quoted."""
+    if isinstance(t, TensorType):
+        return t.dtype.short + _format_shape(t.shape)
+    if isinstance(t, SequenceType):
+        n = "" if t.length is None else f"{t.length} x "
+        return f"seq<{n}{t.dtype.short}{'' if t.elem_shape is None else _format_shape(t.elem_shape)}>"
+    if isinstance(t, OptionalType):
+        return f"opt<{format_type(t.elem)}>"
+    return f"<not a type: {t!r}>"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,13 +163,16 @@ def format_elements(arr: np.ndarray, dtype: DType | None = None) -> str:
 
 
 def format_attr(v) -> str:
-    """An attribute value: 3, 1.5, "same", true, f32, [1, 2], dense<i64[2]: [1, 2]>, none."""
+    """An attribute value: 3, 1.5, "same", true, f32, [1, 2], dense<i64[2]: [1, 2]>, none, and types
+    (Optional's ``type``): f32[4], seq<i64[?]>."""
     if v is None:
         return "none"
     if isinstance(v, (bool, np.bool_)):
         return "true" if v else "false"
     if isinstance(v, DType):
         return v.short
+    if isinstance(v, (TensorType, SequenceType, OptionalType)):
+        return format_type(v)
     if isinstance(v, (int, np.integer)):
         return str(int(v))
     if isinstance(v, (float, np.floating)):

@@ -3,6 +3,9 @@
 A shape is a tuple of dimensions; a dimension is an ``int`` (static), a ``str`` (a named symbolic
 dimension such as ``"N"``, which the user may specialize with ``input_shapes=``) or ``None`` (unknown,
 printed ``?``: the result of shape arithmetic the compiler could not resolve).
+
+Most values are tensors (``TensorType``); the sequence and optional ops also make and take
+``SequenceType`` and ``OptionalType`` values (ONNX ``sequence_type`` / ``optional_type``).
 """
 from __future__ import annotations
 
@@ -138,6 +141,15 @@ def format_dim(d: Dim) -> str:
     return "?" if d is None else str(d)
 
 
+def _check_shape(shape, what: str = "shape") -> tuple:
+    """A shape normalized to a tuple of int / str / None dims (NumPy ints become ints)."""
+    shape = tuple(shape)
+    for d in shape:
+        if not (d is None or isinstance(d, str) or (isinstance(d, (int, np.integer)) and d >= 0)):
+            raise ValueError(f"bad dimension {d!r} in {what} {shape}")
+    return tuple(int(d) if isinstance(d, (int, np.integer)) else d for d in shape)
+
+
 @dataclass(frozen=True)
 class TensorType:
     """The type of a value: an element type and a shape (with possibly symbolic dimensions)."""
@@ -148,12 +160,7 @@ class TensorType:
     def __post_init__(self):
         if not isinstance(self.dtype, DType):
             raise TypeError(f"TensorType dtype must be a DType, got {self.dtype!r}")
-        shape = tuple(self.shape)
-        for d in shape:
-            if not (d is None or isinstance(d, str) or (isinstance(d, (int, np.integer)) and d >= 0)):
-                raise ValueError(f"bad dimension {d!r} in shape {shape}")
-        object.__setattr__(self, "shape", tuple(int(d) if isinstance(d, (int, np.integer)) else d
-                                                for d in shape))
+        object.__setattr__(self, "shape", _check_shape(self.shape))
 
     @property
     def rank(self) -> int:
@@ -184,3 +191,122 @@ class TensorType:
     @staticmethod
     def of(array: np.ndarray) -> "TensorType":
         return TensorType(DType.from_numpy(array.dtype), array.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-tensor values: sequences and optionals (ONNX sequence_type and optional_type)
+# ---------------------------------------------------------------------------------------------
+#
+# They answer what generic code asks of any value type: ``dtype`` (the element type), ``is_static``
+# (False: folding and known values are for tensors), ``numel`` and ``nbytes`` (None: not a buffer of
+# known size). They have no ``shape`` or ``rank``: only the sequence and optional ops (and Identity)
+# take them, and ``infer_node`` refuses them as inputs of any other op.
+
+@dataclass(frozen=True)
+class SequenceType:
+    """A sequence of tensors of one element type (ONNX ``sequence_type``); at run time a Python list
+    of arrays.
+
+    ``elem_shape`` is the shape every element has (dims may be symbolic or None, where elements
+    differ or the size is unknown), or None when not even the elements' rank is known. ``length``
+    is the number of elements when known at compile time (a ``SequenceConstruct`` of three tensors;
+    an empty ``SequenceEmpty``), else None. Printed ``seq<f32[?,3]>``, ``seq<3 x f32[2,3]>`` (a
+    known length), ``seq<f32>`` (elements of any rank).
+    """
+
+    dtype: DType
+    elem_shape: Shape | None = None
+    length: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.dtype, DType):
+            raise TypeError(f"SequenceType dtype must be a DType, got {self.dtype!r}")
+        if self.elem_shape is not None:
+            object.__setattr__(self, "elem_shape", _check_shape(self.elem_shape, "element shape"))
+        if self.length is not None:
+            if isinstance(self.length, bool) or not isinstance(self.length, (int, np.integer)) or self.length < 0:
+                raise ValueError(f"bad sequence length {self.length!r}")
+            object.__setattr__(self, "length", int(self.length))
+
+    @property
+    def elem(self) -> TensorType | None:
+        """The type of every element, or None when their rank is not known."""
+        return None if self.elem_shape is None else TensorType(self.dtype, self.elem_shape)
+
+    @property
+    def is_static(self) -> bool:
+        return False
+
+    @property
+    def numel(self) -> None:
+        return None
+
+    @property
+    def nbytes(self) -> None:
+        return None
+
+    def with_length(self, length: int | None) -> "SequenceType":
+        return SequenceType(self.dtype, self.elem_shape, length)
+
+    def __str__(self) -> str:
+        n = "" if self.length is None else f"{self.length} x "
+        e = self.dtype.short if self.elem_shape is None else str(self.elem)
+        return f"seq<{n}{e}>"
+
+@dataclass(frozen=True)
+class OptionalType:
+    """A value that may be absent (ONNX ``optional_type``): a tensor or a sequence, or nothing; at
+    run time the element's value or None. Printed ``opt<f32[4]>``, ``opt<seq<i32[?]>>``."""
+
+    elem: "TensorType | SequenceType"
+
+    def __post_init__(self):
+        if not isinstance(self.elem, (TensorType, SequenceType)):
+            raise TypeError(f"an optional holds a tensor or a sequence, not {self.elem!r}")
+
+    @property
+    def dtype(self) -> DType:
+        return self.elem.dtype
+
+    @property
+    def is_static(self) -> bool:
+        return False
+
+    @property
+    def numel(self) -> None:
+        return None
+
+    @property
+    def nbytes(self) -> None:
+        return None
+
+    def __str__(self) -> str:
+        return f"opt<{self.elem}>"
+
+
+#: every type a value can have
+ValueType = Union[TensorType, SequenceType, OptionalType]
+
+
+def is_value_type(t) -> bool:
+    return isinstance(t, (TensorType, SequenceType, OptionalType))
+
+
+def join_dims(a: Dim, b: Dim) -> Dim:
+    """The dim that describes both a and b: equal ones stay, different ones become unknown."""
+    return a if a == b else None
+
+
+def join_shapes(*shapes):
+    """The shape that describes all of ``shapes`` (None entries: any rank): dims that differ become
+    None; a different rank (or any None) gives None. With no shapes: None."""
+    if not shapes or any(s is None for s in shapes):
+        return None
+    first = tuple(shapes[0])
+    out = list(first)
+    for s in shapes[1:]:
+        s = tuple(s)
+        if len(s) != len(out):
+            return None
+        out = [join_dims(x, y) for x, y in zip(out, s)]
+    return tuple(out)

@@ -19,7 +19,7 @@ import numpy as np
 from .graph import Graph, IRError, Node, Return, Value
 from .ops.base import OpDef, check_arity, infer_node
 from .printer import Printer, format_type
-from .types import DType, TensorType
+from .types import DType, TensorType, is_value_type
 
 __all__ = ["VerifyError", "Problem", "check", "verify"]
 
@@ -91,8 +91,9 @@ class _Checker:
                 return
             defined[id(v)] = what
             all_values.append((v, where, index))
-            if not isinstance(v.type, TensorType):
-                self.add(f"{what} {self.p.ref(v)} has no tensor type: {v.type!r}", where, index)
+            if not is_value_type(v.type):
+                self.add(f"{what} {self.p.ref(v)} has no type (a tensor, sequence or optional type): {v.type!r}",
+                         where, index)
 
         names: dict[str, int] = {}
         for i, v in enumerate(g.inputs):
@@ -221,6 +222,7 @@ class _Checker:
         except TypeError:
             dt = None
         if not isinstance(c.type, TensorType):
+            self.add(f"constant {ref} has type {format_type(c.type)}; a constant is a tensor", "const", i)
             return
         if dt is not c.type.dtype or tuple(arr.shape) != c.type.shape:
             have = format_type(TensorType(dt, arr.shape)) if dt else f"numpy {arr.dtype}{list(arr.shape)}"

@@ -94,6 +94,31 @@ class NumericsReport:
                 "first_bad": None if not self.first_bad else dict(index=self.first_bad[0], name=self.first_bad[1])}
 
 
+def compare(out, ref) -> tuple[float, float]:
+    """(max abs error, max abs error / max |ref|) of a result against its reference; inf when the
+    kinds, shapes or (for non-numeric values) contents differ. Sequences compare element-wise;
+    an absent optional equals only an absent one."""
+    inf = (float("inf"), float("inf"))
+    if isinstance(ref, list) or isinstance(out, list):
+        if not (isinstance(ref, list) and isinstance(out, list)) or len(out) != len(ref):
+            return inf
+        pairs = [compare(o, r) for o, r in zip(out, ref)]
+        return (max((a for a, _ in pairs), default=0.0), max((b for _, b in pairs), default=0.0))
+    if ref is None or out is None:
+        return (0.0, 0.0) if ref is None and out is None else inf
+    if out.shape != ref.shape:
+        return inf
+    if ref.dtype.kind not in "fciub":
+        return (0.0, 0.0) if np.array_equal(out, ref) else inf
+    r = ref.astype(np.float64)
+    o = out.astype(np.float64)
+    diff = np.where(np.isnan(r) & np.isnan(o), 0.0, np.abs(o - r))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.nanmax(np.abs(r))) if r.size and not np.all(np.isnan(r)) else 0.0
+    return max_abs, (max_abs / max(scale, 1e-30) if max_abs else 0.0)
+
+
 class CheckNumerics(Instrument):
     """Run the reference interpreter on fixed inputs before the pipeline and after every pass; record
     each output's error against the input graph's and the first pass beyond tolerance."""
@@ -116,24 +141,7 @@ class CheckNumerics(Instrument):
             return
         feeds = {k: v for k, v in self.inputs.items() if k in {i.name for i in graph.inputs}}
         got = interpret(graph, feeds)
-        errs = []
-        for name, ref in self.reference.items():
-            out = got.get(name)
-            if out is None or out.shape != ref.shape:
-                errs.append(StageError(name, float("inf"), float("inf")))
-                continue
-            if ref.dtype.kind in "fc" or ref.dtype.kind in "iub":
-                r = ref.astype(np.float64)
-                o = out.astype(np.float64)
-                both_nan = np.isnan(r) & np.isnan(o)
-                diff = np.where(both_nan, 0.0, np.abs(o - r))
-                diff = np.where(np.isnan(diff), np.inf, diff)
-                max_abs = float(diff.max()) if diff.size else 0.0
-                scale = float(np.nanmax(np.abs(r))) if r.size and not np.all(np.isnan(r)) else 0.0
-                errs.append(StageError(name, max_abs, max_abs / max(scale, 1e-30) if max_abs else 0.0))
-            else:
-                same = bool(np.array_equal(out, ref))
-                errs.append(StageError(name, 0.0 if same else float("inf"), 0.0 if same else float("inf")))
+        errs = [StageError(name, *compare(got.get(name), ref)) for name, ref in self.reference.items()]
         self.report.stages.append((index, p.name, errs))
         if self.report.first_bad is None and any(e.max_rel > self.report.rtol for e in errs):
             self.report.first_bad = (index, p.name, errs)

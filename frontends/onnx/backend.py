@@ -9,6 +9,7 @@ from onnx.backend.base import Backend, BackendRep
 
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import interpret
+from compiler.ir.types import OptionalType, SequenceType
 
 from .importer import import_model
 
@@ -19,7 +20,8 @@ class KilnRep(BackendRep):
     def __init__(self, graph: Graph):
         self.graph = graph
 
-    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Tensors are arrays; a sequence is a list of arrays, an optional its value or None."""
         if isinstance(inputs, dict):
             feeds = dict(inputs)
         else:
@@ -27,9 +29,20 @@ class KilnRep(BackendRep):
                 inputs = [inputs]
             names = [v.name for v in self.graph.inputs]
             feeds = dict(zip(names, inputs))
-        feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        types = {v.name: v.type for v in self.graph.inputs}
+        feeds = {k: _feed(v, types.get(k)) for k, v in feeds.items()}
         outs = interpret(self.graph, feeds)
         return tuple(outs[n] for n in self.graph.output_names)
+
+
+def _feed(v: Any, t: Any) -> Any:
+    if isinstance(t, OptionalType):
+        if v is None:
+            return None  # an empty optional
+        t = t.elem
+    if isinstance(t, SequenceType) and isinstance(v, (list, tuple)):
+        return [np.asarray(x) for x in v]
+    return np.asarray(v)
 
 
 class KilnBackend(Backend):

@@ -7,14 +7,28 @@ from onnx import helper, numpy_helper
 
 from compiler.errors import UnsupportedError
 from compiler.ir.graph import Graph, Value
-from compiler.ir.types import DType, TensorType
+from compiler.ir.types import DType, OptionalType, SequenceType, TensorType
 
 #: the lowest opset an exported model declares: every op's IR form is valid from here on
 EXPORT_MIN_OPSET = 18
 
 
-def _value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, t.dtype.onnx, [d if d is not None else None for d in t.shape])
+def _type_proto(t) -> onnx.TypeProto:
+    """The ONNX type of an IR type (a sequence's known length is not expressible, and dropped)."""
+    if isinstance(t, TensorType):
+        return helper.make_tensor_type_proto(t.dtype.onnx, list(t.shape))
+    if isinstance(t, SequenceType):
+        shape = None if t.elem_shape is None else list(t.elem_shape)
+        return helper.make_sequence_type_proto(helper.make_tensor_type_proto(t.dtype.onnx, shape))
+    if isinstance(t, OptionalType):
+        return helper.make_optional_type_proto(_type_proto(t.elem))
+    raise UnsupportedError(f"cannot export a value of type {t!r}")
+
+
+def _value_info(name: str, t) -> onnx.ValueInfoProto:
+    if isinstance(t, TensorType):
+        return helper.make_tensor_value_info(name, t.dtype.onnx, [d if d is not None else None for d in t.shape])
+    return helper.make_value_info(name, _type_proto(t))
 
 
 def _array_to_tensor(arr: np.ndarray, name: str) -> onnx.TensorProto:
@@ -32,6 +46,8 @@ def _attribute(name: str, value) -> onnx.AttributeProto:
         return helper.make_attribute(name, _array_to_tensor(value, name))
     if isinstance(value, onnx.TypeProto):
         return helper.make_attribute(name, value)
+    if isinstance(value, (TensorType, SequenceType, OptionalType)):
+        return helper.make_attribute(name, _type_proto(value))
     if isinstance(value, tuple):
         if value and all(isinstance(v, np.ndarray) for v in value):
             return helper.make_attribute(name, [_array_to_tensor(v, name) for v in value])

@@ -18,7 +18,7 @@ from compiler.errors import ModelError, UnsupportedError
 from compiler.ir import ops
 from compiler.ir.graph import Graph, Value
 from compiler.ir.ops.base import OpError
-from compiler.ir.types import DType, TensorType
+from compiler.ir.types import DType, OptionalType, SequenceType, TensorType
 
 from . import converters
 
@@ -69,11 +69,8 @@ def _opsets(proto: onnx.ModelProto) -> dict[str, int]:
     return found
 
 
-def type_from_proto(tp: onnx.TypeProto, what: str) -> TensorType:
-    if not tp.HasField("tensor_type"):
-        kind = tp.WhichOneof("value")
-        raise UnsupportedError(f"{what}: only tensors are supported, not {kind} values")
-    tt = tp.tensor_type
+def _elem_and_shape(tt: onnx.TypeProto.Tensor, what: str) -> tuple[DType, tuple | None]:
+    """A tensor type's element type and shape (None when the proto gives no shape: unknown rank)."""
     try:
         dt = DType.from_onnx(tt.elem_type)
     except TypeError:
@@ -82,7 +79,7 @@ def type_from_proto(tp: onnx.TypeProto, what: str) -> TensorType:
     if dt.np is None:
         raise UnsupportedError(f"{what}: element type {dt} needs the ml_dtypes package")
     if not tt.HasField("shape"):
-        raise ModelError(f"{what} has no shape (unknown rank); give its shape with input_shapes=")
+        return dt, None
     dims = []
     for d in tt.shape.dim:
         if d.HasField("dim_value"):
@@ -91,17 +88,54 @@ def type_from_proto(tp: onnx.TypeProto, what: str) -> TensorType:
             dims.append(d.dim_param)
         else:
             dims.append(None)
-    return TensorType(dt, tuple(dims))
+    return dt, tuple(dims)
 
 
-def specialize(t: TensorType, shape: Sequence, name: str) -> TensorType:
+def type_from_proto(tp: onnx.TypeProto, what: str) -> TensorType | SequenceType | OptionalType:
+    """The IR type of an ONNX type: a tensor (its rank must be known), a sequence of tensors (their
+    rank may be unknown) or an optional of either."""
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        dt, shape = _elem_and_shape(tp.tensor_type, what)
+        if shape is None:
+            raise ModelError(f"{what} has no shape (unknown rank); give its shape with input_shapes=")
+        return TensorType(dt, shape)
+    if kind == "sequence_type":
+        elem = tp.sequence_type.elem_type
+        if elem.WhichOneof("value") != "tensor_type":
+            raise UnsupportedError(f"{what}: only sequences of tensors are supported, not of "
+                                   f"{elem.WhichOneof('value')} values")
+        dt, shape = _elem_and_shape(elem.tensor_type, what)
+        return SequenceType(dt, shape)
+    if kind == "optional_type":
+        elem = tp.optional_type.elem_type
+        if elem.WhichOneof("value") not in ("tensor_type", "sequence_type"):
+            raise UnsupportedError(f"{what}: only optional tensors and sequences are supported, not optional "
+                                   f"{elem.WhichOneof('value')} values")
+        return OptionalType(type_from_proto(elem, what))
+    raise UnsupportedError(f"{what}: only tensors, sequences and optionals are supported, not {kind} values")
+
+
+def specialize(t, shape: Sequence, name: str):
+    """``t`` with the shape the user gave: a tensor's shape, a sequence's element shape (also where the
+    model leaves its rank unknown), the shape inside an optional."""
+    if isinstance(t, OptionalType):
+        return OptionalType(specialize(t.elem, shape, name))
     shape = tuple(int(d) if not isinstance(d, str) else d for d in shape)
-    if len(shape) != t.rank:
+    if isinstance(t, SequenceType):
+        if t.elem_shape is None:
+            return SequenceType(t.dtype, shape, t.length)
+        old_shape = t.elem_shape
+    else:
+        old_shape = t.shape
+    if len(shape) != len(old_shape):
         raise ModelError(f"input_shapes[{name!r}] = {list(shape)} has rank {len(shape)}, the model's input "
                          f"is {t}")
-    for i, (old, new) in enumerate(zip(t.shape, shape)):
+    for i, (old, new) in enumerate(zip(old_shape, shape)):
         if isinstance(old, int) and old != new:
             raise ModelError(f"input_shapes[{name!r}]: dimension {i} is fixed to {old} by the model, not {new}")
+    if isinstance(t, SequenceType):
+        return SequenceType(t.dtype, shape, t.length)
     return t.with_shape(shape)
 
 
@@ -136,8 +170,10 @@ def attribute_value(a: onnx.AttributeProto, what: str):
         return tuple(s.decode("utf-8") for s in a.strings)
     if a.type == A.TENSORS:
         return tuple(tensor_to_array(t, what) for t in a.tensors)
-    if a.type == A.TYPE_PROTO:
-        return a.tp
+    if a.type == A.TYPE_PROTO:  # Optional's type: an IR type
+        if a.tp.HasField("tensor_type") and not a.tp.tensor_type.HasField("shape"):
+            raise UnsupportedError(f"{what}: a tensor type without a shape (unknown rank) is not supported")
+        return type_from_proto(a.tp, what)
     if a.type in (A.GRAPH, A.GRAPHS):
         raise UnsupportedError(f"{what}: subgraph attributes (control flow: If/Loop/Scan) are not supported yet")
     raise UnsupportedError(f"{what}: attribute type {A.AttributeType.Name(a.type)} is not supported")

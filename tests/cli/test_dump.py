@@ -103,3 +103,15 @@ def test_interpreter_agrees_after_dump_roundtrip(cnn, tmp_path):
     x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
     ref = interpret(import_model(cnn), {"x": x})["output"]
     np.testing.assert_allclose(interpret(g, {"x": x})["output"], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_check_handles_sequence_values(tmp_path, capsys):
+    path = tmp_path / "seq.kir"
+    path.write_text("""graph @s(%a: f32[2,3], %b: f32[2,3]) -> (y: f32[4,3]) {
+  %0 = SequenceConstruct(%a, %b) : seq<2 x f32[2,3]>
+  %1 = ConcatFromSequence(%0) {axis=0} : f32[4,3]
+  return y=%1
+}
+""")
+    assert main(["dump", str(path), "--check"]) == 0
+    assert "OK: no pass changed the outputs beyond tolerance" in capsys.readouterr().out

@@ -9,7 +9,6 @@ stale entry (matching no case) fails ``test_every_exclusion_matches_a_case``.
 MIN_PASSING = {"node": 1300, "simple": 17, "pytorch-converted": 59, "pytorch-operator": 24, "real": 9}
 
 _CONTROL_FLOW = "control flow: If/Loop/Scan need subgraph attributes, which the IR does not have yet"
-_SEQUENCES = "sequence and optional values: the IR has tensor values only"
 
 EXCLUDED: list[tuple[str, str]] = [
     # -- control flow (If, Loop, Scan) and the function expansions that use it ------------------------
@@ -21,12 +20,7 @@ EXCLUDED: list[tuple[str, str]] = [
     (r"^test_linear_attention_.*_expanded_cpu$", _CONTROL_FLOW + " (the expansion uses Scan)"),
     (r"^test_flexattention_(score_mod|prob_mod|causal_mask|soft_cap|relative_positional)_cpu$",
      "FlexAttention's score_mod/prob_mod are subgraph attributes"),
-    # -- sequences and optionals ----------------------------------------------------------------
-    (r"^test_sequence_(map|insert)_", _SEQUENCES),
-    (r"^test_split_to_sequence_", _SEQUENCES),
-    (r"^test_identity_(sequence|opt)_cpu$", _SEQUENCES),
-    (r"^test_optional_", _SEQUENCES),
-    (r"^test_sequence_model\d_cpu$", _SEQUENCES),
+    (r"^test_sequence_map_", _CONTROL_FLOW + " (SequenceMap's body is a subgraph; the expansion uses Loop)"),
     # -- not reproducible / out of scope ----------------------------------------------------------
     (r"^test_bernoulli", "random: the expected values come from NumPy's global random state when the case "
                          "was generated; Kiln's Bernoulli gives the right shapes and types, not those draws"),

@@ -71,6 +71,9 @@ class OpDef:
     #: IR field -> ONNX attribute name, where they differ (an ONNX name taken by a class attribute,
     #: like RegexFullMatch's ``pattern``); the importer and exporter rename through it
     onnx_attr_names: ClassVar[dict[str, str]] = {}
+    #: whether every input must be a tensor (``infer_node`` refuses a sequence or an optional); the
+    #: sequence and optional ops, and Identity, set it False and check their inputs themselves
+    tensors_only: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -173,6 +176,8 @@ def check_arity(op: OpDef, ins: Sequence[Value | None]) -> None:
         spec = op.inputs[min(i, len(op.inputs) - 1)]
         if v is None and not spec.endswith(("?", "*")):
             raise op.fail(f"required input {i} ({spec}) is missing")
+        if op.tensors_only and v is not None and not isinstance(v.type, TensorType):
+            raise op.fail(f"input {i} ({spec.rstrip('?*')}) is a {v.type} value; {op.name} takes tensors")
 
 
 def infer_node(op: OpDef, ins: Sequence[Value | None], num_outputs: int | None = None):

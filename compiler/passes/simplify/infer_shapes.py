@@ -6,6 +6,7 @@ from typing import Mapping
 from ...errors import ModelError
 from ...ir.graph import Graph
 from ...ir.ops.base import infer_node
+from ...ir.types import TensorType
 from ..manager import Pass
 
 
@@ -20,6 +21,8 @@ def specialize_inputs(graph: Graph, input_shapes: Mapping[str, tuple]) -> bool:
         if v.name not in input_shapes:
             continue
         shape = tuple(input_shapes[v.name])
+        if not isinstance(v.type, TensorType):
+            raise ModelError(f"input {v.name!r} is a {v.type}; input shapes apply to tensor inputs")
         if len(shape) != v.type.rank:
             raise ModelError(f"input {v.name!r}: shape {list(shape)} has rank {len(shape)}, the input is {v.type}")
         for i, (old, new) in enumerate(zip(v.shape, shape)):
