@@ -24,7 +24,10 @@ def to_dot(graph: Graph, title: str | None = None) -> str:
         ids[id(c)] = f"c{i}"
     for i, n in enumerate(graph.nodes):
         attrs = n.op.non_default_attributes()
-        detail = "\\n".join(f"{k}={v}" for k, v in list(attrs.items())[:4] if not hasattr(v, "shape"))
+        from .graph import Graph
+
+        shown = {k: (f"<graph @{v.name}>" if isinstance(v, Graph) else v) for k, v in attrs.items()}
+        detail = "\\n".join(f"{k}={v}" for k, v in list(shown.items())[:4] if not hasattr(v, "shape"))
         label = n.op.name + (f"\\n{detail}" if detail else "") + (f"\\n@{n.name}" if n.name else "")
         lines.append(f"  n{i} [shape=box, label=\"{label.replace(chr(34), chr(39))}\"];")
         for j, v in enumerate(n.outputs):

@@ -235,6 +235,19 @@ class Graph:
             if isinstance(n.op, op_classes) and n.graph is self:
                 yield n
 
+    def subgraphs(self) -> list["Graph"]:
+        """The graphs this graph's nodes hold as attributes (control-flow bodies: If's branches, the
+        bodies of Loop, Scan and SequenceMap), in node order; not the graphs nested within those."""
+        from .ops.base import graph_fields  # local: ops import graph
+
+        out: list[Graph] = []
+        for n in self.nodes:
+            for f in graph_fields(type(n.op)):
+                v = getattr(n.op, f)
+                if isinstance(v, Graph) and all(v is not g for g in out):
+                    out.append(v)
+        return out
+
     def values(self) -> Iterable[Value]:
         yield from self.inputs
         yield from self.constants

@@ -9,7 +9,7 @@ and the length against a known length), an optional value is its element's value
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -36,24 +36,27 @@ def check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, in
         raise InputError(f"unknown input(s) {extra}; the graph takes {_signature(graph)}")
     bindings: dict[str, int] = {}
     for v in graph.inputs:
-        arr = inputs[v.name]
-        if not isinstance(v.type, TensorType):
-            problem = _value_mismatch(v.type, arr, bindings)
-            if problem:
-                raise InputError(f"input {v.name!r} does not match its type {v.type}: {problem}")
-            continue
-        if not isinstance(arr, np.ndarray):
-            raise InputError(f"input {v.name!r} must be a numpy array, got {type(arr).__name__}")
-        try:
-            dt = DType.from_numpy(arr.dtype)
-        except TypeError:
-            dt = None
-        if dt is not v.dtype:
-            raise InputError(f"input {v.name!r} has dtype {arr.dtype}, expected {v.dtype} ({v.type})")
-        problem = _shape_mismatch(v.type, arr.shape, bindings)
-        if problem:
-            raise InputError(f"input {v.name!r} has shape {list(arr.shape)}, expected {v.type}: {problem}")
+        _check_input(v, inputs[v.name], bindings)
     return bindings
+
+
+def _check_input(v: Value, arr, bindings: dict[str, int]) -> None:
+    if not isinstance(v.type, TensorType):
+        problem = _value_mismatch(v.type, arr, bindings)
+        if problem:
+            raise InputError(f"input {v.name!r} does not match its type {v.type}: {problem}")
+        return
+    if not isinstance(arr, np.ndarray):
+        raise InputError(f"input {v.name!r} must be a numpy array, got {type(arr).__name__}")
+    try:
+        dt = DType.from_numpy(arr.dtype)
+    except TypeError:
+        dt = None
+    if dt is not v.dtype:
+        raise InputError(f"input {v.name!r} has dtype {arr.dtype}, expected {v.dtype} ({v.type})")
+    problem = _shape_mismatch(v.type, arr.shape, bindings)
+    if problem:
+        raise InputError(f"input {v.name!r} has shape {list(arr.shape)}, expected {v.type}: {problem}")
 
 
 def _signature(graph: Graph) -> str:
@@ -123,6 +126,32 @@ def interpret(graph: Graph, inputs: Mapping[str, np.ndarray], check_types: bool 
     """
     bindings = check_inputs(graph, inputs)
     env: dict[Value, np.ndarray] = {v: inputs[v.name] for v in graph.inputs}
+    _execute(graph, env, bindings, check_types, keep)
+    result = {name: env[v] for name, v in zip(graph.output_names, graph.outputs)}
+    if keep:
+        result["values"] = env  # type: ignore[assignment]
+    return result
+
+
+def run_graph(graph: Graph, args: Sequence, check_types: bool = True) -> list:
+    """Run ``graph`` on inputs given by position (in ``graph.inputs`` order); returns its outputs in
+    order. This is how control-flow ops run their bodies (If's branches, Loop's, Scan's and
+    SequenceMap's body): each run checks its inputs against the body's signature and binds the body's
+    symbolic dimensions afresh."""
+    if len(args) != len(graph.inputs):
+        raise InputError(f"graph @{graph.name} takes {len(graph.inputs)} input(s) {_signature(graph)}, "
+                         f"got {len(args)}")
+    bindings: dict[str, int] = {}
+    env: dict[Value, np.ndarray] = {}
+    for v, a in zip(graph.inputs, args):
+        _check_input(v, a, bindings)
+        env[v] = a
+    _execute(graph, env, bindings, check_types, False)
+    return [env[v] for v in graph.outputs]
+
+
+def _execute(graph: Graph, env: dict, bindings: dict[str, int], check_types: bool, keep: bool) -> None:
+    """Run the nodes of ``graph`` in order, ``env`` holding its inputs; leaves the outputs in ``env``."""
     for c in graph.constants:
         env[c] = c.const
     # last use of each value, so intermediates are freed as soon as they die
@@ -143,10 +172,6 @@ def interpret(graph: Graph, inputs: Mapping[str, np.ndarray], check_types: bool 
             for v in node.inputs:
                 if v is not None and last.get(v) == i and v not in outputs and v.producer is not None:
                     env.pop(v, None)
-    result = {name: env[v] for name, v in zip(graph.output_names, graph.outputs)}
-    if keep:
-        result["values"] = env  # type: ignore[assignment]
-    return result
 
 
 def _check_result(node: Node, v: Value, r: np.ndarray, bindings: dict[str, int]) -> None:

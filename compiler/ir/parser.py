@@ -4,6 +4,10 @@
 tokenizer. Nodes get the result types written in the text (so the verifier can compare them with
 what inference gives); known values (``Value.known``) are computed as the graph builder does. Errors
 are ``ParseError`` with line, column, the offending line and a caret under the position.
+
+A subgraph attribute (``body=graph @body(...) -> (...) { ... }``) is parsed as a graph of its own, in
+a scope of its own: its statements see its inputs and its own definitions only (the IR passes outer
+values to a body as explicit inputs).
 """
 from __future__ import annotations
 
@@ -450,6 +454,8 @@ class _Parser:
                 return arr
             if word in ("seq", "opt"):
                 return self.type()
+            if word == "graph":
+                return self.subgraph()
             if word == "opaque":
                 raise self.error("an opaque<...> attribute value cannot be read back (the printer could not "
                                  "represent it)")
@@ -466,7 +472,22 @@ class _Parser:
 
     # -- statements ------------------------------------------------------------------------------
     def parse(self) -> Graph:
-        self.expect_word("graph", "at the start of the text")
+        g = self.parse_graph("at the start of the text")
+        if self.tok.kind != "eof":
+            raise self.error(f"unexpected {_describe(self.tok)} after the end of the graph")
+        return g
+
+    def subgraph(self) -> Graph:
+        """A graph written as an attribute value: parsed in a scope of its own."""
+        saved = self.graph, self.scope
+        self.scope = {}
+        try:
+            return self.parse_graph()
+        finally:
+            self.graph, self.scope = saved
+
+    def parse_graph(self, where: str = "") -> Graph:
+        self.expect_word("graph", where)
         tok = self.tok
         if tok.kind != "at":
             raise self.error(f"expected the graph name (@name), got {_describe(tok)}")
@@ -507,8 +528,6 @@ class _Parser:
                 break
             self.statement()
         self.expect("}", "after the return statement")
-        if self.tok.kind != "eof":
-            raise self.error(f"unexpected {_describe(self.tok)} after the end of the graph")
         return g
 
     def expect_word_arrow(self) -> None:

@@ -8,6 +8,11 @@ defaults. Constants with at most ``weights_inline_limit`` elements print their d
 (``dense<...>``); larger ones print only their type and travel separately (``external_weights``,
 ``save_text`` and its ``.kir.npz`` sidecar).
 
+Subgraphs (the bodies of If, Loop, Scan, SequenceMap) print as indented regions inside the
+attribute list (``then_branch=graph @then(%x: f32[2]) -> (y: f32[2]) { ... }``). Each body is its
+own scope (its values are numbered from ``%0`` again), except that constant names are unique across
+the whole text, so the weights of every graph travel in one flat ``{name: array}`` dict.
+
 The printer never fails on a malformed graph (the verifier prints the IR around a problem): a value
 that is not defined in the graph prints as ``%"<outside graph #k>"``.
 """
@@ -189,6 +194,10 @@ def format_attr(v) -> str:
         return f"dense<{format_type(TensorType(dt, v.shape))}: {format_elements(v, dt)}>"
     if isinstance(v, (tuple, list)):
         return "[" + ", ".join(format_attr(x) for x in v) + "]"
+    from .graph import Graph
+
+    if isinstance(v, Graph):  # a subgraph: its whole text (the node printer indents it as a region)
+        return print_graph(v).rstrip("\n")
     return f"opaque<{quote(type(v).__name__ + ': ' + repr(v))}>"
 
 
@@ -197,16 +206,28 @@ def format_attr(v) -> str:
 # ---------------------------------------------------------------------------------------------
 
 class Printer:
-    """Names the values of one graph and prints its lines (the verifier uses the lines one by one)."""
+    """Names the values of one graph and prints its lines (the verifier uses the lines one by one).
 
-    def __init__(self, graph: "Graph", weights_inline_limit: int = 16):
+    ``depth`` is the nesting of a subgraph (its lines are indented two spaces per level);
+    ``const_names`` is the set of constant names taken in the whole text, shared with the printers of
+    the enclosing and nested graphs (constant names are unique across graphs; other names are per
+    graph)."""
+
+    def __init__(self, graph: "Graph", weights_inline_limit: int = 16, depth: int = 0,
+                 const_names: set[str] | None = None):
         self.graph = graph
         self.limit = weights_inline_limit
+        self.depth = depth
+        self.indent = "  " * depth
+        self.const_names: set[str] = set() if const_names is None else const_names
         self.names: dict[int, str] = {}  # id(value) -> printed reference (with the %)
         self.plain_names: dict[int, str] = {}  # id(value) -> name without % (inputs and constants)
         self._foreign = 0
         self._keep: list = []  # keeps named foreign values alive so their ids stay unique
+        #: (id(node), attribute name) -> the printer of that subgraph attribute
+        self.subs: dict[tuple[int, str], Printer] = {}
         self._name_values()
+        self._name_bodies()
 
     # -- naming --------------------------------------------------------------------------------
     def _name_values(self) -> None:
@@ -223,8 +244,10 @@ class Printer:
             if id(v) in seen:
                 continue
             seen.add(id(v))
-            if name is not None and name not in taken:
+            if name is not None and name not in taken and not (kind == "const" and name in self.const_names):
                 taken.add(name)
+                if kind == "const":
+                    self.const_names.add(name)
                 self.plain_names[id(v)] = name
             else:
                 pending.append((v, name, kind))
@@ -239,9 +262,11 @@ class Printer:
             if name is None:
                 name = "input" if kind == "input" else first_use.get(id(v), "const")
             base, k, cand = name, 1, name
-            while cand in taken:
+            while cand in taken or (kind == "const" and cand in self.const_names):
                 cand, k = f"{base}_{k}", k + 1
             taken.add(cand)
+            if kind == "const":
+                self.const_names.add(cand)
             self.plain_names[id(v)] = cand
         for vid, name in self.plain_names.items():
             self.names[vid] = _value_ref(name)
@@ -251,6 +276,27 @@ class Printer:
                 if id(v) not in self.names:
                     self.names[id(v)] = f"%{number}"
                     number += 1
+
+    def _name_bodies(self) -> None:
+        """Printers for the subgraph attributes, in print order (so constant names are chosen in the
+        order they appear in the text)."""
+        from .graph import Graph
+
+        for n in self.graph.nodes:
+            try:
+                attrs = n.op.non_default_attributes()
+            except Exception:  # noqa: BLE001 - never fail while printing a broken graph
+                continue
+            for k, v in attrs.items():
+                if isinstance(v, Graph):
+                    self.subs[(id(n), k)] = Printer(v, self.limit, self.depth + 1, self.const_names)
+
+    def printers(self) -> list["Printer"]:
+        """This printer and those of all nested subgraphs (depth first, in print order)."""
+        out = [self]
+        for sub in self.subs.values():
+            out += sub.printers()
+        return out
 
     def ref(self, v: "Value | None") -> str:
         if v is None:
@@ -282,7 +328,7 @@ class Printer:
         return v.const is not None and np.asarray(v.const).size <= self.limit
 
     def const_line(self, v: "Value") -> str:
-        line = f"  {self.ref(v)} = const {format_type(v.type)}"
+        line = f"{self.indent}  {self.ref(v)} = const {format_type(v.type)}"
         if v.const is None:
             return line + " dense<?>"  # malformed: a constant without data (the verifier says so)
         if self.inline(v):
@@ -302,7 +348,7 @@ class Printer:
         except Exception:  # noqa: BLE001
             attrs = {}
         if attrs:
-            s += " {" + ", ".join(f"{k}={format_attr(v)}" for k, v in attrs.items()) + "}"
+            s += " {" + ", ".join(f"{k}={self._attr(node, k, v)}" for k, v in attrs.items()) + "}"
         if node.outputs:
             s = ", ".join(self.ref(v) for v in node.outputs) + " = " + s
             s += " : " + ", ".join(format_type(v.type) for v in node.outputs)
@@ -310,22 +356,28 @@ class Printer:
             s += f" @{quote(str(node.name))}"
         if node.device:
             s += f" on {quote(str(node.device))}"
-        return "  " + s
+        return self.indent + "  " + s
+
+    def _attr(self, node: "Node", key: str, v) -> str:
+        sub = self.subs.get((id(node), key))
+        if sub is not None and sub.graph is v:
+            return "\n".join(sub.lines())  # a region: the body's lines, indented one level deeper
+        return format_attr(v)
 
     def return_line(self) -> str:
         g = self.graph
         if not g.outputs:
-            return "  return"
+            return f"{self.indent}  return"
         pairs = ", ".join(f"{_ident_or_quoted(str(name))}={self.ref(v)}"
                           for name, v in zip(self._output_names(), g.outputs))
-        return f"  return {pairs}"
+        return f"{self.indent}  return {pairs}"
 
     def lines(self) -> list[str]:
         g = self.graph
         out = [self.header()]
         out += [self.const_line(c) for c in g.constants]
         out += [self.node_line(n) for n in g.nodes]
-        out += [self.return_line(), "}"]
+        out += [self.return_line(), self.indent + "}"]
         return out
 
     def text(self) -> str:
@@ -341,9 +393,11 @@ def print_graph(graph: "Graph", weights_inline_limit: int = 16) -> str:
 def external_weights(graph: "Graph", weights_inline_limit: int = 16) -> dict[str, np.ndarray]:
     """The constants that ``print_graph`` does not print inline, by printed name (without the %):
     the ``weights`` to give ``parse`` with the text."""
-    p = Printer(graph, weights_inline_limit)
-    return {p.plain_names[id(c)]: c.const for c in graph.constants
-            if c.const is not None and not p.inline(c) and id(c) in p.plain_names}
+    out: dict[str, np.ndarray] = {}
+    for p in Printer(graph, weights_inline_limit).printers():  # also the constants of subgraphs
+        out.update({p.plain_names[id(c)]: c.const for c in p.graph.constants
+                    if c.const is not None and not p.inline(c) and id(c) in p.plain_names})
+    return out
 
 
 def sidecar_path(path) -> str:

@@ -5,6 +5,8 @@ definition, so ``graph.nodes`` is a topological order), use-lists (every input i
 use-list and every use-list entry is a real input, graph outputs included), node ownership, arity,
 types (re-running inference gives exactly the recorded result types), constant data (matches its
 type), known values (match their value's type), and the signature (unique input and output names).
+Subgraphs (control-flow bodies) are verified recursively, each as a graph of its own; the node's
+inputs and results are checked against the body signatures by the op's type inference.
 
 ``verify(graph)`` raises ``VerifyError`` listing the first few problems, each with the printed lines
 around it (the bad line marked ``>>``); ``check(graph)`` returns all problems.
@@ -165,6 +167,7 @@ class _Checker:
                 continue
             if structural_ok:
                 self.check_types(n, i, desc)
+            self.check_bodies(n, i, desc)
 
         # use-lists
         nodes_here = {id(n) for n in g.nodes}
@@ -205,6 +208,19 @@ class _Checker:
                 self.add(f"output #{k} ({self.p.ref(v)}) appears {count} times in that value's use-list "
                          "(expected once)", "return")
         return self.problems
+
+    def check_bodies(self, n: Node, i: int, desc: str) -> None:
+        """Verify each subgraph attribute as a graph of its own; its problems keep their own context."""
+        try:
+            attrs = n.op.attributes()
+        except Exception:  # noqa: BLE001
+            return
+        for key, body in attrs.items():
+            if not isinstance(body, Graph):
+                continue
+            for prob in check(body):
+                self.problems.append(Problem(f"{desc}: in {key} (graph @{body.name}): {prob.message}", "node", i,
+                                             prob.context))
 
     def check_constant(self, c: Value, i: int) -> None:
         ref = self.p.ref(c)
@@ -325,6 +341,8 @@ def _add_context(p: Printer, graph: Graph, problems: list[Problem]) -> None:
     lines = p.lines()
     n_consts, n_nodes = len(graph.constants), len(graph.nodes)
     for prob in problems:
+        if prob.context:  # a subgraph's problem, shown in the subgraph's lines
+            continue
         if prob.where == "input":
             at = 0
         elif prob.where == "const":
@@ -342,7 +360,9 @@ def _add_context(p: Printer, graph: Graph, problems: list[Problem]) -> None:
         if lo > 0:
             shown.append("     ...")
         for j in range(lo, hi):
-            shown.append(("  >>" if j == at else "    ") + lines[j])
+            first, *rest = lines[j].split("\n")  # a node with subgraphs prints over several lines
+            shown.append(("  >>" if j == at else "    ") + first)
+            shown += ["    " + line for line in rest]
         if hi < len(lines):
             shown.append("     ...")
         prob.context = "\n".join(shown)

@@ -1,4 +1,5 @@
-"""Kiln IR → ONNX: constants become initializers, every node one ONNX node at the IR's opset."""
+"""Kiln IR → ONNX: constants become initializers, every node one ONNX node at the IR's opset;
+control-flow bodies become subgraph attributes again (their captures, references to outer names)."""
 from __future__ import annotations
 
 import numpy as np
@@ -78,8 +79,27 @@ def _unique(name: str, taken: set[str]) -> str:
     return n
 
 
+def _all_nodes(graph: Graph):
+    """The nodes of ``graph`` and of every subgraph within (for the opsets the model needs)."""
+    for n in graph.nodes:
+        yield n
+        for v in n.op.attributes().values():
+            if isinstance(v, Graph):
+                yield from _all_nodes(v)
+
+
+def _captures(op) -> int:
+    """How many trailing inputs of a node (and of each of its bodies) are captured outer values."""
+    fn = getattr(op, "captures", None)
+    return fn() if callable(fn) else 0
+
+
 def export_model(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
-    """An ONNX model computing the same as ``graph`` (checked by onnx.checker in the tests)."""
+    """An ONNX model computing the same as ``graph`` (checked by onnx.checker in the tests).
+
+    A control-flow body becomes a GraphProto attribute; its capture inputs (the IR's explicit form of
+    the outer values a body reads) become references to the outer values' names again, as ONNX
+    requires. Names are unique across the model and its subgraphs."""
     names: dict[Value, str] = {}
     taken: set[str] = set()
 
@@ -94,6 +114,60 @@ def export_model(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
         names[v] = n
         return n
 
+    domains: dict[str, int] = {}
+    needed = EXPORT_MIN_OPSET
+    for n in _all_nodes(graph):
+        needed = max(needed, n.op.since)
+    opset = opset or needed
+    node_names: set[str] = set()
+
+    def export_nodes(g: Graph) -> list[onnx.NodeProto]:
+        nodes = []
+        for n in g.nodes:
+            if n.op.domain:
+                domains[n.op.domain] = max(domains.get(n.op.domain, 1), n.op.since)
+            caps = _captures(n.op)
+            onnx_inputs = n.inputs[:len(n.inputs) - caps] if caps else n.inputs
+            in_names = [name_of(v) if v is not None else "" for v in n.inputs]
+            node = helper.make_node(n.op.name, in_names[:len(onnx_inputs)], [name_of(v) for v in n.outputs],
+                                    name=_unique(n.name, node_names) if n.name else "", domain=n.op.domain)
+            attrs = n.op.non_default_attributes()
+            attrs.pop("num_captures", None)  # the IR's count of capture inputs: no ONNX attribute
+            field_of = {v: k for k, v in n.op.onnx_attr_names.items()}
+            for a in _required_attributes(n.op.name, n.op.domain, opset if not n.op.domain else 1000):
+                k = field_of.get(a, a)
+                if k not in attrs and getattr(n.op, k, None) is not None:
+                    attrs[k] = getattr(n.op, k)
+            rename = n.op.onnx_attr_names
+            for k, v in sorted(attrs.items()):
+                if isinstance(v, Graph):
+                    outer = n.inputs[len(n.inputs) - caps:] if caps else []
+                    node.attribute.append(helper.make_attribute(rename.get(k, k), export_body(v, outer)))
+                else:
+                    node.attribute.append(_attribute(rename.get(k, k), v))
+            nodes.append(node)
+        return nodes
+
+    def export_body(body: Graph, outer: list[Value]) -> onnx.GraphProto:
+        caps = len(outer)
+        own = body.inputs[:len(body.inputs) - caps] if caps else body.inputs
+        for inner, v in zip(body.inputs[len(own):], outer):
+            names[inner] = name_of(v)  # a capture: the outer value, by name
+        inputs = [_value_info(name_of(v), v.type) for v in own]
+        nodes = [helper.make_node("Constant", [], [name_of(c)], value=_array_to_tensor(c.const, name_of(c)))
+                 for c in body.constants]
+        nodes += export_nodes(body)
+        outputs, used = [], set()
+        for name, v in zip(body.output_names, body.outputs):
+            if v.producer is not None and v.producer.graph is body and v not in used:
+                used.add(v)
+                outputs.append(_value_info(names[v], v.type))
+            else:  # an input, a capture, a constant or a repeated value: through an Identity
+                out = name_of(Value(v.type), hint=name)
+                nodes.append(helper.make_node("Identity", [name_of(v)], [out]))
+                outputs.append(_value_info(out, v.type))
+        return helper.make_graph(nodes, body.name, inputs, outputs)
+
     # graph inputs keep their names; node results that are graph outputs take the output's name
     inputs = [_value_info(name_of(v), v.type) for v in graph.inputs]
     for name, v in zip(graph.output_names, graph.outputs):
@@ -101,28 +175,7 @@ def export_model(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
             names[v] = name
             taken.add(name)
     initializers = [_array_to_tensor(c.const, name_of(c)) for c in graph.constants]
-    nodes = []
-    domains: dict[str, int] = {}
-    needed = EXPORT_MIN_OPSET
-    for n in graph.nodes:
-        needed = max(needed, n.op.since)
-    opset = opset or needed
-    node_names: set[str] = set()
-    for n in graph.nodes:
-        if n.op.domain:
-            domains[n.op.domain] = max(domains.get(n.op.domain, 1), n.op.since)
-        node = helper.make_node(n.op.name, [name_of(v) if v is not None else "" for v in n.inputs],
-                                [name_of(v) for v in n.outputs], name=_unique(n.name, node_names) if n.name else "",
-                                domain=n.op.domain)
-        attrs = n.op.non_default_attributes()
-        field_of = {v: k for k, v in n.op.onnx_attr_names.items()}
-        for a in _required_attributes(n.op.name, n.op.domain, opset if not n.op.domain else 1000):
-            k = field_of.get(a, a)
-            if k not in attrs and getattr(n.op, k, None) is not None:
-                attrs[k] = getattr(n.op, k)
-        rename = n.op.onnx_attr_names
-        node.attribute.extend(_attribute(rename.get(k, k), v) for k, v in sorted(attrs.items()))
-        nodes.append(node)
+    nodes = export_nodes(graph)
     outputs = []
     for name, v in zip(graph.output_names, graph.outputs):
         if names[v] != name:  # an input, a constant or a repeated value: rename through Identity

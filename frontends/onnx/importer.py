@@ -3,6 +3,11 @@
 ``import_model(path | bytes | ModelProto, input_shapes=None) -> Graph``: initializers become constants,
 ``Constant`` nodes become constants too, and every other node becomes one IR node (or a few, where an
 older opset's form is rewritten into the IR's one form; see ``converters.py``).
+
+Subgraph attributes (the bodies of If, Loop, Scan, SequenceMap) import recursively as graphs of their
+own, *closure-converted*: a value of an enclosing graph that a body reads by name becomes an extra
+input of the body (after its ONNX inputs) and of the node (after its ONNX inputs), through every level
+of nesting, so no IR value is used across graph boundaries (see ``convert_control.py``).
 """
 from __future__ import annotations
 
@@ -106,6 +111,11 @@ def type_from_proto(tp: onnx.TypeProto, what: str) -> TensorType | SequenceType 
             raise UnsupportedError(f"{what}: only sequences of tensors are supported, not of "
                                    f"{elem.WhichOneof('value')} values")
         dt, shape = _elem_and_shape(elem.tensor_type, what)
+        # ONNX types each element on its own: a dim_param does not say that every element has the same
+        # size (ONNX's SequenceMap tests give seq(float[N]) elements of different lengths), which is what
+        # a symbolic dim of an IR sequence means, so it imports as unknown
+        if shape is not None:
+            shape = tuple(None if isinstance(d, str) else d for d in shape)
         return SequenceType(dt, shape)
     if kind == "optional_type":
         elem = tp.optional_type.elem_type
@@ -121,7 +131,7 @@ def specialize(t, shape: Sequence, name: str):
     model leaves its rank unknown), the shape inside an optional."""
     if isinstance(t, OptionalType):
         return OptionalType(specialize(t.elem, shape, name))
-    shape = tuple(int(d) if not isinstance(d, str) else d for d in shape)
+    shape = tuple(d if d is None or isinstance(d, str) else int(d) for d in shape)
     if isinstance(t, SequenceType):
         if t.elem_shape is None:
             return SequenceType(t.dtype, shape, t.length)
@@ -174,8 +184,10 @@ def attribute_value(a: onnx.AttributeProto, what: str):
         if a.tp.HasField("tensor_type") and not a.tp.tensor_type.HasField("shape"):
             raise UnsupportedError(f"{what}: a tensor type without a shape (unknown rank) is not supported")
         return type_from_proto(a.tp, what)
-    if a.type in (A.GRAPH, A.GRAPHS):
-        raise UnsupportedError(f"{what}: subgraph attributes (control flow: If/Loop/Scan) are not supported yet")
+    if a.type == A.GRAPH:  # a body: imported by the op's converter, which knows its input types
+        return a.g
+    if a.type == A.GRAPHS:
+        raise UnsupportedError(f"{what}: lists of subgraphs are not supported")
     raise UnsupportedError(f"{what}: attribute type {A.AttributeType.Name(a.type)} is not supported")
 
 
@@ -219,6 +231,10 @@ class NodeContext:
     def make(self, cls: type[ops.OpDef], attrs: Mapping | None = None) -> ops.OpDef:
         """Build an op from attributes, naming unknown or bad ones clearly."""
         attrs = dict(self.attrs if attrs is None else attrs)
+        for k, v in attrs.items():
+            if isinstance(v, onnx.GraphProto):
+                raise UnsupportedError(self.where(
+                    f"attribute {k!r}: subgraph attributes are supported on If, Loop, Scan and SequenceMap only"))
         for field, onnx_name in cls.onnx_attr_names.items():
             if onnx_name in attrs:
                 attrs[field] = attrs.pop(onnx_name)
@@ -230,6 +246,20 @@ class NodeContext:
                 f"{', '.join(sorted(fields)) or 'no attributes'})"))
         return cls(**attrs)
 
+    def subgraph(self, attr: str, input_types: Sequence) -> tuple[Graph, list[tuple[str, Value]]]:
+        """Import the body in attribute ``attr`` whose ONNX inputs have ``input_types`` (the ONNX
+        value infos give only element types, which must agree). Returns the body and its captures:
+        (name, value of the enclosing graph) for each extra body input after the ONNX ones."""
+        gp = self.attrs.get(attr)
+        if not isinstance(gp, onnx.GraphProto):
+            raise ModelError(self.where(f"attribute {attr!r} (a graph) is missing"))
+        try:
+            return _BodyImporter(self.importer, gp, input_types, self.where(f"attribute {attr!r}")).run_body()
+        except UnsupportedError as e:
+            raise UnsupportedError(self.where(f"in attribute {attr!r}: {e}")) from e
+        except ModelError as e:
+            raise ModelError(self.where(f"in attribute {attr!r}: {e}")) from e
+
 
 class _Importer:
     def __init__(self, proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence] | None):
@@ -240,8 +270,12 @@ class _Importer:
         self.values: dict[str, Value] = {}
         self.index = 0
 
+    def resolve(self, name: str) -> Value | None:
+        """The value ``name`` stands for here (in a body: capturing it from an enclosing graph)."""
+        return self.values.get(name)
+
     def lookup(self, name: str, ctx: NodeContext) -> Value:
-        v = self.values.get(name)
+        v = self.resolve(name)
         if v is None:
             raise ModelError(ctx.where(f"input {name!r} is not defined by any earlier node, input or initializer "
                                        "(the graph is not in topological order, or is malformed)"))
@@ -305,6 +339,72 @@ class _Importer:
                 self.values[name] = v
                 if v.name is None:
                     v.name = name
+
+
+class _BodyImporter(_Importer):
+    """Imports one subgraph, capturing the values of enclosing graphs it reads (closure conversion)."""
+
+    def __init__(self, parent: _Importer, gp: onnx.GraphProto, input_types: Sequence, where: str):
+        self.parent = parent
+        self.proto = parent.proto
+        self.opsets = parent.opsets
+        self.input_shapes = {}
+        self.gp = gp
+        self.input_types = list(input_types)
+        self.where = where
+        self.graph = Graph(gp.name or "body")
+        self.values: dict[str, Value] = {}
+        self.index = 0
+        self.captures: list[tuple[str, Value]] = []
+
+    def resolve(self, name: str) -> Value | None:
+        v = self.values.get(name)
+        if v is not None:
+            return v
+        outer = self.parent.resolve(name)
+        if outer is None:
+            return None
+        taken = {x.name for x in self.graph.inputs}
+        inner_name, k = name, 1
+        while inner_name in taken:
+            inner_name, k = f"{name}_{k}", k + 1
+        v = self.graph.add_input(inner_name, outer.type)
+        self.values[name] = v
+        self.captures.append((name, outer))
+        return v
+
+    def run_body(self) -> tuple[Graph, list[tuple[str, Value]]]:
+        gp = self.gp
+        if len(gp.input) != len(self.input_types):
+            raise ModelError(f"{self.where}: the body has {len(gp.input)} input(s), the op gives it "
+                             f"{len(self.input_types)}")
+        for t in gp.initializer:
+            arr = tensor_to_array(t, f"initializer {t.name!r}")
+            self.values[t.name] = self.graph.add_constant(arr, name=t.name)
+        for t in gp.sparse_initializer:
+            raise UnsupportedError(f"sparse initializer {t.values.name!r} is not supported")
+        for vi, t in zip(gp.input, self.input_types):
+            declared = vi.type.WhichOneof("value")
+            if declared == "tensor_type" and vi.type.tensor_type.elem_type and isinstance(t, TensorType):
+                try:
+                    dt = DType.from_onnx(vi.type.tensor_type.elem_type)
+                except TypeError:
+                    dt = None
+                if dt is not None and dt is not t.dtype:
+                    raise ModelError(f"{self.where}: body input {vi.name!r} is declared {dt}, but the op gives it {t}")
+            if vi.name in self.values:
+                raise ModelError(f"{self.where}: body input {vi.name!r} is defined twice")
+            self.values[vi.name] = self.graph.add_input(vi.name, t)
+        for self.index, node in enumerate(gp.node):
+            self.convert(node)
+        outs = []
+        for vi in gp.output:
+            v = self.resolve(vi.name)
+            if v is None:
+                raise ModelError(f"{self.where}: body output {vi.name!r} is not computed by any node")
+            outs.append(v)
+        self.graph.set_outputs(outs, [vi.name for vi in gp.output])
+        return self.graph, self.captures
 
 
 def import_model(model, input_shapes: Mapping[str, Sequence] | None = None) -> Graph:

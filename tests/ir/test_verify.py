@@ -214,3 +214,31 @@ def test_known_value_that_disagrees_with_its_type():
     s.known = np.array([1, 2, 3])
     g.set_outputs([s], ["s"])
     assert any("the known value of %0 is int64[3], its type is i64[2]" in p.message for p in check(g))
+
+
+def test_subgraphs_are_verified_as_graphs_of_their_own():
+    """A body is verified recursively; an outer value used inside a body (not passed as an input, as the
+    importer's closure conversion does) is reported as undefined there."""
+    g = Graph("outer")
+    c = g.add_input("c", TensorType(DType.bool, ()))
+    x = g.add_input("x", f32(2))
+    then, other = Graph("then"), Graph("else")
+    tx = then.add_input("x", f32(2))
+    then.set_outputs([then.add(op("Abs"), tx)], ["y"])
+    ox = other.add_input("x", f32(2))
+    other.set_outputs([other.add(op("Neg"), ox)], ["y"])
+    g.set_outputs([g.add(op("If", then_branch=then, else_branch=other), c, x)], ["y"])
+    verify(g)
+    leak = Node(op("Relu"), [x], [f32(2)])  # reads the outer x directly
+    other.insert(leak)
+    other.set_outputs([leak.output], ["y"])
+    problems = check(g)
+    assert [p.message for p in problems] == [
+        "If node (#0, result %0): in else_branch (graph @else): Relu node (#1, result %1): input 0 "
+        "(%\"<outside graph #1>\") is not defined in this graph",
+        # and the outer graph sees a use by a node that is not one of its own
+        "%x: use-list names Relu node, which is not in this graph (a removed node?)"]
+    assert "  >>  %1 = Relu(%\"<outside graph #1>\") : f32[2]" in problems[0].context
+    other.set_outputs([other.nodes[0].output], ["y"])
+    other.remove(leak)
+    verify(g)

@@ -4,7 +4,6 @@ ONNX Runtime or the ONNX reference evaluator (or by hand), shape inference, and 
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
@@ -16,6 +15,7 @@ from compiler.ir.ops import OpError, Pattern
 from compiler.ir.ops import attention as A
 from compiler.ir.types import DType, TensorType
 from frontends.onnx import import_model
+from tests.ops.util import assert_close, kiln_run, ort_run
 
 RNG = np.random.default_rng(0)
 
@@ -41,26 +41,15 @@ def _feeds(inputs):
 
 
 def _kiln(model, feeds):
-    g = import_model(model)
-    got = interpret(g, feeds)
-    return [got[n] for n in g.output_names]
-
-
-def _check(outs, refs, rtol, atol):
-    assert len(outs) == len(refs)
-    for o, r in zip(outs, refs):
-        assert o.dtype == r.dtype, (o.dtype, r.dtype)
-        assert o.shape == r.shape, (o.shape, r.shape)
-        np.testing.assert_allclose(o.astype(np.float64), r.astype(np.float64), rtol=rtol, atol=atol)
+    return kiln_run(model, feeds)[1]
 
 
 def _vs_ort(model, feeds, rtol=1e-5, atol=1e-6):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    _check(_kiln(model, feeds), sess.run(None, feeds), rtol, atol)
+    assert_close(_kiln(model, feeds), ort_run(model, feeds), rtol, atol)
 
 
 def _vs_ref(model, feeds, rtol=1e-5, atol=1e-6):
-    _check(_kiln(model, feeds), ReferenceEvaluator(model).run(None, feeds), rtol, atol)
+    assert_close(_kiln(model, feeds), ReferenceEvaluator(model).run(None, feeds), rtol, atol)
 
 
 # ---------------------------------------------------------------------------------------------

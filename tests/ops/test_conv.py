@@ -9,7 +9,6 @@ import time
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
 from compiler.errors import ModelError
 from compiler.ir.graph import Graph
@@ -18,6 +17,8 @@ from compiler.ir.ops import OpError, Pattern
 from compiler.ir.ops import conv as C
 from compiler.ir.types import DType, TensorType
 from frontends.onnx import import_model
+from tests.ops import util
+from tests.ops.util import assert_close, declare_output_types, infer_types, kiln_run, one_node, ort_run
 
 RNG = np.random.default_rng(0)
 
@@ -26,59 +27,23 @@ def rand(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
 
 
-def vi(name, arr_or_dtype, shape=None):
-    if isinstance(arr_or_dtype, np.ndarray):
-        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr_or_dtype.dtype),
-                                             arr_or_dtype.shape if shape is None else shape)
-    return helper.make_tensor_value_info(name, arr_or_dtype, shape)
-
-
-def one_node(op_type, inputs, outputs, attrs=None, opset=22, shapes=None):
-    """A one-node ONNX model; ``inputs``: (name, array) pairs fed at run time ("" = a missing input)."""
-    shapes = shapes or {}
-    node = helper.make_node(op_type, [n for n, _ in inputs], outputs, **(attrs or {}))
-    g = helper.make_graph([node], "t", [vi(n, a, shapes.get(n)) for n, a in inputs if n],
-                          [vi(o, TensorProto.UNDEFINED, None) for o in outputs])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
-
-
 def vs_ort(op_type, inputs, outputs=("y",), attrs=None, opset=22, rtol=1e-4, atol=1e-5):
     """Kiln (import + interpreter) against ONNX Runtime on a one-node model; returns Kiln's outputs."""
     model = one_node(op_type, inputs, list(outputs), attrs, opset)
-    g = import_model(model)
-    for out, v in zip(model.graph.output, g.outputs):
-        out.CopyFrom(vi(out.name, v.dtype.onnx, None))
     feeds = {n: a for n, a in inputs if n}
-    refs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = interpret(g, feeds)
-    outs = [got[n] for n in g.output_names]
-    for o, r in zip(outs, refs):
-        assert o.dtype == r.dtype and o.shape == r.shape, (o.dtype, o.shape, r.dtype, r.shape)
-        np.testing.assert_allclose(o.astype(np.float64), r.astype(np.float64), rtol=rtol, atol=atol)
+    g, outs = kiln_run(model, feeds)
+    declare_output_types(model, g)
+    assert_close(outs, ort_run(model, feeds), rtol, atol)
     return outs
 
 
 def run_op(op, *arrays, num_outputs=None):
     """Apply ``op`` in a graph to arrays (None for a missing optional input); returns the outputs."""
-    g = Graph()
-    ins, feeds = [], {}
-    for i, a in enumerate(arrays):
-        if a is None:
-            ins.append(None)
-        else:
-            ins.append(g.add_input(f"x{i}", TensorType.of(a)))
-            feeds[f"x{i}"] = a
-    node = g.add_node(op, ins, num_outputs=num_outputs)
-    g.set_outputs(list(node.outputs), [f"y{i}" for i in range(len(node.outputs))])
-    res = interpret(g, feeds)
-    return [res[f"y{i}"] for i in range(len(node.outputs))]
+    return util.run_op(op, *arrays, num_outputs=num_outputs)[1]
 
 
-def infer(op, *types):
-    """Result types of ``op`` on graph inputs of the given types."""
-    g = Graph()
-    ins = [None if t is None else g.add_input(f"x{i}", t) for i, t in enumerate(types)]
-    return [v.type for v in g.add_node(op, ins).outputs]
+#: result types of an op on graph inputs of the given types
+infer = infer_types
 
 
 def f32(*shape):

@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from compiler.ir.graph import Graph
-from compiler.ir.interpreter import InterpreterError, interpret
+from compiler.ir.interpreter import InterpreterError
 from compiler.ir.ops import OpError, Pattern
 from compiler.ir.ops import indexing as X
 from compiler.ir.types import DType, TensorType
-from frontends.onnx import import_model
+from tests.ops.util import infer_types, kiln_run, run_op
 
 RNG = np.random.default_rng(0)
 I64 = np.int64
@@ -21,28 +20,13 @@ F32 = np.float32
 
 def _run(op, *arrays, const=(), num_outputs=None):
     """Run one op; arrays at positions in ``const`` become constants (known to inference), the rest inputs."""
-    g = Graph()
-    ins, feeds = [], {}
-    for i, a in enumerate(arrays):
-        if a is None:
-            ins.append(None)
-        elif i in const:
-            ins.append(g.add_constant(a))
-        else:
-            ins.append(g.add_input(f"x{i}", TensorType.of(a)))
-            feeds[f"x{i}"] = a
-    node = g.add_node(op, ins, num_outputs=num_outputs)
-    g.set_outputs(list(node.outputs), [f"y{i}" for i in range(len(node.outputs))])
-    res = interpret(g, feeds)
-    return [v.type for v in node.outputs], [res[f"y{i}"] for i in range(len(node.outputs))]
+    outs, res = run_op(op, *arrays, const={i: arrays[i] for i in const if arrays[i] is not None},
+                       num_outputs=num_outputs)
+    return [v.type for v in outs], res
 
 
-def _types(op, *operands):
-    """Inferred result types; operands are TensorTypes (graph inputs), arrays (constants) or None."""
-    g = Graph()
-    ins = [None if o is None else g.add_input(f"x{i}", o) if isinstance(o, TensorType) else g.add_constant(o)
-           for i, o in enumerate(operands)]
-    return [v.type for v in g.add_node(op, ins).outputs]
+#: inferred result types; operands are TensorTypes (graph inputs), arrays (constants) or None
+_types = infer_types
 
 
 def _t(*shape, dtype=DType.f32):
@@ -62,10 +46,7 @@ def _onnx(op_type, feeds, consts, attrs, opset, n_out=1, order=None):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), feeds
 
 
-def _kiln(model, feeds):
-    g = import_model(model)
-    res = interpret(g, feeds)
-    return g, [res[n] for n in g.output_names]
+_kiln = kiln_run
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,16 +3,14 @@ batch broadcast, symbolic dimensions), older-opset import, cost, and refusals.""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
 from compiler.ir.graph import Graph
-from compiler.ir.interpreter import interpret
 from compiler.ir.ops import OpError, Pattern
 from compiler.ir.ops import linalg as L
 from compiler.ir.types import DType, TensorType
-from frontends.onnx import import_model
+from tests.ops.util import kiln_run, ort_run, run_op
 
 RNG = np.random.default_rng(0)
 
@@ -24,12 +22,8 @@ def _graph(op, *types):
 
 
 def _run(op, *arrays):
-    g = Graph()
-    ins = [None if a is None else g.add_input(f"x{i}", TensorType.of(a)) for i, a in enumerate(arrays)]
-    y = g.add(op, *ins)
-    g.set_outputs([y], ["y"])
-    feeds = {f"x{i}": a for i, a in enumerate(arrays) if a is not None}
-    return y, interpret(g, feeds)["y"]
+    (y,), (out,) = run_op(op, *arrays)
+    return y, out
 
 
 def _vs_ort(op_type, arrays, attrs=None, opset=13, rtol=1e-5, atol=1e-5):
@@ -41,8 +35,8 @@ def _vs_ort(op_type, arrays, attrs=None, opset=13, rtol=1e-5, atol=1e-5):
     model = helper.make_model(helper.make_graph([node], "t", vis, [out]),
                               opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
     feeds = dict(zip(names, arrays))
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    got = interpret(import_model(model), feeds)["y"]
+    ref = ort_run(model, feeds)[0]
+    _, (got,) = kiln_run(model, feeds)
     assert got.dtype == ref.dtype and got.shape == ref.shape, (got.shape, ref.shape)
     np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
 

@@ -15,6 +15,8 @@ from compiler.ir.ops import OpError, Pattern
 from compiler.ir.ops import norm as N
 from compiler.ir.types import DType, TensorType
 from frontends.onnx import import_model
+from tests.ops.util import (assert_close, declare_output_types, kiln_run, one_node, op_graph, ort_run, run_op,
+                            value_info)
 
 RNG = np.random.default_rng(0)
 
@@ -23,23 +25,8 @@ def _rand(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
 
 
-def _vi(name, arr_or_dtype, shape=None):
-    if isinstance(arr_or_dtype, np.ndarray):
-        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr_or_dtype.dtype),
-                                             arr_or_dtype.shape if shape is None else shape)
-    return helper.make_tensor_value_info(name, arr_or_dtype, shape)
-
-
-def _model(op_type, inputs, outputs, attrs, opset, initializers=(), shapes=None):
-    """One-node model. ``inputs``: (name, array) fed at run time ("" for a missing optional input);
-    ``outputs``: output names; ``shapes``: name -> declared (maybe symbolic) input shape."""
-    shapes = shapes or {}
-    vis = [_vi(n, a, shapes.get(n)) for n, a in inputs if n]
-    names = [n for n, _ in inputs] + [t.name for t in initializers]
-    node = helper.make_node(op_type, names, outputs, **attrs)
-    outs = [_vi(o, TensorProto.UNDEFINED, None) for o in outputs if o]
-    g = helper.make_graph([node], "t", vis, outs, initializer=list(initializers))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
+#: a one-node model (inputs fed at run time, then initializers; outputs without an element type)
+_model = one_node
 
 
 def _feeds(inputs):
@@ -49,41 +36,14 @@ def _feeds(inputs):
 def _vs_ort(model, feeds, rtol=1e-5, atol=1e-6, check_dtype=True):
     """Kiln's import of ``model`` against ONNX Runtime. The outputs are declared with the element types
     Kiln infers, so ONNX Runtime also refuses a wrong result type."""
-    g = import_model(model)
-    for vi, v in zip(model.graph.output, g.outputs):
-        vi.CopyFrom(_vi(vi.name, v.dtype.onnx, None))
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    refs = sess.run(None, feeds)
-    got = interpret(g, feeds)
-    outs = [got[n] for n in g.output_names]
-    assert len(outs) == len(refs)
-    for o, r in zip(outs, refs):
-        if check_dtype:
-            assert o.dtype == r.dtype, (o.dtype, r.dtype)
-        assert o.shape == r.shape, (o.shape, r.shape)
-        np.testing.assert_allclose(o.astype(np.float64), r.astype(np.float64), rtol=rtol, atol=atol)
+    g, outs = kiln_run(model, feeds)
+    declare_output_types(model, g)
+    assert_close(outs, ort_run(model, feeds), rtol, atol, check_dtype)
     return outs
 
 
-def _graph(op, *arrays, num_outputs=None):
-    """A graph applying ``op`` to inputs (arrays, None for missing); returns (graph, feeds, outputs)."""
-    g = Graph()
-    ins, feeds = [], {}
-    for i, a in enumerate(arrays):
-        if a is None:
-            ins.append(None)
-        else:
-            ins.append(g.add_input(f"x{i}", TensorType.of(a)))
-            feeds[f"x{i}"] = a
-    node = g.add_node(op, ins, num_outputs=num_outputs)
-    g.set_outputs(list(node.outputs), [f"y{i}" for i in range(len(node.outputs))])
-    return g, feeds, node.outputs
-
-
 def _run(op, *arrays, num_outputs=None):
-    g, feeds, _ = _graph(op, *arrays, num_outputs=num_outputs)
-    out = interpret(g, feeds)
-    return [out[n] for n in g.output_names]
+    return run_op(op, *arrays, num_outputs=num_outputs)[1]
 
 
 def _infer(op, *types):
@@ -405,10 +365,10 @@ def test_dropout_old_ratio_attribute(opset):
 
 def test_dropout_old_unread_mask_not_materialized():
     x = _rand(3, 4)
-    vis = [_vi("x", x)]
+    vis = [value_info("x", x)]
     nodes = [helper.make_node("Dropout", ["x"], ["d", "unread_mask"], name="drop", ratio=0.3),
              helper.make_node("Softmax", ["d"], ["y"], name="sm", axis=0)]
-    model = helper.make_model(helper.make_graph(nodes, "t", vis, [_vi("y", TensorProto.FLOAT, None)]),
+    model = helper.make_model(helper.make_graph(nodes, "t", vis, [value_info("y", TensorProto.FLOAT, None)]),
                               opset_imports=[helper.make_opsetid("", 9)], ir_version=9)
     g = import_model(model)
     assert g.op_counts() == {"Dropout": 1, "Flatten": 1, "Reshape": 1, "Softmax": 1}
@@ -532,7 +492,7 @@ def test_ops_table_and_export_round_trip():
 
     assert {c.name for c in N.OPS} >= {"BatchNormalization", "GroupNormalization", "Dropout",
                                         "SoftmaxCrossEntropyLoss", "Hardmax"}
-    g, feeds, _ = _graph(N.GroupNormalization(num_groups=2, epsilon=1e-3), _rand(2, 4, 3), _rand(4), _rand(4))
+    g, feeds, _ = op_graph(N.GroupNormalization(num_groups=2, epsilon=1e-3), _rand(2, 4, 3), _rand(4), _rand(4))
     model = export_model(g)
     assert model.opset_import[0].version >= 21
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from compiler.errors import ModelError
-from compiler.ir.graph import Graph
-from compiler.ir.interpreter import interpret
 from compiler.ir.ops import OpError
 from compiler.ir.ops import elementwise as E
 from compiler.ir.ops import quant as Q
 from compiler.ir.types import DType, TensorType
 from frontends.onnx import import_model
+from tests.ops.util import declare_output_types, infer_types, kiln_run, ort_run, run_op
 
 RNG = np.random.default_rng(0)
 
@@ -53,14 +51,9 @@ def _ordered(op_type, args, outputs, attrs, opset):
 
 def _vs_ort(model, feeds, atol=0.0, rtol=0.0):
     """Kiln's import of ``model`` run by the interpreter, against ONNX Runtime."""
-    g = import_model(model)
-    for vi, v in zip(model.graph.output, g.outputs):
-        vi.CopyFrom(helper.make_tensor_value_info(vi.name, v.dtype.onnx, None))
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    refs = sess.run(None, feeds)
-    got = interpret(g, feeds)
-    outs = [got[n] for n in g.output_names]
-    for o, r, v in zip(outs, refs, g.outputs):
+    g, outs = kiln_run(model, feeds)
+    declare_output_types(model, g)
+    for o, r, v in zip(outs, ort_run(model, feeds), g.outputs):
         if r.dtype != o.dtype and r.dtype.itemsize == o.dtype.itemsize:  # ORT hands float 8 as raw bits
             r = r.view(o.dtype)
         assert o.dtype == v.dtype.np and o.shape == r.shape, (o.dtype, o.shape, r.dtype, r.shape)
@@ -78,18 +71,10 @@ def _float_outputs(model):
 
 
 def _run(op, *arrays):
-    g = Graph()
-    ins = [None if a is None else g.add_input(f"x{i}", TensorType.of(a)) for i, a in enumerate(arrays)]
-    node = g.add_node(op, ins)
-    g.set_outputs(list(node.outputs), [f"y{i}" for i in range(len(node.outputs))])
-    out = interpret(g, {f"x{i}": a for i, a in enumerate(arrays) if a is not None})
-    return [out[n] for n in g.output_names]
+    return run_op(op, *arrays)[1]
 
 
-def _infer(op, *types):
-    g = Graph()
-    ins = [None if t is None else g.add_input(f"x{i}", t) for i, t in enumerate(types)]
-    return [v.type for v in g.add_node(op, ins).outputs]
+_infer = infer_types
 
 
 def T(shape, dtype=DType.f32):

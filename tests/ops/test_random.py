@@ -12,20 +12,15 @@ from compiler.ir.ops import OpError
 from compiler.ir.ops import random as R
 from compiler.ir.types import DType, TensorType
 from frontends.onnx import import_model
+from tests.ops.util import infer_types, run_op
 
 
 def _run(op, *arrays):
-    g = Graph()
-    ins = [g.add_input(f"x{i}", TensorType.of(a)) for i, a in enumerate(arrays)]
-    node = g.add_node(op, ins)
-    g.set_outputs(list(node.outputs), ["y"])
-    return interpret(g, {f"x{i}": a for i, a in enumerate(arrays)})["y"]
+    _, (y,) = run_op(op, *arrays)
+    return y
 
 
-def _infer(op, *types):
-    g = Graph()
-    ins = [g.add_input(f"x{i}", t) for i, t in enumerate(types)]
-    return [v.type for v in g.add_node(op, ins).outputs]
+_infer = infer_types
 
 
 def T(shape, dtype=DType.f32):

@@ -8,7 +8,6 @@ import warnings
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
@@ -18,6 +17,7 @@ from compiler.ir.ops import OpError, Pattern
 from compiler.ir.ops import recurrent as RC
 from compiler.ir.types import DType, TensorType
 from frontends.onnx import import_model
+from tests.ops.util import declare_output_types, ort_run
 
 RNG = np.random.default_rng(0)
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -56,21 +56,18 @@ def _vs_ort(op, feeds, attrs, outputs=None, rtol=1e-5, atol=1e-5, opset=22):
     outputs = outputs or (["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"])
     model = _model(op, feeds, attrs, outputs, opset)
     g = import_model(model)
-    for vi, v in zip(model.graph.output, g.outputs):
-        vi.CopyFrom(helper.make_tensor_value_info(vi.name, v.dtype.onnx, None))
+    declare_output_types(model, g)
     fd = {n: a for n, a in feeds if n}
     got = interpret(g, fd)
     if attrs.get("layout", 0) == 1:
         # ONNX Runtime has no batch-first layout: run it sequence-first on transposed data
         seq_first = {n: (a.transpose(1, 0, 2) if n in ("X", "initial_h", "initial_c") else a) for n, a in fd.items()}
         ref_model = _model(op, [(n, seq_first.get(n)) for n, _ in feeds], {**attrs, "layout": 0}, outputs, opset)
-        for vi, v in zip(ref_model.graph.output, g.outputs):
-            vi.CopyFrom(helper.make_tensor_value_info(vi.name, v.dtype.onnx, None))
-        refs = ort.InferenceSession(ref_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-            None, seq_first)
+        declare_output_types(ref_model, g)
+        refs = ort_run(ref_model, seq_first)
         refs = [r.transpose(2, 0, 1, 3) if r.ndim == 4 else r.transpose(1, 0, 2) for r in refs]
     else:
-        refs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, fd)
+        refs = ort_run(model, fd)
     for name, v, ref in zip(g.output_names, g.outputs, refs):
         out = got[name]
         assert out.dtype == ref.dtype and out.shape == ref.shape == v.type.shape, (name, out.shape, ref.shape)

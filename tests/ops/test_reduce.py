@@ -13,6 +13,7 @@ from compiler.ir.ops import OpError, Pattern
 from compiler.ir.ops import reduce as R
 from compiler.ir.types import DType, TensorType
 from frontends.onnx import import_model
+from tests.ops.util import run_op
 
 REDUCES = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]
@@ -22,20 +23,8 @@ RNG = np.random.default_rng(0)
 
 def _run(op, *arrays, const=None):
     """Run one op: arrays become graph inputs; ``const`` maps input positions to constants."""
-    g = Graph()
-    const = const or {}
-    ins, feeds = [], {}
-    for i, a in enumerate(arrays):
-        if i in const:
-            ins.append(g.add_constant(const[i]))
-        elif a is None:
-            ins.append(None)
-        else:
-            ins.append(g.add_input(f"x{i}", TensorType.of(a)))
-            feeds[f"x{i}"] = a
-    y = g.add(op, *ins)
-    g.set_outputs([y], ["y"])
-    return y, interpret(g, feeds)["y"]
+    (y,), (out,) = run_op(op, *arrays, const=const)
+    return y, out
 
 
 def _model(op_type, inputs, attrs, opset, initializers=(), out_dtype=None):

@@ -15,36 +15,16 @@ from compiler.ir.ops import shape as S
 from compiler.ir.ops import tensor as T
 from compiler.ir.types import DType, TensorType
 from frontends.onnx import import_model
+from tests.ops.util import infer_types, run_op
 
 RNG = np.random.default_rng(0)
 I64 = np.int64
 
 
-def _run(op, *arrays, const=None, num_outputs=None):
-    """Run one op: arrays become graph inputs, except positions in ``const`` (constants)."""
-    g = Graph()
-    const = const or {}
-    ins, feeds = [], {}
-    for i, a in enumerate(arrays):
-        if i in const:
-            ins.append(g.add_constant(const[i]))
-        elif a is None:
-            ins.append(None)
-        else:
-            ins.append(g.add_input(f"x{i}", TensorType.of(a)))
-            feeds[f"x{i}"] = a
-    node = g.add_node(op, ins, num_outputs=num_outputs)
-    g.set_outputs(list(node.outputs), [f"y{i}" for i in range(len(node.outputs))])
-    res = interpret(g, feeds)
-    return node.outputs, [res[f"y{i}"] for i in range(len(node.outputs))]
-
-
-def _types(op, *operands):
-    """Inferred result types; operands are TensorTypes (graph inputs) or arrays (constants)."""
-    g = Graph()
-    ins = [None if o is None else g.add_input(f"x{i}", o) if isinstance(o, TensorType) else g.add_constant(o)
-           for i, o in enumerate(operands)]
-    return [v.type for v in g.add_node(op, ins).outputs]
+#: run one op: arrays become graph inputs, except positions in ``const`` (constants)
+_run = run_op
+#: inferred result types; operands are TensorTypes (graph inputs) or arrays (constants)
+_types = infer_types
 
 
 def _shape(op, *operands):

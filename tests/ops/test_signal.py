@@ -4,7 +4,6 @@ shape inference, and refusals."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -14,6 +13,7 @@ from compiler.ir.ops import OpError
 from compiler.ir.ops import signal as S
 from compiler.ir.types import DType, TensorType
 from frontends.onnx import import_model
+from tests.ops.util import assert_close, kiln_run, ort_run
 
 RNG = np.random.default_rng(0)
 
@@ -30,19 +30,9 @@ def _model(op_type, inputs, outputs, attrs, opset, initializers=(), out_type=Ten
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
-def _kiln(model, feeds):
-    g = import_model(model)
-    got = interpret(g, feeds)
-    return [got[n] for n in g.output_names]
-
-
 def _vs_ort(model, feeds, rtol=1e-5, atol=1e-4):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    refs = sess.run(None, feeds)
-    outs = _kiln(model, feeds)
-    for o, r in zip(outs, refs):
-        assert o.dtype == r.dtype and o.shape == r.shape, (o.dtype, o.shape, r.dtype, r.shape)
-        np.testing.assert_allclose(o.astype(np.float64), r.astype(np.float64), rtol=rtol, atol=atol)
+    _, outs = kiln_run(model, feeds)
+    assert_close(outs, ort_run(model, feeds), rtol, atol)
     return outs
 
 

@@ -3,7 +3,6 @@ Runtime or by hand, shape inference, the RE2 -> Python translation, refusals."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -13,6 +12,7 @@ from compiler.ir.ops import OpError, Pattern
 from compiler.ir.ops import strings as S
 from compiler.ir.types import DType, TensorType
 from frontends.onnx import import_model
+from tests.ops.util import infer_types, kiln_run, ort_run, run_op
 
 
 def _strs(*items, shape=None):
@@ -30,30 +30,18 @@ def _model(op_type, inputs, outputs, attrs, opset=20, out_types=None):
 
 
 def _vs_ort(model, feeds):
-    g = import_model(model)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    refs = sess.run(None, feeds)
-    got = interpret(g, feeds)
-    outs = [got[n] for n in g.output_names]
-    for o, r in zip(outs, refs):
+    _, outs = kiln_run(model, feeds)
+    for o, r in zip(outs, ort_run(model, feeds)):
         assert o.shape == r.shape, (o.shape, r.shape)
         assert o.tolist() == r.tolist()
     return outs
 
 
 def _run(op, *arrays):
-    g = Graph()
-    ins = [g.add_input(f"x{i}", TensorType.of(a)) for i, a in enumerate(arrays)]
-    node = g.add_node(op, ins)
-    g.set_outputs(list(node.outputs), [f"y{i}" for i in range(len(node.outputs))])
-    out = interpret(g, {f"x{i}": a for i, a in enumerate(arrays)})
-    return [out[n] for n in g.output_names]
+    return run_op(op, *arrays)[1]
 
 
-def _infer(op, *types):
-    g = Graph()
-    ins = [g.add_input(f"x{i}", t) for i, t in enumerate(types)]
-    return [v.type for v in g.add_node(op, ins).outputs]
+_infer = infer_types
 
 
 def T(shape, dtype=DType.string):

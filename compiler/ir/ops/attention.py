@@ -13,6 +13,7 @@ import numpy as np
 
 from ..types import DType, TensorType
 from .base import STD_FLOATS, Cost, OpDef, Pattern, check_dtype
+from .common import check_flags, compute_dtype
 
 _SOFTMAX_PRECISIONS = frozenset({DType.f32, DType.f16, DType.f64, DType.bf16})
 _I64 = frozenset({DType.i64})
@@ -21,11 +22,6 @@ _I64 = frozenset({DType.i64})
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-
-def _work(*dtypes) -> np.dtype:
-    """The NumPy type arithmetic runs in: f64 if any input is f64, else f32."""
-    return np.dtype(np.float64) if any(np.dtype(d) == np.float64 for d in dtypes) else np.dtype(np.float32)
-
 
 def _rounder(dtype: np.dtype, work: np.dtype):
     """A function that rounds a working-precision array to ``dtype`` (and back), or identity."""
@@ -118,8 +114,7 @@ class Attention(OpDef):
     pattern: ClassVar = Pattern.OPAQUE
 
     def validate(self):
-        if self.is_causal not in (0, 1):
-            raise self.fail(f"is_causal must be 0 or 1, got {self.is_causal}")
+        check_flags(self, "is_causal")
         if self.qk_matmul_output_mode not in (0, 1, 2, 3):
             raise self.fail(f"qk_matmul_output_mode must be 0, 1, 2 or 3, got {self.qk_matmul_output_mode}")
         for name in ("q_num_heads", "kv_num_heads"):
@@ -244,7 +239,7 @@ class Attention(OpDef):
             raise ValueError(f"query heads {hq} are not a multiple of K/V heads {hkv}")
         group = hq // hkv
 
-        work = _work(t1, t2)
+        work = compute_dtype(t1, t2)
         r1 = _rounder(t1, work)
         scale = self.scale if self.scale is not None else 1.0 / np.sqrt(d)
         # the function body scales Q and K each by sqrt(scale), cast to Q's type
@@ -265,7 +260,7 @@ class Attention(OpDef):
         qk.append(scores)
         if self.softmax_precision is not None:
             sp = self.softmax_precision.np
-            sw = _work(sp)
+            sw = compute_dtype(sp)
             probs = _softmax_rows(scores.astype(sp).astype(sw), _rounder(sp, sw))
             probs = probs.astype(sp).astype(t1).astype(work)
         else:
@@ -391,7 +386,7 @@ class FlexAttention(OpDef):
         group = hq // hkv
         sp = self.softmax_precision.np if self.softmax_precision is not None else (
             np.dtype(np.float64) if t == np.float64 else np.dtype(np.float32))
-        work = _work(t, sp)
+        work = compute_dtype(t, sp)
         scale = self.scale if self.scale is not None else 1.0 / np.sqrt(d)
         scores = np.matmul(q.astype(work).reshape(b, hkv, group, sq, d),
                            np.swapaxes(k.astype(work), -1, -2)[:, :, None]).reshape(b, hq, sq, s)
@@ -438,8 +433,7 @@ class RotaryEmbedding(OpDef):
     pattern: ClassVar = Pattern.OPAQUE
 
     def validate(self):
-        if self.interleaved not in (0, 1):
-            raise self.fail(f"interleaved must be 0 or 1, got {self.interleaved}")
+        check_flags(self, "interleaved")
         if self.num_heads is not None and self.num_heads <= 0:
             raise self.fail(f"num_heads must be positive, got {self.num_heads}")
         if self.rotary_embedding_dim < 0 or self.rotary_embedding_dim % 2:
@@ -489,7 +483,7 @@ class RotaryEmbedding(OpDef):
 
     def compute(self, x, cos_cache, sin_cache, position_ids=None):
         t = x.dtype
-        work = _work(t)
+        work = compute_dtype(t)
         if x.ndim == 4:
             x4 = x.transpose(0, 2, 1, 3)  # (B, S, H, D)
         else:
@@ -555,7 +549,7 @@ class SwiGLU(OpDef):
         return [TensorType(t, tuple(x if x is not None else y for x, y in zip(shape, a.shape)))]
 
     def compute(self, a, b):
-        work = _work(a.dtype)
+        work = compute_dtype(a.dtype)
         af = a.astype(work)
         with np.errstate(over="ignore"):
             y = af / (1 + np.exp(-work.type(self.alpha) * af)) * b.astype(work)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..graph import KNOWN_VALUE_LIMIT, Value
+from ..graph import KNOWN_VALUE_LIMIT, Graph, Value
 from ..types import DType, TensorType
 
 
@@ -208,6 +208,19 @@ def _attr_hints(cls) -> dict[str, Any]:
     return hints
 
 
+_GRAPH_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def graph_fields(cls) -> tuple[str, ...]:
+    """The names of the fields of op class ``cls`` that hold subgraphs (annotated ``Graph``)."""
+    names = _GRAPH_FIELDS.get(cls)
+    if names is None:
+        names = tuple(f for f, h in _attr_hints(cls).items()
+                      if h is Graph or Graph in typing.get_args(h))
+        _GRAPH_FIELDS[cls] = names
+    return names
+
+
 def _coerce(value, hint):
     if value is None:
         args = typing.get_args(hint)
@@ -263,6 +276,10 @@ def _coerce(value, hint):
             arr = arr.astype(object)
         arr.setflags(write=False)
         return arr
+    if hint is Graph:  # a subgraph (control flow: If's branches, Loop's and Scan's body), held as is
+        if isinstance(value, Graph):
+            return value
+        raise TypeError(f"expected a graph (a subgraph), got {type(value).__name__}")
     if hint is Any:
         return value
     if isinstance(hint, type) and isinstance(value, hint):
@@ -271,6 +288,10 @@ def _coerce(value, hint):
 
 
 def _hashable(v):
+    if isinstance(v, Graph):
+        # a subgraph compares by identity: two nodes with different bodies (even bodies that print the
+        # same, as large constants print without their data) are never equal, so CSE never merges them
+        return ("graph", v)  # Graph keeps object identity for == and hash
     if isinstance(v, np.ndarray):
         return ("ndarray", v.dtype.str, v.shape, v.tobytes() if v.dtype != object else tuple(v.ravel()))
     if isinstance(v, float) and v != v:

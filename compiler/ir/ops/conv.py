@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..types import DType, TensorType
 from .base import STD_FLOATS, STD_NUMERIC, Cost, OpDef, Pattern, check_dtype, known_ints, same_dtype
+from .common import compute_dtype, is_static
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 _SAME = ("SAME_UPPER", "SAME_LOWER")
@@ -134,11 +135,6 @@ def tap(kk: Sequence[int], strides, dilations, out: Sequence[int]) -> tuple:
         slice(k * d, k * d + (o - 1) * s + 1, s) for k, s, d, o in zip(kk, strides, dilations, out))
 
 
-def compute_dtype(dt: np.dtype) -> np.dtype:
-    """Narrow floats are computed in float32 (as hardware does); float32/float64 as they are."""
-    return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
-
-
 # ---------------------------------------------------------------------------------------------
 # Kernels
 # ---------------------------------------------------------------------------------------------
@@ -206,8 +202,26 @@ def _args(ins) -> list:
     return (list(ins) + [None] * 5)[:5]
 
 
-def _static(d) -> bool:
-    return isinstance(d, int)
+def _check_conv_attrs(op: OpDef) -> None:
+    """The window attributes and ``group`` of Conv and ConvTranspose."""
+    check_window_attrs(op, auto_pad=op.auto_pad, strides=op.strides, dilations=op.dilations, pads=op.pads,
+                       kernel_shape=op.kernel_shape)
+    if op.group < 1:
+        raise op.fail(f"group must be positive, got {op.group}")
+
+
+def _check_ranks(op: OpDef, x, w, w_layout: str) -> None:
+    """X is (N, C, spatial...) and W of X's rank, laid out as (``w_layout``, kernel...)."""
+    if x.type.rank < 3:
+        raise op.fail(f"X must have rank >= 3 (N, C, spatial...), got {x.type}")
+    if w.type.rank != x.type.rank:
+        raise op.fail(f"W must have X's rank {x.type.rank} ({w_layout}, kernel...), got {w.type}")
+
+
+def _check_bias(op: OpDef, b, m) -> None:
+    """B, when given, is a vector of the ``m`` output channels."""
+    if b is not None and (b.type.rank != 1 or (is_static(m) and is_static(b.shape[0]) and b.shape[0] != m)):
+        raise op.fail(f"B must be a vector of the {m} output channels, got {b.type}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,10 +244,7 @@ class Conv(OpDef):
     since: ClassVar = 11
 
     def validate(self):
-        check_window_attrs(self, auto_pad=self.auto_pad, strides=self.strides, dilations=self.dilations,
-                           pads=self.pads, kernel_shape=self.kernel_shape)
-        if self.group < 1:
-            raise self.fail(f"group must be positive, got {self.group}")
+        _check_conv_attrs(self)
 
     def _kernel(self, w_shape) -> tuple:
         nd = len(w_shape) - 2
@@ -242,7 +253,7 @@ class Conv(OpDef):
                 raise self.fail(f"kernel_shape {list(self.kernel_shape)} has {len(self.kernel_shape)} entries, "
                                 f"the weights have {nd} spatial axes")
             for k, wd in zip(self.kernel_shape, w_shape[2:]):
-                if _static(wd) and wd != k:
+                if is_static(wd) and wd != k:
                     raise self.fail(f"kernel_shape {list(self.kernel_shape)} does not match the weights' "
                                     f"spatial shape {list(w_shape[2:])}")
             return tuple(self.kernel_shape)
@@ -251,21 +262,17 @@ class Conv(OpDef):
     def infer(self, ins):
         x, w, b = _args(ins)[:3]
         dt = same_dtype(self, [x, w, b], STD_FLOATS)
-        if x.type.rank < 3:
-            raise self.fail(f"X must have rank >= 3 (N, C, spatial...), got {x.type}")
-        if w.type.rank != x.type.rank:
-            raise self.fail(f"W must have X's rank {x.type.rank} (M, C/group, kernel...), got {w.type}")
+        _check_ranks(self, x, w, "M, C/group")
         nd = x.type.rank - 2
         kernel = self._kernel(w.shape)
         strides, dilations, pads = spatial_attrs(self, nd, self.strides, self.dilations, self.pads)
         c, m, cg = x.shape[1], w.shape[0], w.shape[1]
-        if _static(c) and _static(cg) and cg * self.group != c:
+        if is_static(c) and is_static(cg) and cg * self.group != c:
             raise self.fail(f"X has {c} channels but W {w.type} with group={self.group} takes "
                             f"{cg} x {self.group} = {cg * self.group}")
-        if _static(m) and m % self.group:
+        if is_static(m) and m % self.group:
             raise self.fail(f"the {m} output channels of W {w.type} do not divide into group={self.group}")
-        if b is not None and (b.type.rank != 1 or (_static(m) and _static(b.shape[0]) and b.shape[0] != m)):
-            raise self.fail(f"B must be a vector of the {m} output channels, got {b.type}")
+        _check_bias(self, b, m)
         dims = window_dims(self, x.shape[2:], kernel, strides, dilations, pads, self.auto_pad)
         return [TensorType(dt, (x.shape[0], m) + dims)]
 
@@ -307,10 +314,7 @@ class ConvTranspose(OpDef):
     since: ClassVar = 11
 
     def validate(self):
-        check_window_attrs(self, auto_pad=self.auto_pad, strides=self.strides, dilations=self.dilations,
-                           pads=self.pads, kernel_shape=self.kernel_shape)
-        if self.group < 1:
-            raise self.fail(f"group must be positive, got {self.group}")
+        _check_conv_attrs(self)
         if any(p < 0 for p in self.output_padding):
             raise self.fail(f"output_padding must not be negative, got {list(self.output_padding)}")
         if any(s < 1 for s in self.output_shape):
@@ -337,7 +341,7 @@ class ConvTranspose(OpDef):
         outs, begins = [], []
         for i, size in enumerate(in_dims):
             k = kernel[i]
-            if not (_static(k) and _static(size)):
+            if not (is_static(k) and is_static(size)):
                 outs.append(oshape[i] if oshape else None)
                 begins.append(None)
                 continue
@@ -360,18 +364,14 @@ class ConvTranspose(OpDef):
     def infer(self, ins):
         x, w, b = _args(ins)[:3]
         dt = same_dtype(self, [x, w, b], STD_FLOATS)
-        if x.type.rank < 3:
-            raise self.fail(f"X must have rank >= 3 (N, C, spatial...), got {x.type}")
-        if w.type.rank != x.type.rank:
-            raise self.fail(f"W must have X's rank {x.type.rank} (C, M/group, kernel...), got {w.type}")
+        _check_ranks(self, x, w, "C, M/group")
         c, mg = x.shape[1], w.shape[1]
-        if _static(c) and _static(w.shape[0]) and w.shape[0] != c:
+        if is_static(c) and is_static(w.shape[0]) and w.shape[0] != c:
             raise self.fail(f"X has {c} channels but W {w.type} takes {w.shape[0]}")
-        if _static(c) and c % self.group:
+        if is_static(c) and c % self.group:
             raise self.fail(f"the {c} input channels do not divide into group={self.group}")
-        m = mg * self.group if _static(mg) else None
-        if b is not None and (b.type.rank != 1 or (_static(m) and _static(b.shape[0]) and b.shape[0] != m)):
-            raise self.fail(f"B must be a vector of the {m} output channels, got {b.type}")
+        m = mg * self.group if is_static(mg) else None
+        _check_bias(self, b, m)
         dims, _, _, _ = self._geometry(x.shape[2:], self._kernel(w.shape))
         return [TensorType(dt, (x.shape[0], m) + dims)]
 
@@ -436,23 +436,22 @@ class DeformConv(OpDef):
         kernel = self._kernel(w.shape)
         strides, dilations, pads = spatial_attrs(self, nd, self.strides, self.dilations, self.pads)
         c, m, cg = x.shape[1], w.shape[0], w.shape[1]
-        if _static(c) and _static(cg) and cg * self.group != c:
+        if is_static(c) and is_static(cg) and cg * self.group != c:
             raise self.fail(f"X has {c} channels but W {w.type} with group={self.group} takes {cg * self.group}")
-        if _static(c) and c % self.offset_group:
+        if is_static(c) and c % self.offset_group:
             raise self.fail(f"the {c} input channels do not divide into offset_group={self.offset_group}")
         dims = window_dims(self, x.shape[2:], kernel, strides, dilations, pads)
-        kn = math.prod(kernel) if all(_static(k) for k in kernel) else None
+        kn = math.prod(kernel) if all(is_static(k) for k in kernel) else None
         for v, what, per in ((off, "offset", nd), (mask, "mask", 1)):
             if v is None:
                 continue
             if v.type.rank != x.type.rank:
                 raise self.fail(f"{what} must have rank {x.type.rank}, got {v.type}")
             want = None if kn is None else self.offset_group * kn * per
-            if _static(v.shape[1]) and want is not None and v.shape[1] != want:
+            if is_static(v.shape[1]) and want is not None and v.shape[1] != want:
                 raise self.fail(f"{what} must have offset_group * kernel taps{' * spatial axes' if per > 1 else ''}"
                                 f" = {want} channels, got {v.type}")
-        if b is not None and (b.type.rank != 1 or (_static(m) and _static(b.shape[0]) and b.shape[0] != m)):
-            raise self.fail(f"B must be a vector of the {m} output channels, got {b.type}")
+        _check_bias(self, b, m)
         return [TensorType(dt, (x.shape[0], m) + dims)]
 
     def compute(self, x, w, off, b=None, mask=None):
@@ -526,7 +525,7 @@ class Col2Im(OpDef):
     def _spatial_rank(self, image_shape, block_shape) -> int:
         for v, what in ((image_shape, "image_shape"), (block_shape, "block_shape")):
             check_dtype(self, v, {DType.i64}, what)
-            if v.type.rank != 1 or not _static(v.shape[0]):
+            if v.type.rank != 1 or not is_static(v.shape[0]):
                 raise self.fail(f"{what} must be a 1-D int64 tensor of static length, got {v.type}")
         if image_shape.shape[0] != block_shape.shape[0]:
             raise self.fail(f"image_shape {image_shape.type} and block_shape {block_shape.type} must have "
@@ -555,13 +554,13 @@ class Col2Im(OpDef):
         c = None
         if block is not None:
             kn = math.prod(block)
-            if _static(x.shape[1]):
+            if is_static(x.shape[1]):
                 if x.shape[1] % kn:
                     raise self.fail(f"input dim 1 ({x.shape[1]}) is not a multiple of prod(block_shape) = {kn}")
                 c = x.shape[1] // kn
             if image is not None:
                 blocks, *_ = self._geometry(image, block, nd)
-                if _static(x.shape[2]) and x.shape[2] != math.prod(blocks):
+                if is_static(x.shape[2]) and x.shape[2] != math.prod(blocks):
                     raise self.fail(f"input has {x.shape[2]} blocks but image_shape {image} and block_shape "
                                     f"{block} (with pads/strides/dilations) hold {math.prod(blocks)}")
         dims = tuple(image) if image is not None else (None,) * nd
@@ -608,18 +607,18 @@ class CausalConvWithState(OpDef):
         dt = same_dtype(self, [x, w, b, past], {DType.f16, DType.bf16, DType.f32, DType.f64})
         if x.type.rank != 3:
             raise self.fail(f"input must have rank 3 (batch, channels, length), got {x.type}")
-        if w.type.rank != 3 or (_static(w.shape[1]) and w.shape[1] != 1):
+        if w.type.rank != 3 or (is_static(w.shape[1]) and w.shape[1] != 1):
             raise self.fail(f"weight must have shape (channels, 1, k), got {w.type}")
         bt, c, _ = x.shape
-        if _static(c) and _static(w.shape[0]) and w.shape[0] != c:
+        if is_static(c) and is_static(w.shape[0]) and w.shape[0] != c:
             raise self.fail(f"weight {w.type} must have the input's {c} channels")
         k = w.shape[2]
-        state = k - 1 if _static(k) else None
-        if b is not None and (b.type.rank != 1 or (_static(c) and _static(b.shape[0]) and b.shape[0] != c)):
+        state = k - 1 if is_static(k) else None
+        if b is not None and (b.type.rank != 1 or (is_static(c) and is_static(b.shape[0]) and b.shape[0] != c)):
             raise self.fail(f"bias must be a vector of the {c} channels, got {b.type}")
         if past is not None:
             want = (bt, c, state)
-            if past.type.rank != 3 or any(_static(a) and _static(e) and a != e for a, e in zip(past.shape, want)):
+            if past.type.rank != 3 or any(is_static(a) and is_static(e) and a != e for a, e in zip(past.shape, want)):
                 raise self.fail(f"past_state must have shape (batch, channels, k - 1) = "
                                 f"({', '.join(str(d) for d in want)}), got {past.type}")
         return [x.type, TensorType(dt, (bt, c, state))]
@@ -645,7 +644,7 @@ class CausalConvWithState(OpDef):
 
     def cost(self, ins, outs):
         w = ins[1]
-        k = w.shape[2] if _static(w.shape[2]) else 1
+        k = w.shape[2] if is_static(w.shape[2]) else 1
         return Cost(2 * k * (outs[0].numel or 0), super().cost(ins, outs).bytes)
 
 

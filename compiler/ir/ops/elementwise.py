@@ -10,6 +10,7 @@ from ..graph import Value
 from ..types import DType, TensorType
 from .base import (ANY, FLOATS, NUMERIC, STD_FLOATS, STD_INTS, STD_NUMERIC, Cost, OpDef, Pattern,
                    broadcast_shapes, check_dtype, same_dtype)
+from .common import check_flags, text
 
 _NARROW = {DType.f16, DType.bf16} | {d for d in FLOATS if d.itemsize == 1}
 
@@ -352,8 +353,7 @@ class Mod(Binary):
     fmod: int = 0
 
     def validate(self):
-        if self.fmod not in (0, 1):
-            raise self.fail(f"fmod must be 0 or 1, got {self.fmod}")
+        check_flags(self, "fmod")
 
     def fn(self, a, b):
         return np.fmod(a, b) if self.fmod else np.mod(a, b)
@@ -566,7 +566,7 @@ def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
 
 def _to_strings(x: np.ndarray) -> np.ndarray:
     if x.dtype == object:
-        return np.array([_text(s) for s in x.ravel()], dtype=object).reshape(x.shape)
+        return np.array([text(s) for s in x.ravel()], dtype=object).reshape(x.shape)
     if x.dtype.kind == "b":
         flat = ["1" if v else "0" for v in x.ravel()]
     elif x.dtype.kind in "iu":
@@ -578,10 +578,6 @@ def _to_strings(x: np.ndarray) -> np.ndarray:
         work = x if x.dtype in (np.float16, np.float32, np.float64) else x.astype(np.float32)
         flat = [_float_text(v) for v in work.ravel()]
     return np.array(flat, dtype=object).reshape(x.shape)
-
-
-def _text(s) -> str:
-    return s.decode("utf-8") if isinstance(s, bytes) else str(s)
 
 
 def _float_text(v) -> str:
@@ -597,7 +593,7 @@ def _float_text(v) -> str:
 
 def _parse_strings(x: np.ndarray, to: DType) -> np.ndarray:
     """Strings to f64 (float targets), bool, or int64/uint64 (integer targets, low bits kept later)."""
-    flat = [_text(s).strip() for s in x.ravel()]
+    flat = [text(s).strip() for s in x.ravel()]
     try:
         if to is DType.bool:
             out = np.array([_parse_bool(s) for s in flat], dtype=np.bool_)
@@ -637,8 +633,7 @@ class _CastBase(OpDef):
     since: ClassVar = 25
 
     def validate(self):
-        if self.saturate not in (0, 1):
-            raise self.fail(f"saturate must be 0 or 1, got {self.saturate}")
+        check_flags(self, "saturate")
         if self.round_mode not in ROUND_MODES:
             raise self.fail(f"round_mode must be one of {', '.join(ROUND_MODES)}, got {self.round_mode!r}")
 

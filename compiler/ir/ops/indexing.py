@@ -15,6 +15,7 @@ import numpy as np
 
 from ..types import DType, TensorType
 from .base import STD_NUMERIC, Cost, OpDef, Pattern, check_dtype, known_ints, norm_axis, same_dtype
+from .common import check_flags
 
 _INDEX = frozenset({DType.i32, DType.i64})
 _I64 = frozenset({DType.i64})
@@ -71,9 +72,8 @@ def _scatter_into(out: np.ndarray, index: tuple, updates: np.ndarray, reduction:
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
-class Gather(OpDef):
-    """Slices of ``data`` along ``axis`` picked by ``indices``: output shape
-    data.shape[:axis] + indices.shape + data.shape[axis+1:]."""
+class _GatherAxis(OpDef):
+    """Base of Gather and GatherElements, which pick entries of ``data`` along ``axis``."""
 
     axis: int = 0
     inputs: ClassVar = ("data", "indices")
@@ -81,11 +81,22 @@ class Gather(OpDef):
     pattern: ClassVar = Pattern.INJECTIVE
     since: ClassVar = 13
 
-    def infer(self, ins):
+    def _operands(self, ins):
+        """(data, indices): integer indices into data of rank >= 1."""
         data, idx = ins
         check_dtype(self, idx, _INDEX, "indices")
         if data.type.rank == 0:
             raise self.fail("data must have rank >= 1, got a scalar")
+        return data, idx
+
+
+@dataclass(frozen=True, eq=False)
+class Gather(_GatherAxis):
+    """Slices of ``data`` along ``axis`` picked by ``indices``: output shape
+    data.shape[:axis] + indices.shape + data.shape[axis+1:]."""
+
+    def infer(self, ins):
+        data, idx = self._operands(ins)
         a = norm_axis(self, self.axis, data.type.rank)
         return [TensorType(data.dtype, data.shape[:a] + idx.shape + data.shape[a + 1:])]
 
@@ -95,21 +106,12 @@ class Gather(OpDef):
 
 
 @dataclass(frozen=True, eq=False)
-class GatherElements(OpDef):
+class GatherElements(_GatherAxis):
     """out[i][j][k] = data[indices[i][j][k]][j][k] (for axis 0); the output has indices' shape."""
 
-    axis: int = 0
-    inputs: ClassVar = ("data", "indices")
-    outputs: ClassVar = ("output",)
-    pattern: ClassVar = Pattern.INJECTIVE
-    since: ClassVar = 13
-
     def infer(self, ins):
-        data, idx = ins
-        check_dtype(self, idx, _INDEX, "indices")
+        data, idx = self._operands(ins)
         r = data.type.rank
-        if r == 0:
-            raise self.fail("data must have rank >= 1, got a scalar")
         if idx.type.rank != r:
             raise self.fail(f"indices must have the rank of data ({data.type}), got {idx.type}")
         a = norm_axis(self, self.axis, r)
@@ -172,12 +174,9 @@ class GatherND(OpDef):
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
-class ScatterElements(OpDef):
-    """A copy of ``data`` with ``updates`` written (or reduced) at the positions that ``indices``
-    gives along ``axis`` (the other coordinates are the update's own)."""
+class _Scatter(OpDef):
+    """Base of ScatterElements and ScatterND (whose ``reduction`` attribute says how updates are written)."""
 
-    axis: int = 0
-    reduction: str = "none"
     inputs: ClassVar = ("data", "indices", "updates")
     outputs: ClassVar = ("output",)
     since: ClassVar = 18
@@ -186,10 +185,24 @@ class ScatterElements(OpDef):
         if self.reduction not in _REDUCTIONS:
             raise self.fail(f"reduction must be one of {', '.join(_REDUCTIONS)}, got {self.reduction!r}")
 
-    def infer(self, ins):
+    def _operands(self, ins):
+        """(data, indices, updates), their element types checked."""
         data, idx, upd = ins
         check_dtype(self, idx, _INDEX, "indices")
         same_dtype(self, [data, upd])
+        return data, idx, upd
+
+
+@dataclass(frozen=True, eq=False)
+class ScatterElements(_Scatter):
+    """A copy of ``data`` with ``updates`` written (or reduced) at the positions that ``indices``
+    gives along ``axis`` (the other coordinates are the update's own)."""
+
+    axis: int = 0
+    reduction: str = "none"
+
+    def infer(self, ins):
+        data, idx, upd = self._operands(ins)
         r = data.type.rank
         if r == 0:
             raise self.fail("data must have rank >= 1, got a scalar")
@@ -210,23 +223,14 @@ class ScatterElements(OpDef):
 
 
 @dataclass(frozen=True, eq=False)
-class ScatterND(OpDef):
+class ScatterND(_Scatter):
     """A copy of ``data`` with slices ``updates`` written (or reduced) at the index tuples in the last
     axis of ``indices``; updates.shape == indices.shape[:-1] + data.shape[k:]."""
 
     reduction: str = "none"
-    inputs: ClassVar = ("data", "indices", "updates")
-    outputs: ClassVar = ("output",)
-    since: ClassVar = 18
-
-    def validate(self):
-        if self.reduction not in _REDUCTIONS:
-            raise self.fail(f"reduction must be one of {', '.join(_REDUCTIONS)}, got {self.reduction!r}")
 
     def infer(self, ins):
-        data, idx, upd = ins
-        check_dtype(self, idx, _INDEX, "indices")
-        same_dtype(self, [data, upd])
+        data, idx, upd = self._operands(ins)
         if idx.type.rank < 1:
             raise self.fail(f"indices must have rank >= 1, got {idx.type}")
         k = idx.shape[-1]
@@ -522,8 +526,7 @@ class Unique(OpDef):
     since: ClassVar = 11
 
     def validate(self):
-        if self.sorted not in (0, 1):
-            raise self.fail(f"sorted must be 0 or 1, got {self.sorted}")
+        check_flags(self, "sorted")
 
     def infer(self, ins):
         (x,) = ins

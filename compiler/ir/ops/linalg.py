@@ -8,27 +8,10 @@ import numpy as np
 
 from ..types import DType, TensorType
 from .base import STD_FLOATS, STD_NUMERIC, Cost, OpDef, OpError, Pattern, broadcast_shapes, same_dtype
+from .common import check_flags, precise_dim, widen_narrow
 
 #: the element types MatMul and Gemm take (ONNX's list)
 MATMUL_TYPES = STD_FLOATS | {DType.i32, DType.i64, DType.u32, DType.u64}
-
-
-def _is_narrow_float(dt: np.dtype) -> bool:
-    return dt.kind not in "iubO" and dt.itemsize <= 2
-
-
-def _work(x: np.ndarray) -> np.ndarray:
-    """Narrow floats are computed in f32 (as hardware accumulates them)."""
-    return x.astype(np.float32) if _is_narrow_float(x.dtype) else x
-
-
-def _same_dim(a, b):
-    """Of two dimensions that must be equal, the more precise one (static, then symbolic)."""
-    if isinstance(a, int):
-        return a
-    if isinstance(b, int):
-        return b
-    return a if a is not None else b
 
 
 def _product(dims) -> int | None:
@@ -71,7 +54,7 @@ class MatMul(OpDef):
         return [TensorType(dt, shape)]
 
     def compute(self, a, b):
-        return [np.asarray(np.matmul(_work(a), _work(b))).astype(a.dtype, copy=False)]
+        return [np.asarray(np.matmul(widen_narrow(a), widen_narrow(b))).astype(a.dtype, copy=False)]
 
     def cost(self, ins, outs):
         base = super().cost(ins, outs)
@@ -99,9 +82,7 @@ class Gemm(OpDef):
     since: ClassVar = 13
 
     def validate(self):
-        for attr in ("transA", "transB"):
-            if getattr(self, attr) not in (0, 1):
-                raise self.fail(f"{attr} must be 0 or 1, got {getattr(self, attr)}")
+        check_flags(self, "transA", "transB")
 
     def infer(self, ins):
         a, b = ins[0], ins[1]
@@ -129,14 +110,14 @@ class Gemm(OpDef):
         return [TensorType(dt, tuple(out))]
 
     def compute(self, a, b, c=None):
-        x = _work(a.T if self.transA else a)
-        y = _work(b.T if self.transB else b)
+        x = widen_narrow(a.T if self.transA else a)
+        y = widen_narrow(b.T if self.transB else b)
         r = np.matmul(x, y)
         exact_int = r.dtype.kind in "iu"
         if self.alpha != 1.0:
             r = (r.astype(np.float64) if exact_int else r) * self.alpha
         if c is not None:
-            cw = _work(c)
+            cw = widen_narrow(c)
             if self.beta != 1.0:
                 cw = (cw.astype(np.float64) if exact_int else cw) * self.beta
             r = r + cw
@@ -246,7 +227,7 @@ class Einsum(OpDef):
                 elif d != 1:
                     if isinstance(old, int) and isinstance(d, int) and old != d:
                         raise self.fail(f"label {label!r} has size {old} and size {d} in different places")
-                    dims[label] = _same_dim(old, d)
+                    dims[label] = precise_dim(old, d)
         try:
             ell = broadcast_shapes(*ell_shapes) if ell_shapes else ()
         except OpError as e:
@@ -276,7 +257,7 @@ class Einsum(OpDef):
 
     def compute(self, *xs):
         eq, _ = self.resolve([x.shape for x in xs])
-        r = np.einsum(eq, *[_work(x) for x in xs], optimize=True)
+        r = np.einsum(eq, *[widen_narrow(x) for x in xs], optimize=True)
         return [np.asarray(r).astype(xs[0].dtype, copy=False)]
 
     def cost(self, ins, outs):
@@ -325,7 +306,7 @@ class Det(OpDef):
         return [TensorType(dt, x.shape[:-2])]
 
     def compute(self, x):
-        return [np.asarray(np.linalg.det(_work(x))).astype(x.dtype, copy=False)]
+        return [np.asarray(np.linalg.det(widen_narrow(x))).astype(x.dtype, copy=False)]
 
     def cost(self, ins, outs):
         base = super().cost(ins, outs)

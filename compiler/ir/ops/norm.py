@@ -15,6 +15,7 @@ import numpy as np
 from ..graph import Value
 from ..types import DType, TensorType
 from .base import FLOATS, STD_FLOATS, Cost, OpDef, Pattern, check_dtype, norm_axis, same_dtype
+from .common import check_flags, dims_agree, precise_dim
 
 _INDEX_TYPES = frozenset({DType.i32, DType.i64})
 
@@ -39,9 +40,9 @@ def _stash_dtype(op: OpDef, code: int) -> DType:
     return dt
 
 
-def _dim_eq(a, b) -> bool:
-    """False only when two dimensions are known to differ."""
-    return not (isinstance(a, int) and isinstance(b, int) and a != b)
+def _check_epsilon(op: OpDef) -> None:
+    if not op.epsilon >= 0:
+        raise op.fail(f"epsilon must be >= 0, got {op.epsilon}")
 
 
 def _check_rank(op: OpDef, v: Value, least: int, what: str) -> None:
@@ -51,7 +52,7 @@ def _check_rank(op: OpDef, v: Value, least: int, what: str) -> None:
 
 def _check_channel_vector(op: OpDef, v: Value, channels, what: str) -> None:
     """``v`` is a 1-D tensor of ``channels`` elements."""
-    if v.type.rank != 1 or not _dim_eq(v.shape[0], channels):
+    if v.type.rank != 1 or not dims_agree(v.shape[0], channels):
         raise op.fail(f"{what} must be a 1-D tensor of {channels if channels is not None else 'C'} "
                       f"elements (one per channel), got {v.type}")
 
@@ -61,20 +62,11 @@ def _check_unidirectional(op: OpDef, x: Value, v: Value, what: str) -> None:
     ok = v.type.rank <= x.type.rank
     if ok:
         for dx, dv in zip(reversed(x.shape), reversed(v.shape)):
-            if dv != 1 and not _dim_eq(dx, dv):
+            if dv != 1 and not dims_agree(dx, dv):
                 ok = False
                 break
     if not ok:
         raise op.fail(f"{what} {v.type} does not broadcast to the input's shape {x.type}")
-
-
-def _merge_dim(a, b):
-    """One dimension known two ways: the static one, else a symbolic one, else unknown."""
-    if isinstance(a, int):
-        return a
-    if isinstance(b, int):
-        return b
-    return a if a is not None else b
 
 
 def _numel(t: TensorType | None) -> int:
@@ -140,10 +132,8 @@ class BatchNormalization(_Norm):
     since: ClassVar = 15
 
     def validate(self):
-        if self.training_mode not in (0, 1):
-            raise self.fail(f"training_mode must be 0 or 1, got {self.training_mode}")
-        if not self.epsilon >= 0:
-            raise self.fail(f"epsilon must be >= 0, got {self.epsilon}")
+        check_flags(self, "training_mode")
+        _check_epsilon(self)
         # inference is a per-channel affine map: it fuses like a broadcast
         object.__setattr__(self, "pattern", Pattern.REDUCE if self.training_mode else Pattern.BROADCAST)
 
@@ -197,8 +187,7 @@ class InstanceNormalization(_Norm):
     since: ClassVar = 22
 
     def validate(self):
-        if not self.epsilon >= 0:
-            raise self.fail(f"epsilon must be >= 0, got {self.epsilon}")
+        _check_epsilon(self)
 
     def infer(self, ins):
         x, scale, b = ins
@@ -236,8 +225,7 @@ class GroupNormalization(_Norm):
             raise self.fail("attribute num_groups is required")
         if self.num_groups < 1:
             raise self.fail(f"num_groups must be >= 1, got {self.num_groups}")
-        if not self.epsilon >= 0:
-            raise self.fail(f"epsilon must be >= 0, got {self.epsilon}")
+        _check_epsilon(self)
         _stash_dtype(self, self.stash_type)
 
     def infer(self, ins):
@@ -270,23 +258,29 @@ class GroupNormalization(_Norm):
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
-class LayerNormalization(_Norm):
-    """Standardize over axes [axis, rank), in ``stash_type`` precision; round to X's type; then
-    ``* Scale + B`` (both unidirectionally broadcast to X). Outputs Mean and InvStdDev have X's
-    leading dims and 1 for the normalized axes, element type ``stash_type``."""
+class _TrailingNorm(_Norm):
+    """Base of LayerNormalization and RMSNormalization: statistics over the axes [axis, rank), in
+    ``stash_type`` precision."""
 
     axis: int = -1
     epsilon: float = 1e-5
     stash_type: int = 1
+
+    def validate(self):
+        _check_epsilon(self)
+        _stash_dtype(self, self.stash_type)
+
+
+@dataclass(frozen=True, eq=False)
+class LayerNormalization(_TrailingNorm):
+    """Standardize over axes [axis, rank), in ``stash_type`` precision; round to X's type; then
+    ``* Scale + B`` (both unidirectionally broadcast to X). Outputs Mean and InvStdDev have X's
+    leading dims and 1 for the normalized axes, element type ``stash_type``."""
+
     inputs: ClassVar = ("X", "Scale", "B?")
     outputs: ClassVar = ("Y", "Mean", "InvStdDev")
     since: ClassVar = 17
     flops_per_element: ClassVar = 8
-
-    def validate(self):
-        if not self.epsilon >= 0:
-            raise self.fail(f"epsilon must be >= 0, got {self.epsilon}")
-        _stash_dtype(self, self.stash_type)
 
     def infer(self, ins):
         x, scale, b = (list(ins) + [None])[:3]
@@ -309,22 +303,14 @@ class LayerNormalization(_Norm):
 
 
 @dataclass(frozen=True, eq=False)
-class RMSNormalization(_Norm):
+class RMSNormalization(_TrailingNorm):
     """y = x / sqrt(mean(x^2 over axes [axis, rank)) + epsilon) * scale; the result has scale's
     element type (X and scale may differ). Statistics in ``stash_type`` precision."""
 
-    axis: int = -1
-    epsilon: float = 1e-5
-    stash_type: int = 1
     inputs: ClassVar = ("X", "scale")
     outputs: ClassVar = ("Y",)
     since: ClassVar = 23
     flops_per_element: ClassVar = 4
-
-    def validate(self):
-        if not self.epsilon >= 0:
-            raise self.fail(f"epsilon must be >= 0, got {self.epsilon}")
-        _stash_dtype(self, self.stash_type)
 
     def infer(self, ins):
         x, scale = ins
@@ -348,19 +334,14 @@ class RMSNormalization(_Norm):
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
-class LpNormalization(_Norm):
-    """y = x / ||x||_p along ``axis`` (p = 1 or 2); 0 where the norm is 0."""
+class _AxisOp(_Norm):
+    """Base of the ops along one ``axis`` of a float input, LpNormalization and the softmax family;
+    ``compute`` applies ``fn`` in the work type (LpNormalization has its own)."""
 
     axis: int = -1
-    p: int = 2
     inputs: ClassVar = ("input",)
     outputs: ClassVar = ("output",)
-    since: ClassVar = 22
-    flops_per_element: ClassVar = 3
-
-    def validate(self):
-        if self.p not in (1, 2):
-            raise self.fail(f"p must be 1 or 2, got {self.p}")
+    since: ClassVar = 13
 
     def infer(self, ins):
         (x,) = ins
@@ -368,6 +349,30 @@ class LpNormalization(_Norm):
         _check_rank(self, x, 1, "input")
         norm_axis(self, self.axis, x.type.rank)
         return [x.type]
+
+    def fn(self, xu: np.ndarray, axis: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def compute(self, x):
+        a = self.axis % x.ndim
+        if x.shape[a] == 0:
+            return [x.copy()]
+        xu = x.astype(_work(x.dtype), copy=False)
+        with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+            return [self.fn(xu, a).astype(x.dtype)]
+
+
+@dataclass(frozen=True, eq=False)
+class LpNormalization(_AxisOp):
+    """y = x / ||x||_p along ``axis`` (p = 1 or 2); 0 where the norm is 0."""
+
+    p: int = 2
+    since: ClassVar = 22
+    flops_per_element: ClassVar = 3
+
+    def validate(self):
+        if self.p not in (1, 2):
+            raise self.fail(f"p must be 1 or 2, got {self.p}")
 
     def compute(self, x):
         a = self.axis % x.ndim
@@ -416,32 +421,6 @@ class MeanVarianceNormalization(_Norm):
 # ---------------------------------------------------------------------------------------------
 # Softmax family (the opset-13 per-axis form; older forms are converted on import)
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, eq=False)
-class _AxisOp(_Norm):
-    axis: int = -1
-    inputs: ClassVar = ("input",)
-    outputs: ClassVar = ("output",)
-    since: ClassVar = 13
-
-    def infer(self, ins):
-        (x,) = ins
-        check_dtype(self, x, STD_FLOATS)
-        _check_rank(self, x, 1, "input")
-        norm_axis(self, self.axis, x.type.rank)
-        return [x.type]
-
-    def fn(self, xu: np.ndarray, axis: int) -> np.ndarray:
-        raise NotImplementedError
-
-    def compute(self, x):
-        a = self.axis % x.ndim
-        if x.shape[a] == 0:
-            return [x.copy()]
-        xu = x.astype(_work(x.dtype), copy=False)
-        with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
-            return [self.fn(xu, a).astype(x.dtype)]
-
 
 def _shifted(xu: np.ndarray, axis: int) -> np.ndarray:
     m = xu.max(axis=axis, keepdims=True)
@@ -587,14 +566,14 @@ class _Loss(OpDef):
         check_dtype(self, target, _INDEX_TYPES, tname)
         _check_rank(self, x, 2, f"{xname} (N x C x D1 ...)")
         expect = (x.shape[0],) + x.shape[2:]
-        if target.type.rank != len(expect) or not all(_dim_eq(a, b) for a, b in zip(target.shape, expect)):
+        if target.type.rank != len(expect) or not all(dims_agree(a, b) for a, b in zip(target.shape, expect)):
             raise self.fail(f"{tname} {target.type} must have {xname}'s shape without the class axis 1 "
                             f"({xname} is {x.type})")
         if weight is not None:
             if weight.dtype != x.dtype:
                 raise self.fail(f"{wname} has element type {weight.dtype}, {xname} {x.dtype}: they must match")
             _check_channel_vector(self, weight, x.shape[1], wname)
-        shape = tuple(_merge_dim(a, b) for a, b in zip(target.shape, expect))
+        shape = tuple(precise_dim(a, b) for a, b in zip(target.shape, expect))
         return TensorType(x.dtype, shape if self.reduction == "none" else ())
 
     def cost(self, ins, outs):

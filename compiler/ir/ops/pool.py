@@ -14,13 +14,10 @@ import numpy as np
 
 from ..types import DType, TensorType
 from .base import STD_FLOATS, Cost, OpDef, Pattern, check_dtype, known_ints
-from .conv import check_window_attrs, compute_dtype, pad_to, resolve_geometry, spatial_attrs, tap, window_dims
+from .common import check_flags, compute_dtype, is_static
+from .conv import check_window_attrs, pad_to, resolve_geometry, spatial_attrs, tap, window_dims
 
 _MAXPOOL_DTYPES = STD_FLOATS | {DType.i8, DType.u8}
-
-
-def _static(d) -> bool:
-    return isinstance(d, int)
 
 
 def _tap_counts(sizes, pads_begin, pads_end, out, ks, strides, dilations, include_pad: bool) -> np.ndarray:
@@ -57,8 +54,7 @@ class _Pool(OpDef):
             raise self.fail("kernel_shape is required (the pooling window's size per spatial axis)")
         check_window_attrs(self, auto_pad=self.auto_pad, strides=self.strides, dilations=self.dilations,
                            pads=self.pads, kernel_shape=self.kernel_shape)
-        if self.ceil_mode not in (0, 1):
-            raise self.fail(f"ceil_mode must be 0 or 1, got {self.ceil_mode}")
+        check_flags(self, "ceil_mode")
 
     def _attrs(self, rank: int):
         nd = len(self.kernel_shape)
@@ -85,6 +81,13 @@ class _Pool(OpDef):
                                        bool(self.ceil_mode))
         lengths = [(o - 1) * s + (k - 1) * d + 1 for o, s, d, k in zip(out, strides, dilations, ks)]
         return lengths, out, pb, pe, strides, dilations
+
+    def _sum_taps(self, xp, out, strides, dilations) -> np.ndarray:
+        """The sum over each window of the padded buffer ``xp`` (in its element type)."""
+        acc = np.zeros(xp.shape[:2] + tuple(out), dtype=xp.dtype)
+        for kk in np.ndindex(*self.kernel_shape):
+            acc += xp[tap(kk, strides, dilations, out)]
+        return acc
 
     def cost(self, ins, outs):
         return Cost(math.prod(self.kernel_shape) * (outs[0].numel or 0), super().cost(ins, outs).bytes)
@@ -155,16 +158,12 @@ class AveragePool(_Pool):
 
     def validate(self):
         super().validate()
-        if self.count_include_pad not in (0, 1):
-            raise self.fail(f"count_include_pad must be 0 or 1, got {self.count_include_pad}")
+        check_flags(self, "count_include_pad")
 
     def compute(self, x):
         lengths, out, pb, pe, strides, dilations = self._window(x)
         ct = compute_dtype(x.dtype)
-        xp = pad_to(x.astype(ct, copy=False), pb, lengths, 0)
-        acc = np.zeros(x.shape[:2] + tuple(out), dtype=ct)
-        for kk in np.ndindex(*self.kernel_shape):
-            acc += xp[tap(kk, strides, dilations, out)]
+        acc = self._sum_taps(pad_to(x.astype(ct, copy=False), pb, lengths, 0), out, strides, dilations)
         counts = _tap_counts(x.shape[2:], pb, pe, out, self.kernel_shape, strides, dilations,
                              bool(self.count_include_pad))
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -189,10 +188,7 @@ class LpPool(_Pool):
         ct = compute_dtype(x.dtype)
         a = np.abs(x.astype(ct, copy=False))
         a = a if self.p == 1 else a * a if self.p == 2 else a ** self.p
-        ap = pad_to(a, pb, lengths, 0)
-        acc = np.zeros(x.shape[:2] + tuple(out), dtype=ct)
-        for kk in np.ndindex(*self.kernel_shape):
-            acc += ap[tap(kk, strides, dilations, out)]
+        acc = self._sum_taps(pad_to(a, pb, lengths, 0), out, strides, dilations)
         y = acc if self.p == 1 else np.sqrt(acc) if self.p == 2 else acc ** (1.0 / self.p)
         return [y.astype(x.dtype, copy=False)]
 
@@ -282,7 +278,7 @@ class MaxUnpool(OpDef):
     def _default_dims(self, in_dims):
         nd = len(self.kernel_shape)
         strides, _, pads = spatial_attrs(self, nd, self.strides, (), self.pads)
-        return tuple((d - 1) * strides[i] + self.kernel_shape[i] - pads[i] - pads[nd + i] if _static(d) else None
+        return tuple((d - 1) * strides[i] + self.kernel_shape[i] - pads[i] - pads[nd + i] if is_static(d) else None
                      for i, d in enumerate(in_dims))
 
     def infer(self, ins):
@@ -293,13 +289,13 @@ class MaxUnpool(OpDef):
         if x.type.rank != nd + 2:
             raise self.fail(f"kernel_shape {list(self.kernel_shape)} has {nd} spatial axes, so X must have rank "
                             f"{nd + 2}, got {x.type}")
-        if idx.type.rank != x.type.rank or any(_static(a) and _static(b) and a != b
+        if idx.type.rank != x.type.rank or any(is_static(a) and is_static(b) and a != b
                                               for a, b in zip(idx.shape, x.shape)):
             raise self.fail(f"I must have X's shape {x.type}, got {idx.type}")
         if shape is None:
             return [x.type.with_shape(x.shape[:2] + self._default_dims(x.shape[2:]))]
         check_dtype(self, shape, {DType.i64}, "output_shape")
-        if shape.type.rank != 1 or (_static(shape.shape[0]) and shape.shape[0] != x.type.rank):
+        if shape.type.rank != 1 or (is_static(shape.shape[0]) and shape.shape[0] != x.type.rank):
             raise self.fail(f"output_shape must be a 1-D int64 tensor of X's rank {x.type.rank}, got {shape.type}")
         dims = known_ints(shape)
         if dims is None:
@@ -349,7 +345,7 @@ class MaxRoiPool(OpDef):
             raise self.fail(f"rois must have X's element type {x.dtype}, got {rois.dtype}")
         if x.type.rank != 4:
             raise self.fail(f"X must have rank 4 (N, C, H, W), got {x.type}")
-        if rois.type.rank != 2 or (_static(rois.shape[1]) and rois.shape[1] != 5):
+        if rois.type.rank != 2 or (is_static(rois.shape[1]) and rois.shape[1] != 5):
             raise self.fail(f"rois must have shape (num_rois, 5): batch_index, x1, y1, x2, y2; got {rois.type}")
         return [x.type.with_shape((rois.shape[0], x.shape[1]) + tuple(self.pooled_shape))]
 

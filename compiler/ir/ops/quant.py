@@ -23,6 +23,7 @@ import numpy as np
 from ..graph import Value
 from ..types import DType, TensorType
 from .base import ANY, STD_FLOATS, Cost, OpDef, OpError, Pattern, broadcast_shapes, check_dtype
+from .common import check_flags, is_static
 from .elementwise import cast_array
 
 _F8 = frozenset({DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz})
@@ -42,10 +43,6 @@ QLINEAR_TYPES = INT8 | _F8
 
 def _names(dts) -> str:
     return ", ".join(sorted(d.short for d in dts))
-
-
-def _static(d) -> bool:
-    return isinstance(d, int)
 
 
 def _is_scalar(t: TensorType) -> bool:
@@ -108,7 +105,7 @@ class _Linear(OpDef):
                                 f"input's rank {x.rank}, got {scale}")
             axis = self._axis(x.rank)
             for i, (d, s) in enumerate(zip(x.shape, scale.shape)):
-                if not (_static(d) and _static(s)):
+                if not (is_static(d) and is_static(s)):
                     continue
                 if i != axis and d != s:
                     raise self.fail(f"blocked scale {scale} must match the input {x} except along axis {axis} "
@@ -124,7 +121,7 @@ class _Linear(OpDef):
                             "quantization); per-tensor scales are scalars, per-axis scales 1-D")
         axis = self._axis(x.rank)
         d, s = x.shape[axis], scale.shape[0]
-        if _static(d) and _static(s) and d != s:
+        if is_static(d) and is_static(s) and d != s:
             raise self.fail(f"per-axis scale {scale} must have the length of input dimension {axis} ({d})")
         return "axis", axis
 
@@ -164,8 +161,7 @@ class QuantizeLinear(_Linear):
 
     def validate(self):
         super().validate()
-        if self.saturate not in (0, 1):
-            raise self.fail(f"saturate must be 0 or 1, got {self.saturate}")
+        check_flags(self, "saturate")
         if self.output_dtype is not None and self.output_dtype not in QUANT_TYPES:
             raise self.fail(f"output_dtype {self.output_dtype} is not a quantized type ({_names(QUANT_TYPES)})")
         if self.precision is not None and self.precision not in STD_FLOATS:
@@ -286,7 +282,7 @@ def _matmul_shape(op: OpDef, a: TensorType, b: TensorType) -> tuple:
         raise op.fail(f"matmul operands must have rank >= 1, got {a} and {b}")
     sa = (1,) + a.shape if a.rank == 1 else a.shape
     sb = b.shape + (1,) if b.rank == 1 else b.shape
-    if _static(sa[-1]) and _static(sb[-2]) and sa[-1] != sb[-2]:
+    if is_static(sa[-1]) and is_static(sb[-2]) and sa[-1] != sb[-2]:
         raise op.fail(f"inner dimensions differ: {a} has K={sa[-1]}, {b} has K={sb[-2]}")
     try:
         batch = broadcast_shapes(sa[:-2], sb[:-2])
@@ -302,10 +298,10 @@ def _row_param(op: OpDef, what: str, p: TensorType, a: TensorType) -> None:
     if p.rank == 1:
         if a.rank < 2:
             raise op.fail(f"{what} {p} must be a scalar for a 1-D operand {a}")
-        if _static(p.shape[0]) and _static(a.shape[-2]) and p.shape[0] != a.shape[-2]:
+        if is_static(p.shape[0]) and is_static(a.shape[-2]) and p.shape[0] != a.shape[-2]:
             raise op.fail(f"per-row {what} {p} must have M={a.shape[-2]} elements (the operand is {a})")
         return
-    if p.rank != a.rank or (_static(p.shape[-1]) and p.shape[-1] != 1):
+    if p.rank != a.rank or (is_static(p.shape[-1]) and p.shape[-1] != 1):
         raise op.fail(f"{what} {p} must be a scalar, an M-vector, or of shape [..., M, 1] for {a}")
 
 
@@ -316,10 +312,10 @@ def _col_param(op: OpDef, what: str, p: TensorType, b: TensorType) -> None:
     if p.rank == 1:
         if b.rank < 2:
             raise op.fail(f"{what} {p} must be a scalar for a 1-D operand {b}")
-        if _static(p.shape[0]) and _static(b.shape[-1]) and p.shape[0] != b.shape[-1]:
+        if is_static(p.shape[0]) and is_static(b.shape[-1]) and p.shape[0] != b.shape[-1]:
             raise op.fail(f"per-column {what} {p} must have N={b.shape[-1]} elements (the operand is {b})")
         return
-    if p.rank != b.rank or (_static(p.shape[-2]) and p.shape[-2] != 1):
+    if p.rank != b.rank or (is_static(p.shape[-2]) and p.shape[-2] != 1):
         raise op.fail(f"{what} {p} must be a scalar, an N-vector, or of shape [..., 1, N] for {b}")
 
 
@@ -349,7 +345,7 @@ def _matmul_cost(ins, outs) -> Cost:
     k = ins[0].shape[-1]
     n = outs[0].numel
     moved = sum((t.nbytes or 0) for t in list(ins) + list(outs) if t is not None)
-    return Cost(2 * n * k if _static(k) and n is not None else 0, moved)
+    return Cost(2 * n * k if is_static(k) and n is not None else 0, moved)
 
 
 @dataclass(frozen=True, eq=False)
@@ -477,7 +473,7 @@ class _ConvBased(OpDef):
     def cost(self, ins, outs) -> Cost:
         """2 FLOPs per multiply-add: C/group * prod(kernel) per output element."""
         w = ins[self.inputs.index("w")]
-        per_out = w.numel // w.shape[0] if w.numel and _static(w.shape[0]) and w.shape[0] else 0
+        per_out = w.numel // w.shape[0] if w.numel and is_static(w.shape[0]) and w.shape[0] else 0
         return Cost(2 * (outs[0].numel or 0) * per_out, OpDef.cost(self, ins, outs).bytes)
 
 
@@ -485,7 +481,7 @@ def _channel_param(op: OpDef, what: str, p: TensorType, w: TensorType) -> None:
     """W's scale/zero point: per tensor, or one per output channel (1-D of length M)."""
     if _is_scalar(p):
         return
-    if p.rank != 1 or (_static(p.shape[0]) and _static(w.shape[0]) and p.shape[0] != w.shape[0]):
+    if p.rank != 1 or (is_static(p.shape[0]) and is_static(w.shape[0]) and p.shape[0] != w.shape[0]):
         raise op.fail(f"{what} {p} must be a scalar or have one value per output channel (M={w.shape[0]})")
 
 
@@ -551,7 +547,7 @@ class QLinearConv(_ConvBased):
         shape = self.conv_shape(x, w)
         if bias is not None:
             check_dtype(self, bias, {DType.i32}, "B")
-            if bias.type.rank != 1 or (_static(bias.shape[0]) and _static(w.shape[0])
+            if bias.type.rank != 1 or (is_static(bias.shape[0]) and is_static(w.shape[0])
                                        and bias.shape[0] != w.shape[0]):
                 raise self.fail(f"B must be 1-D with one value per output channel (M={w.shape[0]}), "
                                 f"got {bias.type}")

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..types import DType, TensorType
 from .base import STD_FLOATS, Cost, OpDef, Pattern, check_dtype, same_dtype
+from .common import check_flags, dims_agree, precise_dim
 
 # name -> (fn(x, alpha, beta), default alpha or None if it takes none, default beta or None)
 _ACTIVATIONS: dict[str, tuple[Callable, float | None, float | None]] = {
@@ -59,20 +60,6 @@ class _Act:
 
     def __call__(self, x):
         return self.fn(x, self.alpha, self.beta)
-
-
-def _dims_agree(a, b) -> bool:
-    return not (isinstance(a, int) and isinstance(b, int) and a != b)
-
-
-def _first_known(*dims):
-    for d in dims:
-        if isinstance(d, int):
-            return d
-    for d in dims:
-        if d is not None:
-            return d
-    return None
 
 
 def _work(a: np.ndarray | None) -> np.ndarray | None:
@@ -176,7 +163,7 @@ class _Recurrent(OpDef):
         rows = w.shape[1]
         hid = self.hidden_size
         if hid is None:
-            hid = _first_known(r.shape[2], rows // g if isinstance(rows, int) and rows % g == 0 else None)
+            hid = precise_dim(r.shape[2], rows // g if isinstance(rows, int) and rows % g == 0 else None)
         checks = [("W", w.shape, (nd, g * hid if isinstance(hid, int) else None, isz)),
                   ("R", r.shape, (nd, g * hid if isinstance(hid, int) else None, hid))]
         if b is not None:
@@ -190,14 +177,14 @@ class _Recurrent(OpDef):
         if p is not None:
             checks.append(("P", p.shape, (nd, 3 * hid if isinstance(hid, int) else None)))
         for name, got, want in checks:
-            if not all(_dims_agree(a, c) for a, c in zip(got, want)):
+            if not all(dims_agree(a, c) for a, c in zip(got, want)):
                 dims = ", ".join("?" if d is None else str(d) for d in want)
                 raise self.fail(f"{name} has shape {list(got)}, expected [{dims}] (direction={self.direction}, "
                                 f"layout={self.layout}, {g} gate(s), hidden_size={hid})")
         if isinstance(rows, int) and rows % g:
             raise self.fail(f"W has {rows} rows, not a multiple of the {g} gates")
-        hid = _first_known(hid, r.shape[2])
-        batch = _first_known(batch, *(s.shape[1 if self.layout == 0 else 0] for s in states if s is not None),
+        hid = precise_dim(hid, r.shape[2])
+        batch = precise_dim(batch, *(s.shape[1 if self.layout == 0 else 0] for s in states if s is not None),
                              lens.shape[0] if lens is not None else None)
         y = (seq, nd, batch, hid) if self.layout == 0 else (batch, seq, nd, hid)
         state = (nd, batch, hid) if self.layout == 0 else (batch, nd, hid)
@@ -300,8 +287,7 @@ class GRU(_Recurrent):
     default_activations: ClassVar = ("Sigmoid", "Tanh")
 
     def validate(self):
-        if self.linear_before_reset not in (0, 1):
-            raise self.fail(f"linear_before_reset must be 0 or 1, got {self.linear_before_reset}")
+        check_flags(self, "linear_before_reset")
         super().validate()
 
     def _step(self, acts, xw, rt, rb, p, states):
@@ -334,8 +320,7 @@ class LSTM(_Recurrent):
     num_states: ClassVar = 2
 
     def validate(self):
-        if self.input_forget not in (0, 1):
-            raise self.fail(f"input_forget must be 0 or 1, got {self.input_forget}")
+        check_flags(self, "input_forget")
         super().validate()
 
     def _step(self, acts, xw, rt, rb, p, states):

@@ -15,17 +15,14 @@ import numpy as np
 
 from ..types import DType, TensorType
 from .base import STD_NUMERIC, Cost, OpDef, Pattern, check_dtype, known_ints, norm_axis
+from .common import check_flags, is_narrow_float, widen_narrow
 
 _INDEX_TYPES = frozenset({DType.i32, DType.i64})
 
 
-def _is_narrow_float(dt: np.dtype) -> bool:
-    return dt.kind not in "iubO" and dt.itemsize <= 2
-
-
 def _work(x: np.ndarray, int_as_float: bool) -> np.ndarray:
     """x in the type the arithmetic runs in: f32 for narrow floats, f64 for integers if asked."""
-    if _is_narrow_float(x.dtype):
+    if is_narrow_float(x.dtype):
         return x.astype(np.float32)
     if int_as_float and x.dtype.kind in "iu":
         return x.astype(np.float64)
@@ -74,9 +71,7 @@ class Reduce(OpDef):
         raise NotImplementedError
 
     def validate(self):
-        for attr in ("keepdims", "noop_with_empty_axes"):
-            if getattr(self, attr) not in (0, 1):
-                raise self.fail(f"{attr} must be 0 or 1, got {getattr(self, attr)}")
+        check_flags(self, "keepdims", "noop_with_empty_axes")
 
     def resolve_axes(self, rank: int, axes: Sequence[int]) -> tuple[int, ...]:
         """The sorted, non-negative axes reduced over, for a given axes list."""
@@ -263,9 +258,7 @@ class ArgReduce(OpDef):
         raise NotImplementedError
 
     def validate(self):
-        for attr in ("keepdims", "select_last_index"):
-            if getattr(self, attr) not in (0, 1):
-                raise self.fail(f"{attr} must be 0 or 1, got {getattr(self, attr)}")
+        check_flags(self, "keepdims", "select_last_index")
 
     def infer(self, ins):
         (x,) = ins
@@ -283,7 +276,7 @@ class ArgReduce(OpDef):
 
     def compute(self, x):
         ax = norm_axis(self, self.axis, x.ndim)
-        w = x.astype(np.float32) if _is_narrow_float(x.dtype) else x
+        w = widen_narrow(x)
         if self.select_last_index:
             idx = (x.shape[ax] - 1) - self.fn(np.flip(w, ax), ax)
         else:
@@ -330,9 +323,7 @@ class Cumulative(OpDef):
         raise NotImplementedError
 
     def validate(self):
-        for attr in ("exclusive", "reverse"):
-            if getattr(self, attr) not in (0, 1):
-                raise self.fail(f"{attr} must be 0 or 1, got {getattr(self, attr)}")
+        check_flags(self, "exclusive", "reverse")
 
     def infer(self, ins):
         x, axis = ins
@@ -349,7 +340,7 @@ class Cumulative(OpDef):
 
     def compute(self, x, axis):
         ax = norm_axis(self, int(np.asarray(axis).ravel()[0]), x.ndim)
-        w = x.astype(np.float32) if _is_narrow_float(x.dtype) else x
+        w = widen_narrow(x)
         if self.reverse:
             w = np.flip(w, ax)
         n = w.shape[ax]

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..types import DType, TensorType
 from .base import STD_FLOATS, STD_NUMERIC, Cost, OpDef, check_dtype, known_ints, norm_axis, same_dtype
+from .common import check_flags
 from .indexing import _I64, _check_same_dims, _known_array
 
 
@@ -362,8 +363,7 @@ class GridSample(OpDef):
             raise self.fail(f"mode must be linear, nearest or cubic, got {self.mode!r}")
         if self.padding_mode not in ("zeros", "border", "reflection"):
             raise self.fail(f"padding_mode must be zeros, border or reflection, got {self.padding_mode!r}")
-        if self.align_corners not in (0, 1):
-            raise self.fail(f"align_corners must be 0 or 1, got {self.align_corners}")
+        check_flags(self, "align_corners")
 
     def infer(self, ins):
         x, grid = ins
@@ -453,8 +453,7 @@ class AffineGrid(OpDef):
     since: ClassVar = 20
 
     def validate(self):
-        if self.align_corners not in (0, 1):
-            raise self.fail(f"align_corners must be 0 or 1, got {self.align_corners}")
+        check_flags(self, "align_corners")
 
     def infer(self, ins):
         theta, size = ins
@@ -615,8 +614,7 @@ class NonMaxSuppression(OpDef):
     since: ClassVar = 11
 
     def validate(self):
-        if self.center_point_box not in (0, 1):
-            raise self.fail(f"center_point_box must be 0 or 1, got {self.center_point_box}")
+        check_flags(self, "center_point_box")
 
     def infer(self, ins):
         boxes, scores = ins[0], ins[1]

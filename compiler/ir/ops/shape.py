@@ -21,6 +21,7 @@ import numpy as np
 from ..graph import Value
 from ..types import DType, TensorType
 from .base import Cost, OpDef, Pattern, check_dtype, known_ints, norm_axis
+from .common import check_flags
 
 #: integer element types accepted for shape-like operands (shapes, axes, pads, starts, ...)
 INDEX = frozenset({DType.i32, DType.i64})
@@ -139,11 +140,34 @@ def _shape_operand(op: OpDef, v: Value, what: str, allow_scalar: bool = False) -
     return n if isinstance(n, int) else None
 
 
+def _shape_entries(op: OpDef, v: Value, what: str, role: str = "is the output rank",
+                   allow_negative: bool = False) -> list:
+    """The entries of a 1-D shape operand (``shape_dims``: ints, symbols, None). Its length must be
+    static (it ``role``); the entries must not be negative unless ``allow_negative`` (Reshape's -1)."""
+    n = _shape_operand(op, v, what)
+    dims = shape_dims(v)
+    if n is None or dims is None:
+        raise op.fail(f"the length of the shape operand ({v.type}) must be static: it {role}")
+    if not allow_negative and any(isinstance(d, int) and d < 0 for d in dims):
+        raise op.fail(f"shape {dims} has a negative entry")
+    return dims
+
+
 def _norm_axes(op: OpDef, axes, rank: int, what: str = "axes") -> list[int]:
     out = [norm_axis(op, a, rank, what[:-1] if what.endswith("s") else what) for a in axes]
     if len(set(out)) != len(out):
         raise op.fail(f"{what} {list(axes)} repeat an axis")
     return out
+
+
+def _axes_operand(op: OpDef, v: Value) -> tuple[list[int] | None, int | None]:
+    """(the known axes or None, their number) of Squeeze's / Unsqueeze's axes operand; the number must
+    be known when the axes are not (it fixes the output rank)."""
+    n = _shape_operand(op, v, "axes", allow_scalar=True)
+    axes = known_ints(v)
+    if axes is None and n is None:
+        raise op.fail("the number of axes must be known (it fixes the output rank)")
+    return axes, n
 
 
 def _ints(a: np.ndarray | None) -> list[int] | None:
@@ -189,15 +213,11 @@ class Reshape(_View):
     since: ClassVar = 14
 
     def validate(self):
-        if self.allowzero not in (0, 1):
-            raise self.fail(f"allowzero must be 0 or 1, got {self.allowzero}")
+        check_flags(self, "allowzero")
 
     def infer(self, ins):
         x, s = ins
-        n = _shape_operand(self, s, "shape")
-        entries = shape_dims(s)
-        if n is None or entries is None:
-            raise self.fail(f"the length of the shape operand ({s.type}) must be static: it is the output rank")
+        entries = _shape_entries(self, s, "shape", allow_negative=True)
         if self.allowzero and 0 in entries and -1 in entries:
             raise self.fail("shape may not hold both 0 and -1 when allowzero=1")
         if entries.count(-1) > 1:
@@ -308,11 +328,8 @@ class Squeeze(_View):
                                 f"{x.type} has dimension {bad[0][0]} = {bad[0][1] if bad[0][1] else '?'} "
                                 "(give the axes, or static input shapes)")
             return [TensorType(x.dtype, tuple(d for d in x.shape if d != 1))]
-        n = _shape_operand(self, axes_v, "axes", allow_scalar=True)
-        axes = known_ints(axes_v)
+        axes, n = _axes_operand(self, axes_v)
         if axes is None:
-            if n is None:
-                raise self.fail("the number of axes must be known (it fixes the output rank)")
             return [TensorType(x.dtype, (None,) * (r - n))]
         axes = _norm_axes(self, axes, r)
         for a in axes:
@@ -338,11 +355,8 @@ class Unsqueeze(_View):
 
     def infer(self, ins):
         x, axes_v = ins
-        n = _shape_operand(self, axes_v, "axes", allow_scalar=True)
-        axes = known_ints(axes_v)
+        axes, n = _axes_operand(self, axes_v)
         if axes is None:
-            if n is None:
-                raise self.fail("the number of axes must be known (it fixes the output rank)")
             return [TensorType(x.dtype, (None,) * (x.type.rank + n))]
         r = x.type.rank + len(axes)
         axes = set(_norm_axes(self, axes, r))
@@ -362,6 +376,7 @@ class Identity(_View):
     inputs: ClassVar = ("input",)
     outputs: ClassVar = ("output",)
     pattern: ClassVar = Pattern.ELEMWISE
+    tensors_only: ClassVar = False  # also passes sequences and optionals through
 
     def infer(self, ins):
         return [ins[0].type]
@@ -404,38 +419,43 @@ class Transpose(_Movement):
         return [np.transpose(x, self._perm(x.ndim))]
 
 
-def _check_mode(op, mode):
-    if mode not in ("DCR", "CRD"):
-        raise op.fail(f"mode must be 'DCR' or 'CRD', got {mode!r}")
-
-
-def _check_blocksize(op):
-    if op.blocksize is None or op.blocksize < 1:
-        raise op.fail(f"blocksize must be a positive integer (it is required), got {op.blocksize}")
-
-
 @dataclass(frozen=True, eq=False)
 
 
-class DepthToSpace(_Movement):
-    """[N, C, H, W] -> [N, C/b², H*b, W*b]; DCR: channels ordered (block row, block column, depth),
-    CRD: (depth, block row, block column)."""
+class _Blocks(_Movement):
+    """Base of DepthToSpace and SpaceToDepth: blocks of ``blocksize`` x ``blocksize`` pixels of a 4-D
+    [N, C, H, W] input moved between the channel and the spatial axes."""
 
     blocksize: int | None = None
     mode: str = "DCR"
     inputs: ClassVar = ("input",)
     outputs: ClassVar = ("output",)
-    since: ClassVar = 11
 
     def validate(self):
-        _check_blocksize(self)
-        _check_mode(self, self.mode)
+        if self.blocksize is None or self.blocksize < 1:
+            raise self.fail(f"blocksize must be a positive integer (it is required), got {self.blocksize}")
+        if self.mode not in ("DCR", "CRD"):
+            raise self.fail(f"mode must be 'DCR' or 'CRD', got {self.mode!r}")
+
+    def _dims(self, x) -> tuple:
+        """The input's [N, C, H, W] dimensions."""
+        if x.type.rank != 4:
+            raise self.fail(f"input must be 4-D [N, C, H, W], got {x.type}")
+        return x.shape
+
+
+@dataclass(frozen=True, eq=False)
+
+
+class DepthToSpace(_Blocks):
+    """[N, C, H, W] -> [N, C/b², H*b, W*b]; DCR: channels ordered (block row, block column, depth),
+    CRD: (depth, block row, block column)."""
+
+    since: ClassVar = 11
 
     def infer(self, ins):
         (x,) = ins
-        if x.type.rank != 4:
-            raise self.fail(f"input must be 4-D [N, C, H, W], got {x.type}")
-        n, c, h, w = x.shape
+        n, c, h, w = self._dims(x)
         b = self.blocksize
         if isinstance(c, int) and c % (b * b):
             raise self.fail(f"channels {c} of {x.type} are not a multiple of blocksize² = {b * b}")
@@ -456,24 +476,14 @@ class DepthToSpace(_Movement):
 @dataclass(frozen=True, eq=False)
 
 
-class SpaceToDepth(_Movement):
+class SpaceToDepth(_Blocks):
     """[N, C, H, W] -> [N, C*b², H/b, W/b], the inverse of DepthToSpace in the same mode."""
 
-    blocksize: int | None = None
-    mode: str = "DCR"
-    inputs: ClassVar = ("input",)
-    outputs: ClassVar = ("output",)
     since: ClassVar = 28
-
-    def validate(self):
-        _check_blocksize(self)
-        _check_mode(self, self.mode)
 
     def infer(self, ins):
         (x,) = ins
-        if x.type.rank != 4:
-            raise self.fail(f"input must be 4-D [N, C, H, W], got {x.type}")
-        n, c, h, w = x.shape
+        n, c, h, w = self._dims(x)
         b = self.blocksize
         for what, d in (("height", h), ("width", w)):
             if isinstance(d, int) and d % b:

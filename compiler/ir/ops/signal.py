@@ -13,6 +13,7 @@ import numpy as np
 
 from ..types import DType, TensorType
 from .base import STD_FLOATS, STD_NUMERIC, Cost, OpDef, Pattern, check_dtype, known_ints
+from .common import check_flags
 
 _INDEX = frozenset({DType.i32, DType.i64})
 
@@ -74,10 +75,7 @@ class DFT(OpDef):
     pattern: ClassVar = Pattern.OPAQUE
 
     def validate(self):
-        if self.inverse not in (0, 1):
-            raise self.fail(f"inverse must be 0 or 1, got {self.inverse}")
-        if self.onesided not in (0, 1):
-            raise self.fail(f"onesided must be 0 or 1, got {self.onesided}")
+        check_flags(self, "inverse", "onesided")
 
     def _axis(self, axis: int, rank: int) -> int:
         if not (-rank <= axis <= -2 or 0 <= axis <= rank - 2):
@@ -189,8 +187,7 @@ class STFT(OpDef):
     pattern: ClassVar = Pattern.OPAQUE
 
     def validate(self):
-        if self.onesided not in (0, 1):
-            raise self.fail(f"onesided must be 0 or 1, got {self.onesided}")
+        check_flags(self, "onesided")
 
     def infer(self, ins):
         sig, step, window, length = (list(ins) + [None, None])[:4]
@@ -283,8 +280,7 @@ class _Window(OpDef):
     coefficients: ClassVar[tuple[float, ...]] = ()
 
     def validate(self):
-        if self.periodic not in (0, 1):
-            raise self.fail(f"periodic must be 0 or 1, got {self.periodic}")
+        check_flags(self, "periodic")
         if self.output_datatype not in STD_NUMERIC:
             raise self.fail(f"output_datatype {self.output_datatype} is not supported (supported: "
                             f"{', '.join(sorted(d.short for d in STD_NUMERIC))})")

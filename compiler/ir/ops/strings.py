@@ -13,12 +13,9 @@ import numpy as np
 
 from ..types import DType, TensorType
 from .base import OpDef, OpError, Pattern, broadcast_shapes, check_dtype
+from .common import check_flags, text
 
 _STRING = frozenset({DType.string})
-
-
-def _text(s) -> str:
-    return s.decode("utf-8") if isinstance(s, bytes) else str(s)
 
 
 def _strings(items, shape) -> np.ndarray:
@@ -48,7 +45,7 @@ class StringConcat(OpDef):
 
     def compute(self, x, y):
         xs, ys = np.broadcast_arrays(x, y)
-        return [_strings([_text(a) + _text(b) for a, b in zip(xs.ravel(), ys.ravel())], xs.shape)]
+        return [_strings([text(a) + text(b) for a, b in zip(xs.ravel(), ys.ravel())], xs.shape)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +88,7 @@ class StringSplit(OpDef):
         return pieces
 
     def compute(self, x):
-        pieces = [self._split(_text(s)) for s in x.ravel()]
+        pieces = [self._split(text(s)) for s in x.ravel()]
         width = max((len(p) for p in pieces), default=0)
         padded = [p + [""] * (width - len(p)) for p in pieces]
         flat = [s for p in padded for s in p]
@@ -117,8 +114,7 @@ class StringNormalizer(OpDef):
     def validate(self):
         if self.case_change_action not in ("LOWER", "UPPER", "NONE"):
             raise self.fail(f"case_change_action must be LOWER, UPPER or NONE, got {self.case_change_action!r}")
-        if self.is_case_sensitive not in (0, 1):
-            raise self.fail(f"is_case_sensitive must be 0 or 1, got {self.is_case_sensitive}")
+        check_flags(self, "is_case_sensitive")
         loc = self.locale.split(".")[0].replace("-", "_").lower()
         if loc not in ("", "c", "posix") and not loc.startswith("en"):
             raise self.fail(f"locale {self.locale!r} is not supported (Kiln changes case the same way in "
@@ -141,7 +137,7 @@ class StringNormalizer(OpDef):
     def compute(self, x):
         if x.ndim not in (1, 2) or (x.ndim == 2 and x.shape[0] != 1):
             raise ValueError(f"StringNormalizer takes a [C] or [1, C] input, got shape {list(x.shape)}")
-        words = [_text(s) for s in x.reshape(-1)]
+        words = [text(s) for s in x.reshape(-1)]
         if self.is_case_sensitive:
             stop = set(self.stopwords)
             kept = [w for w in words if w not in stop]
@@ -278,7 +274,7 @@ class RegexFullMatch(OpDef):
 
     def compute(self, x):
         rx = self.compiled()
-        flat = [rx.fullmatch(_text(s)) is not None for s in x.ravel()]
+        flat = [rx.fullmatch(text(s)) is not None for s in x.ravel()]
         return [np.array(flat, dtype=np.bool_).reshape(x.shape)]
 
 

@@ -17,7 +17,8 @@ import numpy as np
 from ..types import DType, TensorType
 from .base import (STD_FLOATS, Cost, OpDef, Pattern, broadcast_shapes, check_dtype, known_ints, norm_axis,
                    same_dtype)
-from .shape import INDEX, _ints, _Movement, _norm_axes, _shape_operand, merge_dims, shape_dims
+from .common import check_flags
+from .shape import INDEX, _ints, _Movement, _norm_axes, _shape_entries, _shape_operand, merge_dims
 
 #: ends at or beyond this mean "to the end of the axis" even when the axis length is not known
 _TO_END = 2 ** 31 - 1
@@ -406,12 +407,7 @@ class Expand(_Movement):
 
     def infer(self, ins):
         x, s = ins
-        n = _shape_operand(self, s, "shape")
-        dims = shape_dims(s)
-        if n is None or dims is None:
-            raise self.fail(f"the length of the shape operand ({s.type}) must be static: it fixes the output rank")
-        if any(isinstance(d, int) and d < 0 for d in dims):
-            raise self.fail(f"shape {dims} has a negative entry")
+        dims = _shape_entries(self, s, "shape", "fixes the output rank")
         try:
             out = broadcast_shapes(x.shape, tuple(dims))
         except ValueError as e:
@@ -483,12 +479,7 @@ class ConstantOfShape(OpDef):
 
     def infer(self, ins):
         (s,) = ins
-        n = _shape_operand(self, s, "input shape")
-        dims = shape_dims(s)
-        if n is None or dims is None:
-            raise self.fail(f"the length of the shape operand ({s.type}) must be static: it is the output rank")
-        if any(isinstance(d, int) and d < 0 for d in dims):
-            raise self.fail(f"shape {dims} has a negative entry")
+        dims = _shape_entries(self, s, "input shape")
         return [TensorType(DType.from_numpy(self.fill.dtype), tuple(dims))]
 
     def compute(self, shape):
@@ -605,8 +596,7 @@ class Trilu(_Movement):
     since: ClassVar = 14
 
     def validate(self):
-        if self.upper not in (0, 1):
-            raise self.fail(f"upper must be 0 or 1, got {self.upper}")
+        check_flags(self, "upper")
 
     def infer(self, ins):
         x, k = (list(ins) + [None])[:2]

@@ -216,7 +216,15 @@ class Canonicalize(Pass):
         self.fired: dict[str, int] = {}
 
     def run(self, graph: Graph) -> bool:
-        self.fired = apply_rules(graph, self.rules, self.max_rounds)
-        if self.fired:
+        fired: dict[str, int] = {}
+        for body in graph.subgraphs():  # control-flow bodies are canonicalized too
+            self.run(body)
+            for k, v in self.fired.items():
+                fired[k] = fired.get(k, 0) + v
+        here = apply_rules(graph, self.rules, self.max_rounds)
+        if here:
             graph.remove_unused_constants()
-        return bool(self.fired)
+        for k, v in here.items():
+            fired[k] = fired.get(k, 0) + v
+        self.fired = fired
+        return bool(fired)

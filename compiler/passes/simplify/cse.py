@@ -17,12 +17,14 @@ def _const_key(v: Value):
 
 class EliminateCommonSubexpressions(Pass):
     """Identical constants become one; a node equal to an earlier one (same op, attributes and inputs)
-    is replaced by it. Ops that are not deterministic (``foldable = False``: random) are never merged."""
+    is replaced by it. Ops that are not deterministic (``foldable = False``: random) are never merged.
+    Each control-flow body is a scope of its own (nothing is merged across graphs); two control-flow
+    nodes merge only when they hold the very same body objects."""
 
     name = "eliminate-common-subexpressions"
 
     def run(self, graph: Graph) -> bool:
-        changed = False
+        changed = any([self.run(b) for b in graph.subgraphs()])
         seen_const: dict = {}
         for c in list(graph.constants):
             if c.const.nbytes > CONST_DEDUP_LIMIT or not c.uses:

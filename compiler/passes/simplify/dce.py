@@ -6,12 +6,13 @@ from ..manager import Pass
 
 
 class EliminateDead(Pass):
-    """Erase nodes whose results are all unused (to a fixed point), then unused constants."""
+    """Erase nodes whose results are all unused (to a fixed point), then unused constants; in
+    control-flow bodies too (a body's inputs stay: they are its signature)."""
 
     name = "eliminate-dead"
 
     def run(self, graph: Graph) -> bool:
-        changed = False
+        changed = any([self.run(b) for b in graph.subgraphs()])
         for node in reversed(list(graph.nodes)):
             if all(not v.uses for v in node.outputs):
                 graph.remove(node)

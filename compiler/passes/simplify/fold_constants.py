@@ -38,7 +38,7 @@ class FoldConstants(Pass):
         return None
 
     def run(self, graph: Graph) -> bool:
-        changed = False
+        changed = any([self.run(b) for b in graph.subgraphs()])  # bodies fold within themselves
         for node in list(graph.nodes):
             if self.foldable(node) is not None:
                 continue
