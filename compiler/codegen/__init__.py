@@ -1,0 +1,1 @@
+"""Code generation: kernels for the CPU (llvm/) and, later, CUDA."""

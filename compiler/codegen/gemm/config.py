@@ -1,0 +1,127 @@
+"""Blocking parameters of Kiln's sgemm, chosen per target from the CPU's vector features.
+
+The microkernel computes an ``MR x NR`` tile of C (``NR = NV * W``, W = float lanes of a vector
+register) with ``MR * NV`` vector accumulators; ``KC`` (depth of a packed panel), ``MC`` (rows of A
+packed at once) and ``NC`` (columns of B packed at once) size the packed panels for the caches:
+
+* a ``KC x NR`` micro-panel of B stays in L1 while the kernel sweeps the ``MC x KC`` block of A,
+* the ``MC x KC`` block of A stays in L2,
+* the ``KC x NC`` block of B stays in L2/L3.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    isa: str  # "avx512", "avx2", "sse" (baseline; the IR is generic, other targets use it too)
+    W: int  # float lanes of one vector register
+    MR: int  # rows of the register tile
+    NV: int  # vectors per row of the register tile
+    KC: int
+    MC: int
+    NC: int
+    unroll: int = 4  # unrolling of the microkernel's k loop
+    prefetch_b: int = 0  # k steps ahead to software-prefetch the packed B panel (0: none)
+    direct_b_max_m: int = 16  # M at or below which B (row-major) is read in place, not packed
+    par_min_flops: float = 3e6  # below 2*M*N*K = this, run on the calling thread only
+    tasks_per_thread: int = 2  # dynamic scheduling granularity (more: better balance, more packing)
+    max_threads: int = 64
+    pool_spin: int = 300  # sched_yield polls of an idle pool thread before it sleeps on its condvar
+    cpu: str = ""  # LLVM target cpu ("" = generic)
+    features: str = ""  # LLVM target features, e.g. "+avx2,+fma"
+
+    @property
+    def NR(self) -> int:
+        return self.NV * self.W
+
+    def replace(self, **kw) -> GemmConfig:
+        return dataclasses.replace(self, **kw)
+
+    def validate(self) -> None:
+        if self.W not in (4, 8, 16) or self.MR < 1 or self.NV < 1:
+            raise ValueError(f"bad register tile {self}")
+        if self.MC % self.MR or self.NC % self.NR:
+            raise ValueError(f"MC must be a multiple of MR and NC of NR: {self}")
+        if self.unroll < 1 or self.unroll & (self.unroll - 1):
+            raise ValueError("unroll must be a power of two")
+
+
+# Register tiles and blocks measured on the machines Kiln runs on (docs/gemm.md):
+#  AVX-512 (32 zmm): 12x32 -> 24 accumulators + 2 B vectors + 1 broadcast of A.
+#  AVX2+FMA (16 ymm): 4x24 -> 12 accumulators + 3 B vectors + 1 broadcast (7 loads per 12 FMAs;
+#    the classic 6x16 needs 8 and measured 5-25% slower on the big and the M=64 shapes).
+#  SSE (16 xmm, no FMA): 6x8, mul+add.
+PRESETS = {
+    "avx512": GemmConfig("avx512", W=16, MR=12, NV=2, KC=256, MC=192, NC=1024),
+    "avx2": GemmConfig("avx2", W=8, MR=4, NV=3, KC=256, MC=144, NC=1008),
+    "sse": GemmConfig("sse", W=4, MR=6, NV=2, KC=256, MC=144, NC=2048),
+}
+
+
+def host_isa() -> str:
+    """The widest ISA level of the host CPU that Kiln's GEMM has a preset for."""
+    import llvmlite.binding as llvm
+
+    feats = llvm.get_host_cpu_features()
+    if feats.get("avx512f") and feats.get("fma"):
+        return "avx512"
+    if feats.get("avx2") and feats.get("fma"):
+        return "avx2"
+    return "sse"
+
+
+_FEATURES = {
+    "avx512": "+sse4.2,+avx,+avx2,+fma,+f16c,+avx512f,+avx512vl,+avx512bw,+avx512dq",
+    "avx2": "+sse4.2,+avx,+avx2,+fma,+f16c",
+    "sse": "+sse4.2",
+}
+
+
+def config_for(isa: str | None = None, **overrides) -> GemmConfig:
+    """The preset for ``isa`` (default: the host's), with LLVM cpu/features filled in.
+
+    For the host ISA the host CPU name and all its features are used (best scheduling model); for
+    a narrower ISA on this host, or another machine's ISA, a generic cpu with only that ISA's
+    features, so the code runs on any CPU having them.
+    """
+    import llvmlite.binding as llvm
+
+    host = host_isa()
+    isa = isa or host
+    if isa not in PRESETS:
+        raise ValueError(f"unknown GEMM ISA {isa!r}; known: {sorted(PRESETS)}")
+    cfg = PRESETS[isa]
+    if llvm.get_process_triple().startswith(("x86_64", "i686", "i386")):
+        if isa == host:
+            cpu = llvm.get_host_cpu_name()
+            features = llvm.get_host_cpu_features().flatten()
+        else:
+            cpu = {"avx512": "skylake-avx512", "avx2": "haswell", "sse": "x86-64-v2"}[isa]
+            features = _FEATURES[isa]
+        cfg = cfg.replace(cpu=cpu, features=features)
+    cfg = cfg.replace(**overrides)
+    cfg.validate()
+    return cfg
+
+
+def config_for_target(target, **overrides) -> GemmConfig:
+    """The preset matching a ``compiler.codegen.llvm.target.Target`` (anything with ``isa``, a set
+    of feature names, and ``cpu``/``features`` strings), compiled for exactly that target.
+
+    >>> from compiler.codegen.llvm.target import target_for
+    >>> config_for_target(target_for("znver3")).isa
+    'avx2'
+    """
+    isa_set = set(getattr(target, "isa", ()))
+    if "avx512f" in isa_set and "fma" in isa_set:
+        isa = "avx512"
+    elif "avx2" in isa_set and "fma" in isa_set:
+        isa = "avx2"
+    else:
+        isa = "sse"
+    cfg = PRESETS[isa].replace(cpu=target.cpu, features=target.features).replace(**overrides)
+    cfg.validate()
+    return cfg

@@ -1,0 +1,960 @@
+"""Option B: Kiln's own sgemm, emitted as LLVM IR with llvmlite.
+
+``emit_gemm(module, cfg, prefix)`` adds to an ``llvmlite.ir.Module`` a complete, thread-parallel,
+BLIS-style single-precision GEMM:
+
+* a register-blocked ``MR x NR`` microkernel on ``<W x float>`` vectors (``llvm.fmuladd``, which is
+  one FMA instruction where the target has FMA), k loop unrolled; the M remainder of a block runs
+  through smaller kernels (one per set bit of it: 8, 4, 2, 1 rows), the N remainder through masked
+  loads/stores, so no edge tile is computed through a scratch buffer;
+* packing of A into ``MR``-row panels and of B into ``NR``-column panels (zero-padded), cache blocking
+  ``NC`` / ``KC`` / ``MC`` (see ``config.py``), transposed operands handled by the packing (a
+  transposed B is packed with ``W x W`` in-register transposes);
+* optional *pre-packed* operands (constant weights packed once, at load time), and reading a
+  row-major B in place when M is tiny (GEMV-like shapes: nothing to amortize packing over);
+* parallelism: the C matrix is cut into a grid of rectangular tasks (the grid that packs least,
+  ``tasks_per_thread`` tasks per thread), which the calling thread and up to ``nthreads - 1``
+  threads of a persistent pool take from an atomic counter (dynamic scheduling: a thread the OS
+  descheduled does not hold the others up, and the caller never waits for a thread that has not
+  started). The pool (POSIX threads, started on first use, one per emitted prefix) sleeps on a
+  condition variable between calls after a short ``sched_yield`` poll (``pool_spin``). A caller
+  that finds the pool busy with another caller's GEMM computes its own alone: concurrent calls
+  are safe and never oversubscribe. The per-call context is heap-allocated and reference-counted.
+
+The C ABI of the emitted functions (``prefix`` = ``kiln_sgemm`` by default; row-major, like CBLAS)::
+
+    int32 kiln_sgemm(int32 ta, int32 tb, int64 M, int64 N, int64 K, float alpha,
+                     const float *A, int64 lda, const float *B, int64 ldb, float beta,
+                     float *C, int64 ldc, int32 nthreads)
+        C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C ; ta/tb: 0 = as is, 1 = transposed,
+        2 = pre-packed (lda/ldb ignored). beta == 0 never reads C; K == 0 or alpha == 0 only
+        scales C (A and B are not read). nthreads <= 1: the calling thread only. Returns 0, or 1
+        when the calling thread could not allocate its packing buffers (C is then unchanged).
+    int64 kiln_sgemm_packed_a_size(int64 M, int64 K)        floats needed by a packed A
+    void  kiln_sgemm_pack_a(int32 ta, int64 M, int64 K, const float *A, int64 lda, float *Ap)
+    int64 kiln_sgemm_packed_b_size(int64 K, int64 N)
+    void  kiln_sgemm_pack_b(int32 tb, int64 K, int64 N, const float *B, int64 ldb, float *Bp)
+
+Packed layouts (also produced by ``pack_a_numpy`` / ``pack_b_numpy`` in Python): A as
+``ceil(M/MR)`` panels of ``K x MR`` (element (i, p) of panel i//MR at ``p*MR + i%MR``), B as
+``ceil(N/NR)`` panels of ``K x NR``; padding is zero. Packed buffers need no alignment (64 bytes
+is best).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+from llvmlite import ir
+
+from .config import GemmConfig
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F32 = ir.FloatType()
+FP = F32.as_pointer()
+I8P = I8.as_pointer()
+VOID = ir.VoidType()
+
+
+def c64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def cf(v: float) -> ir.Constant:
+    return ir.Constant(F32, v)
+
+
+# ----------------------------------------------------------------------------------------------
+# builder helpers
+
+
+class _Fn:
+    """A function under construction: its builder plus small integer/loop helpers."""
+
+    def __init__(self, fn: ir.Function):
+        self.fn = fn
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def alloca(self, ty, count=None, name=""):
+        """An alloca at the start of the entry block (static stack slot, promotable)."""
+        if self.b.block is self.fn.entry_basic_block:
+            return self.b.alloca(ty, count, name=name)
+        eb = ir.IRBuilder(self.fn.entry_basic_block)  # (llvmlite's builder positions are indices:
+        eb.position_at_start(self.fn.entry_basic_block)  # only insert before another block's b)
+        return eb.alloca(ty, count, name=name)
+
+    def block(self, name: str) -> ir.Block:
+        return self.fn.append_basic_block(name)
+
+    def min(self, x, y):
+        b = self.b
+        return b.select(b.icmp_signed("<", x, y), x, y)
+
+    def max(self, x, y):
+        b = self.b
+        return b.select(b.icmp_signed(">", x, y), x, y)
+
+    def ceildiv(self, x, d):
+        b = self.b
+        d = c64(d) if isinstance(d, int) else d
+        return b.sdiv(b.add(x, b.sub(d, c64(1))), d)
+
+    def roundup(self, x, d: int):
+        return self.b.mul(self.ceildiv(x, d), c64(d))
+
+    def at(self, ptr, idx):
+        return self.b.gep(ptr, [idx if isinstance(idx, ir.Value) else c64(idx)], inbounds=True)
+
+    @contextmanager
+    def loop(self, start, stop, step=1, name="i"):
+        """for (i = start; i < stop; i += step) — yields i (signed i64 compare)."""
+        b = self.b
+        start = c64(start) if isinstance(start, int) else start
+        step = c64(step) if isinstance(step, int) else step
+        pre = b.block
+        head, body, end = self.block(name + ".head"), self.block(name + ".body"), self.block(name + ".end")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, name)
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", i, stop), body, end)
+        b.position_at_end(body)
+        yield i
+        i.add_incoming(b.add(i, step), b.block)
+        b.branch(head)
+        b.position_at_end(end)
+
+    @contextmanager
+    def if_(self, cond, name="if"):
+        b = self.b
+        then, end = self.block(name + ".then"), self.block(name + ".end")
+        b.cbranch(cond, then, end)
+        b.position_at_end(then)
+        yield
+        b.branch(end)
+        b.position_at_end(end)
+
+    @contextmanager
+    def if_else(self, cond, name="if"):
+        """with f.if_else(c) as (then, otherwise): with then: ... ; with otherwise: ..."""
+        b = self.b
+        bt, bf, end = self.block(name + ".then"), self.block(name + ".else"), self.block(name + ".end")
+        b.cbranch(cond, bt, bf)
+
+        @contextmanager
+        def arm(blk):
+            b.position_at_end(blk)
+            yield
+            b.branch(end)
+
+        yield arm(bt), arm(bf)
+        b.position_at_end(end)
+
+
+def _new_fn(mod, name, ret, args, internal=True):
+    fn = ir.Function(mod, ir.FunctionType(ret, [a for a, _ in args]), name)
+    for a, (_, n) in zip(fn.args, args):
+        a.name = n
+    if internal:
+        fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    return fn
+
+
+def _declare(mod, name, ret, args):
+    if name in mod.globals:
+        return mod.globals[name]
+    return ir.Function(mod, ir.FunctionType(ret, args), name)
+
+
+# ----------------------------------------------------------------------------------------------
+# the generator
+
+
+class _GemmEmitter:
+    def __init__(self, mod: ir.Module, cfg: GemmConfig, prefix: str):
+        cfg.validate()
+        self.mod, self.cfg, self.p = mod, cfg, prefix
+        self.W, self.MR, self.NV, self.NR = cfg.W, cfg.MR, cfg.NV, cfg.NR
+        self.vec = ir.VectorType(F32, cfg.W)
+        self.vecp = self.vec.as_pointer()
+        self.fmuladd = _declare(mod, f"llvm.fmuladd.v{cfg.W}f32", self.vec, [self.vec] * 3)
+        self.prefetch = _declare(mod, "llvm.prefetch.p0", VOID, [I8P, I32, I32, I32])
+        # context of one call (shared by the threads)
+        self.ctx_fields = [
+            ("M", I64), ("N", I64), ("K", I64), ("alpha", F32), ("beta", F32),
+            ("A", FP), ("ars", I64), ("acs", I64), ("apacked", I1),
+            ("B", FP), ("brs", I64), ("bcs", I64), ("bpacked", I1), ("bdirect", I1),
+            ("C", FP), ("ldc", I64),
+            ("tm", I64), ("tn", I64), ("tiles_n", I64), ("ntasks", I64), ("kstep", I64),
+            ("abuf", I64), ("bbuf", I64), ("next", I64), ("done", I64), ("refs", I64),
+            ("helpers", I64), ("max_helpers", I64),
+        ]
+        self.ctx_index = {n: i for i, (n, _) in enumerate(self.ctx_fields)}
+        self.ctx_ty = ir.LiteralStructType([t for _, t in self.ctx_fields])
+
+    # -- small vector helpers
+    def splat(self, b, s):
+        v = b.insert_element(ir.Constant(self.vec, ir.Undefined), s, ir.Constant(I32, 0))
+        return b.shuffle_vector(v, ir.Constant(self.vec, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, self.W), [0] * self.W))
+
+    def vload(self, f, ptr, idx, align=4):
+        return f.b.load(f.b.bitcast(f.at(ptr, idx), self.vecp), align=align)
+
+    def vstore(self, f, val, ptr, idx, align=4):
+        f.b.store(val, f.b.bitcast(f.at(ptr, idx), self.vecp), align=align)
+
+    def field_ptr(self, b, ctx, name):
+        return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, self.ctx_index[name])], inbounds=True)
+
+    # -- microkernel -------------------------------------------------------------------------
+    def emit_microkernel(self, name: str, rows: int, b_kstride: int | None, nv: int | None = None):
+        """ukr(kc, a, b, [bks,] c, ldc, alpha, beta, nr): C[rows, nr] = alpha*Ap@Bp (+ beta*C).
+
+        a: ``rows`` rows of a packed A panel (k stride MR); b: a packed B panel (k stride NR) or,
+        when ``b_kstride`` is None, a row-major B read in place with k stride ``bks``. nr <= NR
+        (columns past nr are computed from B's zero padding and not stored: masked stores).
+        beta == 0 does not read C. With ``nv`` < NV only the first nv vectors of the panel are
+        computed (narrow N remainders: nr <= nv * W).
+        """
+        W, MR, NR, U = self.W, self.MR, self.NR, self.cfg.unroll
+        NV = nv or self.NV  # vectors computed (the panel's k stride stays NR)
+        # independent accumulator chains: with few rows, split the k loop into phases
+        phases = 1
+        while rows * NV * phases < 8 and phases < U:
+            phases *= 2
+        args = [(I64, "kc"), (FP, "a"), (FP, "b")]
+        if b_kstride is None:
+            args.append((I64, "bks"))
+        args += [(FP, "c"), (I64, "ldc"), (F32, "alpha"), (F32, "beta"), (I64, "nr")]
+        fn = _new_fn(self.mod, name, VOID, args)
+        fn.attributes.add("noinline")
+        f = _Fn(fn)
+        b = f.b
+        A = dict(zip([n for _, n in args], fn.args))
+        kc, a0, b0, c, ldc, nr = A["kc"], A["a"], A["b"], A["c"], A["ldc"], A["nr"]
+        bks = c64(b_kstride) if b_kstride is not None else A["bks"]
+        balign = 4  # packed buffers may come from the caller unaligned (vmovups costs nothing)
+        i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
+        for r in range(rows):  # prefetch the C tile (written at the end)
+            row = f.at(c, b.mul(c64(r), ldc))
+            for off in list(range(0, NR, 16)) + ([NR - 1] if NR % 16 else []):
+                b.call(self.prefetch, [b.bitcast(f.at(row, off), I8P), i32(1), i32(3), i32(1)])
+        zero = ir.Constant(self.vec, [0.0] * W)
+        nacc = rows * NV
+
+        def steps(ap, bp, accs, n):
+            accs = list(accs)
+            for u in range(n):
+                ph = (u % phases) * nacc
+                bv = [self.vload(f, bp, b.add(b.mul(c64(u), bks), c64(v * W)), balign)
+                      for v in range(NV)]
+                if self.cfg.prefetch_b and b_kstride is not None:
+                    # software prefetch of the packed B stream, prefetch_b k steps ahead
+                    for off in range(0, NR, 16):
+                        pf = f.at(bp, b.add(b.mul(c64(u + self.cfg.prefetch_b), bks), c64(off)))
+                        b.call(self.prefetch, [b.bitcast(pf, I8P), ir.Constant(I32, 0),
+                                               ir.Constant(I32, 3), ir.Constant(I32, 1)])
+                for r in range(rows):
+                    av = self.splat(b, b.load(f.at(ap, u * MR + r), align=4))
+                    for v in range(NV):
+                        k = ph + r * NV + v
+                        accs[k] = b.call(self.fmuladd, [av, bv[v], accs[k]])
+            return accs
+
+        def kloop(name, start, a_start, b_start, accs_in, step):
+            """for (k = start; k + step <= kc; k += step), pointers bumped; returns the exit phis."""
+            pre = b.block
+            head, body, end = f.block(name + ".head"), f.block(name + ".body"), f.block(name + ".end")
+            b.branch(head)
+            b.position_at_end(head)
+            k = b.phi(I64, "k")
+            ap = b.phi(FP, "ap")
+            bp = b.phi(FP, "bp")
+            accs = [b.phi(self.vec, f"acc{i}") for i in range(len(accs_in))]
+            for phi, v in zip([k, ap, bp] + accs, [start, a_start, b_start] + list(accs_in)):
+                phi.add_incoming(v, pre)
+            b.cbranch(b.icmp_signed("<=", b.add(k, c64(step)), kc), body, end)
+            b.position_at_end(body)
+            new = steps(ap, bp, accs, step)
+            nk = b.add(k, c64(step))
+            nap = f.at(ap, step * MR)
+            nbp = b.gep(bp, [b.mul(c64(step), bks)], inbounds=True)
+            for phi, v in zip([k, ap, bp] + accs, [nk, nap, nbp] + new):
+                phi.add_incoming(v, b.block)
+            b.branch(head)
+            b.position_at_end(end)
+            return k, ap, bp, accs
+
+        accs = [zero] * (nacc * phases)
+        k, ap, bp, accs = kloop("kmain", c64(0), a0, b0, accs, U)
+        if U > 1:
+            k, ap, bp, accs = kloop("krem", k, ap, bp, accs, 1)
+        for ph in range(1, phases):
+            accs[:nacc] = [b.fadd(x, y) for x, y in zip(accs[:nacc], accs[ph * nacc:(ph + 1) * nacc])]
+        accs = accs[:nacc]
+
+        # epilogue: C = alpha*acc (+ beta*C); full panels with plain stores, the N edge masked
+        alpha_v = self.splat(b, A["alpha"])
+        beta_v = self.splat(b, A["beta"])
+        vals = [b.fmul(acc, alpha_v) for acc in accs]
+        full = b.icmp_signed("==", nr, c64(NV * W))
+        beta0 = b.fcmp_ordered("==", A["beta"], cf(0.0))
+        mask_ty = ir.VectorType(I1, W)
+        iota = ir.Constant(ir.VectorType(I64, W), list(range(W)))
+        masks = []
+        for v in range(NV):
+            lim = b.insert_element(ir.Constant(ir.VectorType(I64, W), ir.Undefined),
+                                   b.sub(nr, c64(v * W)), i32(0))
+            lim = b.shuffle_vector(lim, ir.Constant(ir.VectorType(I64, W), ir.Undefined),
+                                   ir.Constant(ir.VectorType(I32, W), [0] * W))
+            masks.append(b.icmp_signed("<", iota, lim))
+        mstore = _declare(self.mod, f"llvm.masked.store.v{W}f32.p0", VOID,
+                          [self.vec, self.vecp, I32, mask_ty])
+        mload = _declare(self.mod, f"llvm.masked.load.v{W}f32.p0", self.vec,
+                         [self.vecp, I32, mask_ty, self.vec])
+
+        def store_all(masked, with_beta):
+            for r in range(rows):
+                row = f.at(c, b.mul(c64(r), ldc))
+                for v in range(NV):
+                    ptr = b.bitcast(f.at(row, v * W), self.vecp)
+                    val = vals[r * NV + v]
+                    if with_beta:
+                        old = (b.call(mload, [ptr, i32(4), masks[v], zero]) if masked
+                               else b.load(ptr, align=4))
+                        val = b.call(self.fmuladd, [old, beta_v, val])
+                    if masked:
+                        b.call(mstore, [val, ptr, i32(4), masks[v]])
+                    else:
+                        b.store(val, ptr, align=4)
+
+        with f.if_else(full, "full") as (then, otherwise):
+            for arm, masked in ((then, False), (otherwise, True)):
+                with arm:
+                    with f.if_else(beta0, "b0") as (t2, o2):
+                        with t2:
+                            store_all(masked, False)
+                        with o2:
+                            store_all(masked, True)
+        b.ret_void()
+        return fn
+
+    def edge_rows(self) -> list[int]:
+        """Row counts of the kernels that cover an M remainder (< MR): powers of two below MR."""
+        out, s = [], 1
+        while s < self.MR:
+            out.append(s)
+            s *= 2
+        return out[::-1]
+
+    # -- packing -----------------------------------------------------------------------------
+    def emit_pack_a(self, name):
+        """pack_a(A, ars, acs, i0, mc, p0, kc, dst): MR-row panels of A[i0:i0+mc, p0:p0+kc]."""
+        MR = self.MR
+        fn = _new_fn(self.mod, name, VOID, [(FP, "A"), (I64, "ars"), (I64, "acs"), (I64, "i0"),
+                                           (I64, "mc"), (I64, "p0"), (I64, "kc"), (FP, "dst")])
+        f = _Fn(fn)
+        b = f.b
+        Ap, ars, acs, i0, mc, p0, kc, dst = fn.args
+        with f.loop(0, mc, MR, "ii") as ii:
+            rows = f.min(c64(MR), b.sub(mc, ii))
+            d = f.at(dst, b.mul(b.sdiv(ii, c64(MR)), b.mul(kc, c64(MR))))
+            # row pointers (clamped to the last valid row; padding rows get zeros by select)
+            rowp = []
+            for r in range(MR):
+                rr = f.min(c64(r), b.sub(rows, c64(1)))
+                rowp.append(f.at(Ap, b.mul(b.add(b.add(i0, ii), rr), ars)))
+            with f.if_else(b.icmp_signed("==", rows, c64(MR)), "afull") as (then, otherwise):
+                with then:
+                    with f.loop(0, kc, 1, "p") as p:
+                        col = b.mul(b.add(p0, p), acs)
+                        for r in range(MR):
+                            b.store(b.load(f.at(rowp[r], col), align=4),
+                                    f.at(d, b.add(b.mul(p, c64(MR)), c64(r))), align=4)
+                with otherwise:
+                    with f.loop(0, kc, 1, "p") as p:
+                        col = b.mul(b.add(p0, p), acs)
+                        for r in range(MR):
+                            v = b.load(f.at(rowp[r], col), align=4)
+                            v = b.select(b.icmp_signed("<", c64(r), rows), v, cf(0.0))
+                            b.store(v, f.at(d, b.add(b.mul(p, c64(MR)), c64(r))), align=4)
+        b.ret_void()
+        return fn
+
+    def emit_pack_b(self, name):
+        """pack_b(B, brs, bcs, p0, kc, j0, nc, dst): NR-column panels of B[p0:p0+kc, j0:j0+nc]."""
+        W, NV, NR = self.W, self.NV, self.NR
+        fn = _new_fn(self.mod, name, VOID, [(FP, "B"), (I64, "brs"), (I64, "bcs"), (I64, "p0"),
+                                           (I64, "kc"), (I64, "j0"), (I64, "nc"), (FP, "dst")])
+        f = _Fn(fn)
+        b = f.b
+        Bp, brs, bcs, p0, kc, j0, nc, dst = fn.args
+        nfull = b.mul(b.sdiv(nc, c64(NR)), c64(NR))
+        rowmajor = b.icmp_signed("==", bcs, c64(1))
+        with f.if_(rowmajor, "rows"):
+            # row-major B, full panels: walk B row by row (sequential reads; one NR-wide piece
+            # to each panel) rather than panel by panel (strided reads that re-fetch lines)
+            panel = b.mul(kc, c64(NR))
+            with f.loop(0, kc, 1, "p") as p:
+                row = f.at(Bp, b.add(b.mul(b.add(p0, p), brs), j0))
+                drow = f.at(dst, b.mul(p, c64(NR)))
+                with f.loop(0, nfull, NR, "jj") as jj:
+                    dp = f.at(drow, b.mul(b.sdiv(jj, c64(NR)), panel))
+                    for v in range(NV):
+                        self.vstore(f, self.vload(f, row, b.add(jj, c64(v * W))), dp, v * W)
+        with f.loop(b.select(rowmajor, nfull, c64(0)), nc, NR, "jj") as jj:
+            cols = f.min(c64(NR), b.sub(nc, jj))
+            d = f.at(dst, b.mul(b.sdiv(jj, c64(NR)), b.mul(kc, c64(NR))))
+            j = b.add(j0, jj)
+            tr_ok = b.and_(b.icmp_signed("==", cols, c64(NR)), b.icmp_signed("==", brs, c64(1)))
+            with f.if_else(tr_ok, "btr") as (t2, o2):
+                with t2:  # transposed B (k contiguous): W x W register transposes
+                    self._pack_b_transposed(f, Bp, bcs, p0, kc, j, d)
+                with o2:  # edge panel / general strides: scalar, zero padding
+                    colp = []
+                    for cc in range(NR):
+                        ci = f.min(c64(cc), b.sub(cols, c64(1)))
+                        colp.append(f.at(Bp, b.mul(b.add(j, ci), bcs)))
+                    with f.loop(0, kc, 1, "p") as p:
+                        roff = b.mul(b.add(p0, p), brs)
+                        drow = f.at(d, b.mul(p, c64(NR)))
+                        for cc in range(NR):
+                            v = b.load(f.at(colp[cc], roff), align=4)
+                            v = b.select(b.icmp_signed("<", c64(cc), cols), v, cf(0.0))
+                            b.store(v, f.at(drow, cc), align=4)
+        b.ret_void()
+        return fn
+
+    def _transpose(self, b, rows):
+        """Transpose a W x W block held as W vectors (rows[i][j] -> out[j][i]) with shuffles.
+
+        Recursive block transpose: [[P, Q], [R, S]] -> [[P', R'], [Q', S']]. At block size h
+        (W/2, W/4, ..., 1) rows i and i+h (i in an even h-block) swap their off-diagonal h-blocks,
+        for all column blocks at once: two two-input shuffles per pair of vectors.
+        """
+        W = self.W
+        cur = list(rows)
+        mask_ty = ir.VectorType(I32, W)
+        h = W // 2
+        while h >= 1:
+            lo = ir.Constant(mask_ty, [j if (j // h) % 2 == 0 else W + j - h for j in range(W)])
+            hi = ir.Constant(mask_ty, [j + h if (j // h) % 2 == 0 else W + j for j in range(W)])
+            nxt = list(cur)
+            for i in range(W):
+                if (i // h) % 2 == 0:
+                    nxt[i] = b.shuffle_vector(cur[i], cur[i + h], lo)
+                    nxt[i + h] = b.shuffle_vector(cur[i], cur[i + h], hi)
+            cur = nxt
+            h //= 2
+        return cur
+
+    def _pack_b_transposed(self, f, Bp, bcs, p0, kc, j, d):
+        """Full NR panel of a transposed B (element (p, col) at B[col*bcs + p]) into d."""
+        W, NV, NR = self.W, self.NV, self.NR
+        b = f.b
+        colrow = [f.at(Bp, b.mul(b.add(j, c64(cc)), bcs)) for cc in range(NR)]
+        kmain = b.mul(b.sdiv(kc, c64(W)), c64(W))
+        with f.loop(0, kmain, W, "pt") as p:
+            off = b.add(p0, p)
+            for v in range(NV):
+                rows = [self.vload(f, colrow[v * W + i], off) for i in range(W)]  # rows: columns of B
+                cols = self._transpose(b, rows)  # cols[q] = B[p+q, j+v*W : j+v*W+W]
+                for q in range(W):
+                    self.vstore(f, cols[q], d, b.add(b.mul(b.add(p, c64(q)), c64(NR)), c64(v * W)))
+        with f.loop(kmain, kc, 1, "pr") as p:
+            off = b.add(p0, p)
+            drow = f.at(d, b.mul(p, c64(NR)))
+            for cc in range(NR):
+                b.store(b.load(f.at(colrow[cc], off), align=4), f.at(drow, cc), align=4)
+
+    # -- one task: C[i0:i1, j0:j1] -------------------------------------------------------------
+    def emit_task(self, name, ukr, ukr_direct, pack_a, pack_b):
+        cfg, MR, NR = self.cfg, self.MR, self.NR
+        fn = _new_fn(self.mod, name, VOID, [(self.ctx_ty.as_pointer(), "ctx"), (FP, "abuf"),
+                                           (FP, "bbuf"), (I64, "i0"), (I64, "i1"), (I64, "j0"),
+                                           (I64, "j1")])
+        f = _Fn(fn)
+        b = f.b
+        ctx, abuf, bbuf, i0, i1, j0, j1 = fn.args
+        g = {n: b.load(self.field_ptr(b, ctx, n)) for n, _ in self.ctx_fields
+             if n not in ("next", "done", "refs", "helpers", "max_helpers")}
+        K = g["K"]
+        with f.loop(j0, j1, cfg.NC, "jc") as jc:
+            nc = f.min(c64(cfg.NC), b.sub(j1, jc))
+            with f.loop(0, K, g["kstep"], "pc") as pc:
+                kc = f.min(g["kstep"], b.sub(K, pc))
+                beta = b.select(b.icmp_signed("==", pc, c64(0)), g["beta"], cf(1.0))
+                nfull = b.mul(b.sdiv(nc, c64(NR)), c64(NR))
+                # B: pre-packed, packed here, or (direct) read in place except the tail panel
+                bpre_base = f.at(g["B"], b.add(b.mul(b.sdiv(jc, c64(NR)), b.mul(K, c64(NR))),
+                                               b.mul(pc, c64(NR))))
+                with f.if_(b.not_(b.or_(g["bpacked"], g["bdirect"])), "packb"):
+                    b.call(pack_b, [g["B"], g["brs"], g["bcs"], pc, kc, jc, nc, bbuf])
+                with f.if_(b.and_(g["bdirect"], b.icmp_signed("<", nfull, nc)), "packtail"):
+                    b.call(pack_b, [g["B"], g["brs"], g["bcs"], pc, kc, b.add(jc, nfull),
+                                    b.sub(nc, nfull), bbuf])
+                bbase = b.select(g["bpacked"], bpre_base, bbuf)
+                bpstride = b.select(g["bpacked"], b.mul(K, c64(NR)), b.mul(kc, c64(NR)))
+                with f.loop(i0, i1, cfg.MC, "ic") as ic:
+                    mc = f.min(c64(cfg.MC), b.sub(i1, ic))
+                    apre_base = f.at(g["A"], b.add(b.mul(b.sdiv(ic, c64(MR)), b.mul(K, c64(MR))),
+                                                   b.mul(pc, c64(MR))))
+                    with f.if_(b.not_(g["apacked"]), "packa"):
+                        b.call(pack_a, [g["A"], g["ars"], g["acs"], ic, mc, pc, kc, abuf])
+                    abase = b.select(g["apacked"], apre_base, abuf)
+                    apstride = b.select(g["apacked"], b.mul(K, c64(MR)), b.mul(kc, c64(MR)))
+                    with f.loop(0, nc, NR, "jr") as jr:
+                        nr = f.min(c64(NR), b.sub(nc, jr))
+                        bptr = f.at(bbase, b.mul(b.sdiv(jr, c64(NR)), bpstride))
+                        direct = b.and_(g["bdirect"], b.icmp_signed("==", nr, c64(NR)))
+                        # in direct mode the packed tail panel is panel 0 of bbuf
+                        bptr = b.select(g["bdirect"], bbuf, bptr)
+                        bsrc = f.at(g["B"], b.add(b.mul(pc, g["brs"]), b.add(jc, jr)))
+                        cbase = f.at(g["C"], b.add(jc, jr))
+                        mfull = b.mul(b.sdiv(mc, c64(MR)), c64(MR))
+
+                        nvneed = f.ceildiv(nr, self.W)  # vectors the panel needs (< NV: narrow)
+
+                        def tile(rows, ir_, roff):
+                            aptr = f.at(abase, b.add(b.mul(b.sdiv(ir_, c64(MR)), apstride), roff))
+                            cptr = f.at(cbase, b.mul(b.add(b.add(ic, ir_), roff), g["ldc"]))
+                            with f.if_else(direct, "dir") as (then, otherwise):
+                                with then:  # (direct panels are always full)
+                                    b.call(ukr_direct[rows], [kc, aptr, bsrc, g["brs"], cptr,
+                                                              g["ldc"], g["alpha"], beta, nr])
+                                with otherwise:
+                                    args = [kc, aptr, bptr, cptr, g["ldc"], g["alpha"], beta, nr]
+                                    end = f.block("nv.end")
+                                    for nv in range(1, self.NV):  # narrow N remainders
+                                        blk, nxt = f.block(f"nv{nv}"), f.block(f"nv{nv}.not")
+                                        b.cbranch(b.icmp_signed("==", nvneed, c64(nv)), blk, nxt)
+                                        b.position_at_end(blk)
+                                        b.call(ukr[rows, nv], args)
+                                        b.branch(end)
+                                        b.position_at_end(nxt)
+                                    b.call(ukr[rows, self.NV], args)
+                                    b.branch(end)
+                                    b.position_at_end(end)
+
+                        with f.loop(0, mfull, MR, "ir") as ir_:
+                            tile(MR, ir_, c64(0))
+                        # the M remainder (< MR rows): one smaller kernel per set bit of it
+                        rem = b.sub(mc, mfull)
+                        for rows in self.edge_rows():
+                            has = b.icmp_signed("!=", b.and_(rem, c64(rows)), c64(0))
+                            with f.if_(has, f"m{rows}"):
+                                tile(rows, mfull, b.and_(rem, c64(~(2 * rows - 1))))
+        b.ret_void()
+        return fn
+
+    # -- threads ------------------------------------------------------------------------------
+    def emit_alloc(self, name):
+        """alloc(ctx, slots): posix_memalign the two packing buffers; 1 on success (else both null)."""
+        fn = _new_fn(self.mod, name, I1, [(self.ctx_ty.as_pointer(), "ctx"), (I8P.as_pointer(), "slots")])
+        f = _Fn(fn)
+        b = f.b
+        ctx, slots = fn.args
+        memalign = _declare(self.mod, "posix_memalign", I32, [I8P.as_pointer(), I64, I64])
+        free = _declare(self.mod, "free", VOID, [I8P])
+        ok = ir.Constant(I1, 1)
+        for i, fld in enumerate(("abuf", "bbuf")):
+            slot = b.gep(slots, [c64(i)])
+            b.store(ir.Constant(I8P, None), slot)
+            n = b.load(self.field_ptr(b, ctx, fld))
+            rc = b.call(memalign, [slot, c64(64), b.mul(f.max(n, c64(1)), c64(4))])
+            ok = b.and_(ok, b.icmp_signed("==", rc, ir.Constant(I32, 0)))
+        with f.if_(b.not_(ok), "fail"):
+            for i in range(2):
+                slot = b.gep(slots, [c64(i)])
+                b.call(free, [b.load(slot)])
+                b.store(ir.Constant(I8P, None), slot)
+        b.ret(ok)
+        return fn
+
+    def emit_run(self, name, task):
+        """run(ctx, abuf, bbuf): take tasks from the shared counter until none is left."""
+        fn = _new_fn(self.mod, name, VOID, [(self.ctx_ty.as_pointer(), "ctx"), (FP, "abuf"),
+                                           (FP, "bbuf")])
+        f = _Fn(fn)
+        b = f.b
+        ctx, abuf, bbuf = fn.args
+        g = {n: b.load(self.field_ptr(b, ctx, n)) for n in ("M", "N", "tm", "tn", "tiles_n", "ntasks")}
+        head, body, done = f.block("w.head"), f.block("w.body"), f.block("w.done")
+        b.branch(head)
+        b.position_at_end(head)
+        t = b.atomic_rmw("add", self.field_ptr(b, ctx, "next"), c64(1), "seq_cst")
+        b.cbranch(b.icmp_signed("<", t, g["ntasks"]), body, done)
+        b.position_at_end(body)
+        gi, gj = b.sdiv(t, g["tiles_n"]), b.srem(t, g["tiles_n"])
+        ii0, jj0 = b.mul(gi, g["tm"]), b.mul(gj, g["tn"])
+        ii1 = f.min(g["M"], b.add(ii0, g["tm"]))
+        jj1 = f.min(g["N"], b.add(jj0, g["tn"]))
+        b.call(task, [ctx, abuf, bbuf, ii0, ii1, jj0, jj1])
+        b.atomic_rmw("add", self.field_ptr(b, ctx, "done"), c64(1), "seq_cst")
+        b.branch(head)
+        b.position_at_end(done)
+        b.ret_void()
+        return fn
+
+    def emit_release(self, name):
+        """release(ctx): drop one reference to the heap context; the last one frees it."""
+        fn = _new_fn(self.mod, name, VOID, [(self.ctx_ty.as_pointer(), "ctx")])
+        f = _Fn(fn)
+        b = f.b
+        free = _declare(self.mod, "free", VOID, [I8P])
+        old = b.atomic_rmw("sub", self.field_ptr(b, fn.args[0], "refs"), c64(1), "seq_cst")
+        with f.if_(b.icmp_signed("==", old, c64(1)), "last"):
+            b.call(free, [b.bitcast(fn.args[0], I8P)])
+        b.ret_void()
+        return fn
+
+    def emit_pool_globals(self):
+        """The thread pool's state (one pool per prefix, started lazily, threads never exit).
+
+        mutex/cond: zero-filled storage (PTHREAD_*_INITIALIZER is all zeros in glibc and musl;
+        64 bytes cover both). job: the context being computed or null; gen: bumped per job.
+        """
+        def glob(name, ty, align=8):
+            g = ir.GlobalVariable(self.mod, ty, name=f"{self.p}.{name}")
+            g.linkage = "internal"
+            g.initializer = ir.Constant(ty, None)
+            g.align = align
+            return g
+
+        self.g_mutex = glob("pool_mutex", ir.ArrayType(I8, 64), 64)
+        self.g_cond = glob("pool_cond", ir.ArrayType(I8, 64), 64)
+        self.g_job = glob("pool_job", I8P)
+        self.g_gen = glob("pool_gen", I64)
+        self.g_nworkers = glob("pool_nworkers", I64)
+        m = self.mod
+        self.f_lock = _declare(m, "pthread_mutex_lock", I32, [I8P])
+        self.f_unlock = _declare(m, "pthread_mutex_unlock", I32, [I8P])
+        self.f_wait = _declare(m, "pthread_cond_wait", I32, [I8P, I8P])
+        self.f_bcast = _declare(m, "pthread_cond_broadcast", I32, [I8P])
+
+    def _mutex(self, b):
+        return b.bitcast(self.g_mutex, I8P)
+
+    def _cond(self, b):
+        return b.bitcast(self.g_cond, I8P)
+
+    def emit_worker(self, name, alloc, run, release):
+        """A pool thread: sleep on the condition variable until a new job is posted, join it if
+        it still wants helpers (taking a reference to its context), compute tasks, repeat."""
+        fn = _new_fn(self.mod, name, I8P, [(I8P, "arg")])
+        f = _Fn(fn)
+        b = f.b
+        free = _declare(self.mod, "free", VOID, [I8P])
+        slots = f.alloca(I8P, 2)
+        my_gen = f.alloca(I64, name="my_gen")
+        b.store(c64(0), my_gen)
+        top = f.block("top")
+        b.branch(top)
+        b.position_at_end(top)
+        if self.cfg.pool_spin:  # poll a little before sleeping: back-to-back GEMMs wake faster
+            yield_ = _declare(self.mod, "sched_yield", I32, [])
+            sh, sb, se = f.block("spin.head"), f.block("spin.body"), f.block("spin.end")
+            pre = b.block
+            b.branch(sh)
+            b.position_at_end(sh)
+            i = b.phi(I64, "spin")
+            i.add_incoming(c64(0), pre)
+            gen = b.load_atomic(self.g_gen, "monotonic", 8)
+            fresh = b.icmp_signed("!=", gen, b.load(my_gen))
+            b.cbranch(b.or_(fresh, b.icmp_signed(">=", i, c64(self.cfg.pool_spin))), se, sb)
+            b.position_at_end(sb)
+            b.call(yield_, [])
+            i.add_incoming(b.add(i, c64(1)), sb)
+            b.branch(sh)
+            b.position_at_end(se)
+        b.call(self.f_lock, [self._mutex(b)])
+        whead, wbody, wend = f.block("wait.head"), f.block("wait.body"), f.block("wait.end")
+        b.branch(whead)
+        b.position_at_end(whead)
+        same = b.icmp_signed("==", b.load(self.g_gen), b.load(my_gen))
+        b.cbranch(same, wbody, wend)
+        b.position_at_end(wbody)
+        b.call(self.f_wait, [self._cond(b), self._mutex(b)])
+        b.branch(whead)
+        b.position_at_end(wend)
+        b.store(b.load(self.g_gen), my_gen)
+        job = b.load(self.g_job)
+        has = b.icmp_unsigned("!=", job, ir.Constant(I8P, None))
+        take_blk, after = f.block("take"), f.block("taken")
+        took = f.alloca(I1, name="took")
+        b.store(ir.Constant(I1, 0), took)
+        b.cbranch(has, take_blk, after)
+        b.position_at_end(take_blk)
+        ctx = b.bitcast(job, self.ctx_ty.as_pointer())
+        hp = self.field_ptr(b, ctx, "helpers")
+        want = b.icmp_signed("<", b.load(hp), b.load(self.field_ptr(b, ctx, "max_helpers")))
+        with f.if_(want, "join"):
+            b.store(b.add(b.load(hp), c64(1)), hp)
+            b.atomic_rmw("add", self.field_ptr(b, ctx, "refs"), c64(1), "seq_cst")
+            b.store(ir.Constant(I1, 1), took)
+        b.branch(after)
+        b.position_at_end(after)
+        b.call(self.f_unlock, [self._mutex(b)])
+        with f.if_(b.load(took), "work"):
+            ctx = b.bitcast(job, self.ctx_ty.as_pointer())
+            with f.if_(b.call(alloc, [ctx, slots]), "ok"):
+                abuf = b.load(b.gep(slots, [c64(0)]))
+                bbuf = b.load(b.gep(slots, [c64(1)]))
+                b.call(run, [ctx, b.bitcast(abuf, FP), b.bitcast(bbuf, FP)])
+                b.call(free, [abuf])
+                b.call(free, [bbuf])
+            b.call(release, [ctx])
+        b.branch(top)
+        return fn
+
+    # -- C = beta * C (K == 0 or alpha == 0) ---------------------------------------------------
+    def emit_scale(self, name):
+        fn = _new_fn(self.mod, name, VOID, [(I64, "M"), (I64, "N"), (F32, "beta"), (FP, "C"),
+                                           (I64, "ldc")])
+        f = _Fn(fn)
+        b = f.b
+        M, N, beta, C, ldc = fn.args
+        beta0 = b.fcmp_ordered("==", beta, cf(0.0))
+        with f.loop(0, M, 1, "i") as i:
+            row = f.at(C, b.mul(i, ldc))
+            with f.loop(0, N, 1, "j") as j:
+                p = f.at(row, j)
+                with f.if_else(beta0, "z") as (t, o):
+                    with t:
+                        b.store(cf(0.0), p, align=4)
+                    with o:
+                        b.store(b.fmul(beta, b.load(p, align=4)), p, align=4)
+        b.ret_void()
+        return fn
+
+    # -- public entry points -------------------------------------------------------------------
+    def emit_main(self, alloc, run, release, worker, scale):
+        cfg, MR, NR = self.cfg, self.MR, self.NR
+        fn = _new_fn(self.mod, self.p, I32, [
+            (I32, "ta"), (I32, "tb"), (I64, "M"), (I64, "N"), (I64, "K"), (F32, "alpha"), (FP, "A"),
+            (I64, "lda"), (FP, "B"), (I64, "ldb"), (F32, "beta"), (FP, "C"), (I64, "ldc"),
+            (I32, "nthreads")], internal=False)
+        f = _Fn(fn)
+        b = f.b
+        ta, tb, M, N, K, alpha, Ap, lda, Bp, ldb, beta, C, ldc, nth = fn.args
+        empty = b.or_(b.icmp_signed("<=", M, c64(0)), b.icmp_signed("<=", N, c64(0)))
+        with f.if_(empty, "empty"):
+            b.ret(ir.Constant(I32, 0))
+            b.position_at_end(f.block("unreachable"))
+        scale_only = b.or_(b.icmp_signed("<=", K, c64(0)), b.fcmp_ordered("==", alpha, cf(0.0)))
+        with f.if_(scale_only, "scale"):
+            b.call(scale, [M, N, beta, C, ldc])
+            b.ret(ir.Constant(I32, 0))
+            b.position_at_end(f.block("unreachable"))
+        one = c64(1)
+        ta_t = b.icmp_signed("==", ta, ir.Constant(I32, 1))
+        tb_t = b.icmp_signed("==", tb, ir.Constant(I32, 1))
+        ars, acs = b.select(ta_t, one, lda), b.select(ta_t, lda, one)
+        brs, bcs = b.select(tb_t, one, ldb), b.select(tb_t, ldb, one)
+        apacked = b.icmp_signed("==", ta, ir.Constant(I32, 2))
+        bpacked = b.icmp_signed("==", tb, ir.Constant(I32, 2))
+        # B read in place (no packing) for tiny M, unless its rows are far apart (then the
+        # NR-wide column stripes touch a new page per k and packing wins; measured)
+        bdirect = b.and_(b.icmp_signed("==", tb, ir.Constant(I32, 0)),
+                         b.and_(b.icmp_signed("<=", M, c64(cfg.direct_b_max_m)),
+                                b.or_(b.icmp_signed("<=", M, c64(4)),
+                                      b.icmp_signed("<=", ldb, c64(1024)))))
+        # threads
+        T = b.sext(nth, I64)
+        T = f.min(f.max(T, one), c64(cfg.max_threads))
+        flops = b.fmul(b.fmul(b.sitofp(M, ir.DoubleType()), b.sitofp(N, ir.DoubleType())),
+                       b.fmul(b.sitofp(K, ir.DoubleType()), ir.Constant(ir.DoubleType(), 2.0)))
+        small = b.fcmp_ordered("<", flops, ir.Constant(ir.DoubleType(), cfg.par_min_flops))
+        T = b.select(small, one, T)
+        # task grid: gm x gn >= T * tasks_per_thread, packing traffic gn*M + gm*N minimal
+        want = b.select(b.icmp_signed("==", T, one), one, b.mul(T, c64(cfg.tasks_per_thread)))
+        best = f.alloca(I64, 3, name="best")  # cost, tm, tn
+        b.store(c64(2 ** 62), b.gep(best, [c64(0)]))
+        b.store(M, b.gep(best, [c64(1)]))
+        b.store(N, b.gep(best, [c64(2)]))
+        with f.loop(1, b.add(want, one), 1, "gm") as gm:
+            gn = f.ceildiv(want, gm)
+            tm = f.roundup(f.ceildiv(M, gm), MR)
+            tn = f.roundup(f.ceildiv(N, gn), NR)
+            real_gm, real_gn = f.ceildiv(M, tm), f.ceildiv(N, tn)
+            cost = b.add(b.mul(real_gn, M), b.mul(real_gm, N))
+            # a grid that has fewer tasks than wanted is penalized (imbalance)
+            short = b.icmp_signed("<", b.mul(real_gm, real_gn), want)
+            cost = b.select(short, b.add(cost, c64(2 ** 40)), cost)
+            better = b.icmp_signed("<", cost, b.load(b.gep(best, [c64(0)])))
+            with f.if_(better, "better"):
+                b.store(cost, b.gep(best, [c64(0)]))
+                b.store(tm, b.gep(best, [c64(1)]))
+                b.store(tn, b.gep(best, [c64(2)]))
+        tm = b.load(b.gep(best, [c64(1)]))
+        tn = b.load(b.gep(best, [c64(2)]))
+        tiles_n = f.ceildiv(N, tn)
+        ntasks = b.mul(f.ceildiv(M, tm), tiles_n)
+        T = f.min(T, ntasks)
+        # K blocks of balanced depth (576 = 2 x 288 rather than 256 + 256 + 64: each block
+        # re-reads and re-writes C, so a thin last block costs nearly a full one)
+        kcb = f.ceildiv(K, f.ceildiv(K, c64(cfg.KC)))
+        # packing buffers (floats): none for a pre-packed operand, one panel for a direct B
+        abuf = b.select(apacked, one, b.mul(f.min(c64(cfg.MC), f.roundup(tm, MR)), kcb))
+        bbuf = b.mul(f.min(c64(cfg.NC), f.roundup(tn, NR)), kcb)
+        bbuf = b.select(bpacked, one, b.select(bdirect, b.mul(c64(NR), kcb), bbuf))
+        vals = dict(M=M, N=N, K=K, alpha=alpha, beta=beta, A=Ap, ars=ars, acs=acs, apacked=apacked,
+                    B=Bp, brs=brs, bcs=bcs, bpacked=bpacked, bdirect=bdirect, C=C, ldc=ldc, tm=tm,
+                    tn=tn, tiles_n=tiles_n, ntasks=ntasks, abuf=abuf, bbuf=bbuf, kstep=kcb,
+                    next=c64(0),
+                    done=c64(0))
+        malloc = _declare(self.mod, "malloc", I8P, [I64])
+        free = _declare(self.mod, "free", VOID, [I8P])
+        size = b.ptrtoint(b.gep(ir.Constant(self.ctx_ty.as_pointer(), None), [ir.Constant(I32, 1)]), I64)
+        raw = b.call(malloc, [size])
+        with f.if_(b.icmp_unsigned("==", raw, ir.Constant(I8P, None)), "noctx"):
+            b.ret(ir.Constant(I32, 1))
+            b.position_at_end(f.block("unreachable"))
+        ctx = b.bitcast(raw, self.ctx_ty.as_pointer())
+        vals.update(refs=c64(1), helpers=c64(0), max_helpers=c64(0))
+        for n, _ in self.ctx_fields:
+            b.store(vals[n], self.field_ptr(b, ctx, n))
+        slots = f.alloca(I8P, 2, name="slots")
+        with f.if_(b.not_(b.call(alloc, [ctx, slots])), "nomem"):
+            b.call(free, [b.bitcast(ctx, I8P)])
+            b.ret(ir.Constant(I32, 1))
+            b.position_at_end(f.block("unreachable"))
+        wfn_ty = ir.FunctionType(I8P, [I8P])
+        create = _declare(self.mod, "pthread_create", I32,
+                          [I64.as_pointer(), I8P, wfn_ty.as_pointer(), I8P])
+        detach = _declare(self.mod, "pthread_detach", I32, [I64])
+        yield_ = _declare(self.mod, "sched_yield", I32, [])
+        tid = f.alloca(I64, name="tid")
+        posted = f.alloca(I1, name="posted")
+        b.store(ir.Constant(I1, 0), posted)
+        # post the job to the pool (unless single-threaded, or the pool is busy with another
+        # caller's job: then this thread computes every task itself)
+        with f.if_(b.icmp_signed(">", T, one), "post"):
+            b.call(self.f_lock, [self._mutex(b)])
+            idle = b.icmp_unsigned("==", b.load(self.g_job), ir.Constant(I8P, None))
+            with f.if_(idle, "idle"):
+                helpers = b.sub(T, one)
+                grow_h, grow_b, grow_e = f.block("grow.head"), f.block("grow.body"), f.block("grow.end")
+                b.branch(grow_h)
+                b.position_at_end(grow_h)
+                b.cbranch(b.icmp_signed("<", b.load(self.g_nworkers), helpers), grow_b, grow_e)
+                b.position_at_end(grow_b)
+                rc = b.call(create, [tid, ir.Constant(I8P, None), worker, ir.Constant(I8P, None)])
+                created, failed = f.block("created"), f.block("create_failed")
+                b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), created, failed)
+                b.position_at_end(created)
+                b.call(detach, [b.load(tid)])
+                b.store(b.add(b.load(self.g_nworkers), one), self.g_nworkers)
+                b.branch(grow_h)
+                b.position_at_end(failed)
+                b.branch(grow_e)
+                b.position_at_end(grow_e)
+                b.store(helpers, self.field_ptr(b, ctx, "max_helpers"))
+                b.store(b.bitcast(ctx, I8P), self.g_job)
+                b.store(b.add(b.load(self.g_gen), one), self.g_gen)
+                b.store(ir.Constant(I1, 1), posted)
+                b.call(self.f_bcast, [self._cond(b)])
+            b.call(self.f_unlock, [self._mutex(b)])
+        abuf = b.bitcast(b.load(b.gep(slots, [c64(0)])), FP)
+        bbuf = b.bitcast(b.load(b.gep(slots, [c64(1)])), FP)
+        b.call(run, [ctx, abuf, bbuf])
+        b.call(free, [b.bitcast(abuf, I8P)])
+        b.call(free, [b.bitcast(bbuf, I8P)])
+        # every task is taken; wait for those other threads still compute (never for a thread
+        # that has not started: it finds no task and just releases the context)
+        wait, waited = f.block("wait"), f.block("waited")
+        b.branch(wait)
+        b.position_at_end(wait)
+        d = b.load_atomic(self.field_ptr(b, ctx, "done"), "seq_cst", 8)
+        fin = b.icmp_signed(">=", d, ntasks)
+        spin = f.block("spin")
+        b.cbranch(fin, waited, spin)
+        b.position_at_end(spin)
+        b.call(yield_, [])
+        b.branch(wait)
+        b.position_at_end(waited)
+        with f.if_(b.load(posted), "unpost"):  # late pool threads now find no job
+            b.call(self.f_lock, [self._mutex(b)])
+            b.store(ir.Constant(I8P, None), self.g_job)
+            b.call(self.f_unlock, [self._mutex(b)])
+        b.call(release, [ctx])
+        b.ret(ir.Constant(I32, 0))
+        return fn
+
+    def emit_pack_api(self, pack_a, pack_b):
+        MR, NR, p = self.MR, self.NR, self.p
+        for which, R in (("a", MR), ("b", NR)):
+            fn = _new_fn(self.mod, f"{p}_packed_{which}_size", I64,
+                         [(I64, "M" if which == "a" else "K"), (I64, "K" if which == "a" else "N")],
+                         internal=False)
+            f = _Fn(fn)
+            rows, depth = (fn.args[0], fn.args[1]) if which == "a" else (fn.args[1], fn.args[0])
+            f.b.ret(f.b.mul(f.roundup(rows, R), depth))
+        fa = _new_fn(self.mod, f"{p}_pack_a", VOID, [(I32, "ta"), (I64, "M"), (I64, "K"), (FP, "A"),
+                                                    (I64, "lda"), (FP, "Ap")], internal=False)
+        f = _Fn(fa)
+        ta, M, K, A, lda, dst = fa.args
+        t = f.b.icmp_signed("==", ta, ir.Constant(I32, 1))
+        f.b.call(pack_a, [A, f.b.select(t, c64(1), lda), f.b.select(t, lda, c64(1)), c64(0), M,
+                          c64(0), K, dst])
+        f.b.ret_void()
+        fb = _new_fn(self.mod, f"{p}_pack_b", VOID, [(I32, "tb"), (I64, "K"), (I64, "N"), (FP, "B"),
+                                                    (I64, "ldb"), (FP, "Bp")], internal=False)
+        f = _Fn(fb)
+        tb, K, N, B, ldb, dst = fb.args
+        t = f.b.icmp_signed("==", tb, ir.Constant(I32, 1))
+        f.b.call(pack_b, [B, f.b.select(t, c64(1), ldb), f.b.select(t, ldb, c64(1)), c64(0), K,
+                          c64(0), N, dst])
+        f.b.ret_void()
+
+    def emit(self):
+        p = self.p
+        ukr, ukr_direct = {}, {}
+        for rows in [self.MR] + self.edge_rows():
+            for nv in range(1, self.NV + 1):
+                ukr[rows, nv] = self.emit_microkernel(f"{p}.ukr{rows}x{nv}", rows, self.NR, nv)
+            ukr_direct[rows] = self.emit_microkernel(f"{p}.ukr{rows}_direct", rows, None)
+        pack_a = self.emit_pack_a(f"{p}.pack_a")
+        pack_b = self.emit_pack_b(f"{p}.pack_b")
+        task = self.emit_task(f"{p}.task", ukr, ukr_direct, pack_a, pack_b)
+        alloc = self.emit_alloc(f"{p}.alloc")
+        run = self.emit_run(f"{p}.run", task)
+        release = self.emit_release(f"{p}.release")
+        self.emit_pool_globals()
+        worker = self.emit_worker(f"{p}.worker", alloc, run, release)
+        scale = self.emit_scale(f"{p}.scale")
+        main = self.emit_main(alloc, run, release, worker, scale)
+        self.emit_pack_api(pack_a, pack_b)
+        return main
+
+
+def emit_gemm(module: ir.Module, cfg: GemmConfig, prefix: str = "kiln_sgemm") -> ir.Function:
+    """Add Kiln's sgemm (entry ``prefix`` and ``prefix_pack_*``) to ``module``; returns the entry."""
+    return _GemmEmitter(module, cfg, prefix).emit()
+
+
+# ----------------------------------------------------------------------------------------------
+# packed layouts in NumPy (for packing constant weights at compile time)
+
+
+def pack_a_numpy(a: np.ndarray, cfg: GemmConfig) -> np.ndarray:
+    """A (M, K) -> the packed-A buffer (1-D float32) that ``ta = 2`` expects."""
+    m, k = a.shape
+    mp = -(-m // cfg.MR) * cfg.MR
+    pad = np.zeros((mp, k), np.float32)
+    pad[:m] = a
+    return np.ascontiguousarray(pad.reshape(mp // cfg.MR, cfg.MR, k).transpose(0, 2, 1)).ravel()
+
+
+def pack_b_numpy(b: np.ndarray, cfg: GemmConfig) -> np.ndarray:
+    """B (K, N) -> the packed-B buffer (1-D float32) that ``tb = 2`` expects."""
+    k, n = b.shape
+    npd = -(-n // cfg.NR) * cfg.NR
+    pad = np.zeros((k, npd), np.float32)
+    pad[:, :n] = b
+    return np.ascontiguousarray(pad.reshape(k, npd // cfg.NR, cfg.NR).transpose(1, 0, 2)).ravel()

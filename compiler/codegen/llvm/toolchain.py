@@ -1,0 +1,208 @@
+"""LLVM IR text -> optimized object code -> shared library -> loaded library.
+
+The steps, each a plain function:
+
+* ``parse_module(text)``: parse and verify; a ``CodegenError`` quotes LLVM's message and the IR lines
+  it is about.
+* ``optimize(module, target)``: LLVM's default ``O3`` pipeline (new pass manager), loop and SLP
+  vectorization and unrolling on, tuned for the target CPU.
+* ``compile_ir(text, target) -> bytes``: the three above plus code emission: an ELF object file.
+* ``link_shared(objects, path)``: the system C compiler driver (``cc -shared``) links objects into a
+  ``.so``; ``load_library(path)`` opens it with ctypes.
+* ``build_library(texts, path, target)``: all of it for several modules at once.
+* ``optimized_ir`` / ``assembly``: what the optimizer and the code generator made of a module, for
+  reading and for tests ("did the loop vectorize?").
+
+A loaded library cannot be replaced in the same process: ``dlopen`` of a path already open returns
+the old library. Give each build its own file name (e.g. a hash of its IR).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import llvmlite.binding as llvm
+
+from ...errors import KilnError
+from .target import Target, host_target
+
+
+class CodegenError(KilnError):
+    """LLVM refused the generated code (parse or verifier error), or compiling/linking failed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# IR -> module
+# ---------------------------------------------------------------------------------------------
+
+_LOCATION = re.compile(r"<string>:(\d+):(\d+): error: (.*)")
+
+
+def _numbered(lines: Sequence[str], first: int, last: int, mark: int | None = None) -> str:
+    first, last = max(first, 1), min(last, len(lines))
+    return "\n".join(f"{'>' if i == mark else ' '}{i:5d} | {lines[i - 1]}" for i in range(first, last + 1))
+
+
+def _parse_error(text: str, message: str) -> CodegenError:
+    lines = text.splitlines()
+    m = _LOCATION.search(message)
+    if m:
+        line, col, what = int(m.group(1)), int(m.group(2)), m.group(3)
+        return CodegenError(f"LLVM IR parse error at line {line}, column {col}: {what}\n"
+                            f"{_numbered(lines, line - 3, line + 2, mark=line)}")
+    return CodegenError(f"LLVM IR parse error: {message.strip()}")
+
+
+def _verifier_error(text: str, message: str) -> CodegenError:
+    """LLVM's verifier prints the offending instructions after its message: find them in the text."""
+    lines = text.splitlines()
+    stripped = [ln.strip() for ln in lines]
+    quoted = []
+    for part in message.splitlines():
+        part = part.strip()
+        if part and part in stripped:
+            quoted.append(stripped.index(part) + 1)
+    where = []
+    for line in sorted(set(quoted))[:8]:
+        func = next((lines[i].strip() for i in range(line - 1, -1, -1) if lines[i].startswith("define ")), None)
+        head = f"in {func.split('(')[0].removeprefix('define ')}" if func else "at module level"
+        where.append(f"line {line} ({head}):\n{_numbered(lines, line - 2, line + 1, mark=line)}")
+    body = "\n".join(where) if where else "(the verifier's message quotes no line of the module)"
+    return CodegenError(f"LLVM IR verifier error: {message.strip()}\n{body}")
+
+
+def parse_module(text: str, target: Target | None = None) -> llvm.ModuleRef:
+    """Parse LLVM IR text and verify it; set the target's triple and data layout on the module."""
+    target = target or host_target()
+    tm = target.target_machine()  # initializes LLVM
+    try:
+        module = llvm.parse_assembly(text)
+    except RuntimeError as e:
+        raise _parse_error(text, str(e)) from None
+    try:
+        module.verify()
+    except RuntimeError as e:
+        raise _verifier_error(text, str(e)) from None
+    module.triple = tm.triple
+    module.data_layout = str(tm.target_data)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimization and emission
+# ---------------------------------------------------------------------------------------------
+
+def optimize(module: llvm.ModuleRef, target: Target | None = None, opt_level: int = 3) -> None:
+    """Run LLVM's default per-module pipeline at ``opt_level`` (0..3), vectorizers on, in place."""
+    target = target or host_target()
+    if not 0 <= opt_level <= 3:
+        raise ValueError(f"opt_level must be 0..3, got {opt_level}")
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    pto.loop_vectorization = opt_level >= 2
+    pto.slp_vectorization = opt_level >= 2
+    pto.loop_unrolling = opt_level >= 2
+    pto.loop_interleaving = opt_level >= 2
+    pb = llvm.create_pass_builder(target.target_machine(), pto)
+    pb.getModulePassManager().run(module, pb)
+
+
+def _compiled(module_text: str, target: Target | None, opt_level: int) -> tuple[llvm.ModuleRef, Target]:
+    target = target or host_target()
+    module = parse_module(module_text, target)
+    optimize(module, target, opt_level)
+    return module, target
+
+
+def compile_ir(module_text: str, target: Target | None = None, opt_level: int = 3) -> bytes:
+    """LLVM IR text -> an optimized ELF object file (position-independent) for ``target``."""
+    module, target = _compiled(module_text, target, opt_level)
+    try:
+        return target.target_machine().emit_object(module)
+    except RuntimeError as e:
+        raise CodegenError(f"LLVM could not emit code: {e}") from None
+
+
+def optimized_ir(module_text: str, target: Target | None = None, opt_level: int = 3) -> str:
+    """The module after the optimization pipeline, as LLVM IR text."""
+    module, _ = _compiled(module_text, target, opt_level)
+    return str(module)
+
+
+def assembly(module_text: str, target: Target | None = None, opt_level: int = 3) -> str:
+    """The module's optimized machine code as assembly text (AT&T syntax)."""
+    module, target = _compiled(module_text, target, opt_level)
+    return target.target_machine().emit_assembly(module)
+
+
+# ---------------------------------------------------------------------------------------------
+# Linking and loading
+# ---------------------------------------------------------------------------------------------
+
+def find_cc() -> str:
+    """The system C compiler driver that links shared libraries ($CC, else cc, gcc or clang)."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name:
+            found = shutil.which(name)
+            if found:
+                return found
+    raise CodegenError("no C compiler driver found to link shared libraries (looked for $CC, cc, gcc, clang "
+                       "on PATH); install one, e.g. `apt-get install gcc`")
+
+
+def link_shared(objects: Iterable[bytes], out_path: str | os.PathLike, extra_args: Sequence[str] = ()) -> Path:
+    """Link object files (bytes, as ``compile_ir`` returns them) into the shared library ``out_path``.
+
+    The library is written beside ``out_path`` and renamed onto it, so a process that has an older
+    library of that name mapped never sees a half-written file.
+    """
+    objects = list(objects)
+    if not objects:
+        raise CodegenError("link_shared needs at least one object file")
+    out = Path(out_path).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cc = find_cc()
+    with tempfile.TemporaryDirectory(prefix="kiln-link-") as tmp:
+        paths = []
+        for i, obj in enumerate(objects):
+            p = Path(tmp) / f"kernel{i}.o"
+            p.write_bytes(obj)
+            paths.append(str(p))
+        staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        cmd = [cc, "-shared", "-Wl,-z,noexecstack", "-o", str(staged), *paths, *extra_args, "-lm"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            raise CodegenError(f"could not run the linker {cc}: {e}") from None
+        if proc.returncode != 0:
+            staged.unlink(missing_ok=True)
+            raise CodegenError(f"linking {out.name} failed ({' '.join(cmd)}), exit {proc.returncode}:\n"
+                               f"{(proc.stderr or proc.stdout).strip()}")
+        os.replace(staged, out)
+    return out
+
+
+def load_library(path: str | os.PathLike) -> ctypes.CDLL:
+    """Open a shared library (its symbols are looked up as attributes: ``lib.kernel``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise CodegenError(f"no shared library at {p}")
+    try:
+        return ctypes.CDLL(str(p.resolve()))
+    except OSError as e:
+        raise CodegenError(f"could not load {p}: {e}") from None
+
+
+def build_library(module_texts: Iterable[str], out_path: str | os.PathLike, target: Target | None = None,
+                  opt_level: int = 3) -> Path:
+    """Compile each LLVM IR module for ``target`` and link them all into one shared library."""
+    return link_shared([compile_ir(t, target, opt_level) for t in module_texts], out_path)
+
+
+__all__ = ["CodegenError", "assembly", "build_library", "compile_ir", "find_cc", "link_shared", "load_library",
+           "optimize", "optimized_ir", "parse_module"]

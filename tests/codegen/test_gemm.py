@@ -1,0 +1,273 @@
+"""Kiln's GEMM core (compiler/codegen/gemm): correctness against NumPy, packed operands, threads."""
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+from compiler.codegen.gemm import GemmLib, build_shared, config_for, emit_gemm, find_openblas
+from compiler.codegen.gemm.build import _init_llvm, compile_object
+from compiler.codegen.gemm.config import host_isa
+from compiler.codegen.gemm.kernel import pack_a_numpy, pack_b_numpy
+
+RNG = np.random.default_rng(1234)
+
+
+def _isas():
+    host = host_isa()
+    order = ["avx512", "avx2", "sse"]
+    return order[order.index(host):] if host in order else [host]
+
+
+@pytest.fixture(scope="module", params=_isas())
+def lib(request):
+    return GemmLib(build_shared(config_for(request.param)), config_for(request.param))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """Host ISA with tiny cache blocks: small matrices then cross every KC/MC/NC boundary."""
+    base = config_for()
+    cfg = base.replace(KC=7, MC=2 * base.MR, NC=2 * base.NR, par_min_flops=0.0, direct_b_max_m=3)
+    return GemmLib(build_shared(cfg), cfg)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape, dtype=np.float32)
+
+
+def ref(a, b, c=None, alpha=1.0, beta=0.0, ta=False, tb=False):
+    a64 = a.astype(np.float64).T if ta else a.astype(np.float64)
+    b64 = b.astype(np.float64).T if tb else b.astype(np.float64)
+    out = alpha * (a64 @ b64)
+    if c is not None and beta != 0:
+        out += beta * c.astype(np.float64)
+    return out
+
+
+def check(got, want, k):
+    tol = 1e-5 * max(1.0, np.sqrt(k)) * max(1.0, float(np.abs(want).max(initial=0)))
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+
+
+SHAPES = [(1, 1, 1), (1, 512, 784), (2, 3, 4), (7, 13, 5), (13, 1, 9), (1, 37, 300), (5, 17, 1),
+          (64, 100, 147), (100, 33, 300), (129, 257, 65), (12, 32, 16), (31, 49, 64),
+          (3, 1500, 40), (9, 1500, 40)]  # B read in place / packed for a small M
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_shapes(lib, m, n, k):
+    a, b = rand(m, k), rand(k, n)
+    check(lib.gemm(a, b), ref(a, b), k)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("m,n,k", [(1, 40, 33), (37, 45, 70), (6, 16, 8), (70, 129, 257)])
+def test_transposed(lib, ta, tb, m, n, k):
+    a = rand(k, m) if ta else rand(m, k)
+    b = rand(n, k) if tb else rand(k, n)
+    check(lib.gemm(a, b, trans_a=ta, trans_b=tb), ref(a, b, ta=ta, tb=tb), k)
+
+
+@pytest.mark.parametrize("alpha,beta", [(1.0, 1.0), (0.5, -2.0), (-1.5, 0.0), (2.0, 0.25)])
+def test_alpha_beta(lib, alpha, beta):
+    for m, n, k in [(1, 20, 9), (23, 41, 35), (64, 64, 64)]:
+        a, b, c = rand(m, k), rand(k, n), rand(m, n)
+        want = ref(a, b, c, alpha, beta)
+        check(lib.gemm(a, b, c.copy(), alpha=alpha, beta=beta), want, k)
+
+
+def test_beta_zero_does_not_read_c(lib):
+    a, b = rand(9, 20), rand(20, 33)
+    c = np.full((9, 33), np.nan, np.float32)
+    check(lib.gemm(a, b, c), ref(a, b), 20)
+
+
+def test_k_zero_and_alpha_zero_scale_c(lib):
+    c = rand(5, 7)
+    empty_a, empty_b = np.zeros((5, 0), np.float32), np.zeros((0, 7), np.float32)
+    check(lib.gemm(empty_a, empty_b, c.copy(), beta=3.0), 3.0 * c, 1)
+    check(lib.gemm(empty_a, empty_b, c.copy(), beta=0.0), np.zeros_like(c), 1)
+    a, b = np.full((5, 4), np.nan, np.float32), rand(4, 7)
+    check(lib.gemm(a, b, c.copy(), alpha=0.0, beta=-1.0), -c, 1)  # BLAS: A, B not read
+    assert lib.gemm(np.zeros((0, 4), np.float32), rand(4, 7)).shape == (0, 7)
+
+
+def test_strided_operands(lib):
+    """Sub-matrix views: lda/ldb/ldc larger than the row length."""
+    big_a, big_b, big_c = rand(50, 90), rand(80, 70), rand(40, 100)
+    a, b, c = big_a[3:40, 5:66], big_b[2:63, 1:51], big_c[1:38, 7:57]
+    c0 = c.copy()
+    lib.gemm(a, b, c, alpha=1.0, beta=0.5)
+    check(c, ref(a, b, c0, 1.0, 0.5), 61)
+    untouched = big_c.copy()
+    untouched[1:38, 7:57] = c
+    np.testing.assert_array_equal(big_c, untouched)  # nothing outside the view written
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 512, 784), (37, 45, 70), (130, 50, 300), (12, 64, 5)])
+def test_packed_operands(lib, m, n, k):
+    cfg = lib.cfg
+    a, b = rand(m, k), rand(k, n)
+    ap, bp = lib.pack_a(a), lib.pack_b(b)
+    np.testing.assert_array_equal(ap, pack_a_numpy(a, cfg))
+    np.testing.assert_array_equal(bp, pack_b_numpy(b, cfg))
+    np.testing.assert_array_equal(lib.pack_a(a.T.copy(), trans=True), ap)
+    np.testing.assert_array_equal(lib.pack_b(b.T.copy(), trans=True), bp)
+    want = ref(a, b)
+    check(lib.gemm(ap, b, shape=(m, n, k)), want, k)
+    check(lib.gemm(a, bp, shape=(m, n, k)), want, k)
+    check(lib.gemm(ap, bp, shape=(m, n, k), nthreads=2), want, k)
+
+
+def test_unaligned_packed_buffers(lib):
+    """Packed operands from anywhere (here 4 bytes off a 64-byte boundary) are fine."""
+    m, n, k = 30, 70, 40
+    a, b = rand(m, k), rand(k, n)
+    for packed, args in (("a", (lib.pack_a(a), b)), ("b", (a, lib.pack_b(b)))):
+        buf = args[0] if packed == "a" else args[1]
+        raw = np.zeros(buf.size + 32, np.float32)
+        off = ((-raw.ctypes.data // 4) % 16) + 1
+        moved = raw[off:off + buf.size]
+        moved[:] = buf
+        assert moved.ctypes.data % 64 == 4
+        pa, pb = (moved, b) if packed == "a" else (a, moved)
+        check(lib.gemm(pa, pb, shape=(m, n, k)), ref(a, b), k)
+    ab = np.zeros(lib.pack_b(b).size + 1, np.float32)[1:]
+    lib._pack_b(0, k, n, b.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), n,
+                ab.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))  # the native packer, unaligned
+    np.testing.assert_array_equal(ab, pack_b_numpy(b, lib.cfg))
+
+
+@pytest.mark.parametrize("nthreads", [-1, 0, 1, 2, 3, 8])
+def test_threads(lib, nthreads):
+    for m, n, k in [(256, 300, 70), (3, 2000, 64), (1000, 20, 50), (64, 64, 512)]:
+        a, b = rand(m, k), rand(k, n)
+        check(lib.gemm(a, b, nthreads=nthreads), ref(a, b), k)
+
+
+def test_blocking_edges(tiny):
+    """Crossing KC/MC/NC blocks, M remainders of every size, direct-B and packed-B paths."""
+    mr = tiny.cfg.MR
+    for m in [1, 2, 3, mr - 1, mr, mr + 1, 2 * mr + 3, 5 * mr + mr - 1]:
+        for n, k in [(1, 1), (tiny.cfg.NR + 3, 15), (5 * tiny.cfg.NR - 1, 22)]:
+            a, b, c = rand(m, k), rand(k, n), rand(m, n)
+            want = ref(a, b, c, 0.75, 0.5)
+            for nt in (1, 2):
+                check(tiny.gemm(a, b, c.copy(), alpha=0.75, beta=0.5, nthreads=nt), want, k)
+            check(tiny.gemm(b, a, trans_a=True, trans_b=True, nthreads=2),
+                  ref(a, b).T, k)
+            check(tiny.gemm(tiny.pack_a(a), tiny.pack_b(b), shape=(m, n, k), nthreads=3),
+                  ref(a, b), k)
+
+
+def test_concurrent_callers(lib):
+    """Several Python threads (ctypes drops the GIL) calling at once, each also multithreaded."""
+    cases = [(rand(m, k), rand(k, n)) for m, n, k in [(200, 150, 90), (64, 300, 147), (1, 512, 784),
+                                                       (33, 65, 129)]]
+    wants = [ref(a, b) for a, b in cases]
+    errors = []
+
+    def work(i):
+        try:
+            a, b = cases[i % len(cases)]
+            for _ in range(15):
+                check(lib.gemm(a, b, nthreads=1 + i % 2), wants[i % len(cases)], a.shape[1])
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_c_function_pointer(lib):
+    """The entry point as generated code sees it: a plain C function pointer."""
+    fp = ctypes.POINTER(ctypes.c_float)
+    i64, i32, f32 = ctypes.c_int64, ctypes.c_int32, ctypes.c_float
+    proto = ctypes.CFUNCTYPE(i32, i32, i32, i64, i64, i64, f32, fp, i64, fp, i64, f32, fp, i64, i32)
+    sgemm = proto(lib.address)
+    a, b = rand(20, 30), rand(30, 40)
+    c = np.zeros((20, 40), np.float32)
+    rc = sgemm(0, 0, 20, 40, 30, 1.0, a.ctypes.data_as(fp), 30, b.ctypes.data_as(fp), 40, 0.0,
+               c.ctypes.data_as(fp), 40, 2)
+    assert rc == 0
+    check(c, ref(a, b), 30)
+
+
+def test_linked_into_a_generated_module(tmp_path):
+    """The code generator's path: emit_gemm into its own module, call it from its own function."""
+    import subprocess
+
+    llvm = _init_llvm()
+    cfg = config_for()
+    mod = ir.Module("model")
+    mod.triple = llvm.get_process_triple()
+    sgemm = emit_gemm(mod, cfg, prefix="model_sgemm")
+    f32p = ir.FloatType().as_pointer()
+    fwd = ir.Function(mod, ir.FunctionType(ir.IntType(32), [f32p, f32p, f32p]), "forward")
+    x, w, y = fwd.args
+    bld = ir.IRBuilder(fwd.append_basic_block())
+    i32 = lambda v: ir.Constant(ir.IntType(32), v)  # noqa: E731
+    i64 = lambda v: ir.Constant(ir.IntType(64), v)  # noqa: E731
+    f32 = lambda v: ir.Constant(ir.FloatType(), v)  # noqa: E731
+    # y[8, 24] = x[8, 16] @ w[24, 16]^T  (a Linear layer, weight stored out x in)
+    rc = bld.call(sgemm, [i32(0), i32(1), i64(8), i64(24), i64(16), f32(1.0), x, i64(16), w,
+                          i64(16), f32(0.0), y, i64(24), i32(2)])
+    bld.ret(rc)
+    obj, _ = compile_object(str(mod), cfg)
+    (tmp_path / "m.o").write_bytes(obj)
+    subprocess.run(["cc", "-shared", "-o", str(tmp_path / "m.so"), str(tmp_path / "m.o"),
+                    "-lpthread"], check=True)
+    so = ctypes.CDLL(str(tmp_path / "m.so"))
+    fp = ctypes.POINTER(ctypes.c_float)
+    so.forward.argtypes = [fp, fp, fp]
+    so.forward.restype = ctypes.c_int32
+    xv, wv = rand(8, 16), rand(24, 16)
+    yv = np.zeros((8, 24), np.float32)
+    assert so.forward(xv.ctypes.data_as(fp), wv.ctypes.data_as(fp), yv.ctypes.data_as(fp)) == 0
+    check(yv, ref(xv, wv, tb=True), 16)
+    assert not hasattr(so, "model_sgemm.ukr1") and hasattr(so, "model_sgemm_pack_b")
+
+
+def test_bad_config():
+    with pytest.raises(ValueError):
+        config_for().replace(MC=7 * config_for().MR + 1).validate()
+    with pytest.raises(ValueError):
+        config_for("mips")
+
+
+def test_numpy_openblas():
+    """Option A (docs/gemm.md): the OpenBLAS inside NumPy's wheel, called by address."""
+    ob = find_openblas()
+    if ob is None:
+        pytest.skip("this NumPy does not bundle OpenBLAS")
+    assert ob.sgemm_address
+    a, b, c = rand(33, 20), rand(20, 17), rand(33, 17)
+    check(ob.gemm(a, b, c.copy(), alpha=2.0, beta=0.5), ref(a, b, c, 2.0, 0.5), 20)
+    check(ob.gemm(a.T.copy(), b.T.copy(), trans_a=True, trans_b=True), ref(a, b), 20)
+
+
+def test_with_the_llvm_toolchain(tmp_path):
+    """Built the way the code generator builds artifacts (compiler.codegen.llvm), for an AVX2 CPU."""
+    target_mod = pytest.importorskip("compiler.codegen.llvm.target")
+    toolchain = pytest.importorskip("compiler.codegen.llvm.toolchain")
+    from compiler.codegen.gemm import config_for_target
+
+    target = target_mod.target_for("x86-64-v3")
+    if host_isa() not in ("avx2", "avx512"):
+        pytest.skip("host cannot run AVX2 code")
+    cfg = config_for_target(target)
+    assert (cfg.isa, cfg.cpu) == ("avx2", "x86-64-v3")
+    mod = ir.Module("m")
+    mod.triple = target.triple
+    emit_gemm(mod, cfg)
+    obj = toolchain.compile_ir(str(mod), target)
+    path = toolchain.link_shared([obj], tmp_path / "g.so", extra_args=["-lpthread"])
+    lib = GemmLib(str(path), cfg)
+    a, b = rand(70, 90), rand(90, 50)
+    check(lib.gemm(a, b, nthreads=2), ref(a, b), 90)
