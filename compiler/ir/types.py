@@ -202,8 +202,16 @@ class TensorType:
 # known size). They have no ``shape`` or ``rank``: only the sequence and optional ops (and Identity)
 # take them, and ``infer_node`` refuses them as inputs of any other op.
 
+class _NotABuffer:
+    """What a sequence or optional type answers to generic questions about buffers."""
+
+    is_static = False
+    numel = None
+    nbytes = None
+
+
 @dataclass(frozen=True)
-class SequenceType:
+class SequenceType(_NotABuffer):
     """A sequence of tensors of one element type (ONNX ``sequence_type``); at run time a Python list
     of arrays.
 
@@ -233,18 +241,6 @@ class SequenceType:
         """The type of every element, or None when their rank is not known."""
         return None if self.elem_shape is None else TensorType(self.dtype, self.elem_shape)
 
-    @property
-    def is_static(self) -> bool:
-        return False
-
-    @property
-    def numel(self) -> None:
-        return None
-
-    @property
-    def nbytes(self) -> None:
-        return None
-
     def with_length(self, length: int | None) -> "SequenceType":
         return SequenceType(self.dtype, self.elem_shape, length)
 
@@ -253,8 +249,10 @@ class SequenceType:
         e = self.dtype.short if self.elem_shape is None else str(self.elem)
         return f"seq<{n}{e}>"
 
+
+
 @dataclass(frozen=True)
-class OptionalType:
+class OptionalType(_NotABuffer):
     """A value that may be absent (ONNX ``optional_type``): a tensor or a sequence, or nothing; at
     run time the element's value or None. Printed ``opt<f32[4]>``, ``opt<seq<i32[?]>>``."""
 
@@ -267,18 +265,6 @@ class OptionalType:
     @property
     def dtype(self) -> DType:
         return self.elem.dtype
-
-    @property
-    def is_static(self) -> bool:
-        return False
-
-    @property
-    def numel(self) -> None:
-        return None
-
-    @property
-    def nbytes(self) -> None:
-        return None
 
     def __str__(self) -> str:
         return f"opt<{self.elem}>"
