@@ -1,0 +1,285 @@
+"""The interface between ops and native code: kernel groups, lowerings and the kernel builder.
+
+A **kernel group** is what one native kernel computes: a list of IR nodes (one node when fusion is
+off; the fusion pass makes larger groups), the values it reads from outside and the values it
+leaves for others. A **lowering** turns a group into the body of one LLVM function; the program
+builder (``compiler/codegen/program.py``) calls the kernels in schedule order from one native
+forward function.
+
+Every kernel has the same C signature::
+
+    void kernel(void **slots, int32_t nthreads)
+
+``slots`` holds one pointer per buffer the kernel asked for with ``KernelBuilder.ptr`` (an input
+or output value of the group), ``KernelBuilder.weight`` (data prepared at compile time, e.g. a
+pre-packed weight, stored in the artifact) or ``KernelBuilder.scratch`` (temporary memory for this
+kernel alone, planned in the arena). The program builder resolves each slot to an address once the
+memory plan is known, so a lowering never deals with offsets. Buffers are dense, row-major and
+64-byte aligned (inputs passed by the user: element-aligned only).
+
+A lowering states what it cannot do in ``check`` (a reason, shown by ``kiln inspect`` and in the
+warning for an interpreter fallback) and must then never be asked to ``emit``.
+"""
+from __future__ import annotations
+
+import ctypes
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from ...ir.graph import Node, Value
+from ...ir.types import DType, TensorType
+from ..gemm.config import GemmConfig
+from ..gemm.irbuild import _Fn
+from ..llvm.elementwise import _For
+from ..llvm.mathlib import MathLib
+from ..llvm.target import Target
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+#: the LLVM scalar type of each element type native kernels handle
+LLVM_TYPES: dict[DType, ir.Type] = {
+    DType.f32: F32, DType.f64: F64, DType.i64: I64, DType.i32: I32, DType.i8: I8, DType.u8: I8,
+    DType.bool: I8,
+}
+
+ALIGN = 64
+
+
+def c64(v: int) -> ir.Constant:
+    return ir.Constant(I64, int(v))
+
+
+def cf32(v: float) -> ir.Constant:
+    return ir.Constant(F32, float(v))
+
+
+@dataclass(frozen=True, eq=False)
+class KernelGroup:
+    """The nodes one kernel computes (topological order), what it reads and what it leaves."""
+
+    nodes: tuple[Node, ...]
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+
+    @staticmethod
+    def of(nodes: Sequence[Node]) -> "KernelGroup":
+        nodes = tuple(nodes)
+        inside = {id(n) for n in nodes}
+        produced = {id(v) for n in nodes for v in n.outputs}
+        ins: list[Value] = []
+        for n in nodes:
+            for v in n.inputs:
+                if v is not None and id(v) not in produced and all(v is not u for u in ins):
+                    ins.append(v)
+        outs = [v for n in nodes for v in n.outputs
+                if any(not (isinstance(u, Node) and id(u) in inside) for u, _ in v.uses)]
+        return KernelGroup(nodes, tuple(ins), tuple(outs or [nodes[-1].outputs[0]]))
+
+    @property
+    def node(self) -> Node:
+        """The node of a group of one."""
+        if len(self.nodes) != 1:
+            raise ValueError(f"a group of {len(self.nodes)} nodes has no single node")
+        return self.nodes[0]
+
+    @property
+    def ops(self) -> list[str]:
+        return [n.op.name for n in self.nodes]
+
+    def describe(self) -> str:
+        if len(self.nodes) == 1:
+            return self.nodes[0].describe()
+        return f"group [{', '.join(self.ops)}]"
+
+
+@dataclass
+class Slot:
+    """One pointer argument of a kernel: a group value, compile-time data, or scratch memory."""
+
+    kind: str                        # "value" | "weight" | "scratch"
+    value: Value | None = None       # kind "value"
+    array: np.ndarray | None = None  # kind "weight"
+    offset: int = 0                  # kind "scratch": offset in the kernel's scratch region
+
+
+class Services:
+    """What kernels of one module share: the target, the math library and Kiln's GEMM (emitted on
+    first use, once per module)."""
+
+    def __init__(self, module: ir.Module, target: Target, gemm_cfg: GemmConfig):
+        self.module, self.target, self.gemm_cfg = module, target, gemm_cfg
+        self.math = MathLib(module)
+        self._sgemm: ir.Function | None = None
+        self._helpers: dict[str, ir.Function] = {}
+
+    def sgemm(self) -> ir.Function:
+        """``int32 kiln_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads)``
+        (docs/gemm.md); ``ta``/``tb`` = 2 for operands packed with ``pack_a``/``pack_b``."""
+        if self._sgemm is None:
+            from ..gemm.kernel import emit_gemm
+
+            self._sgemm = emit_gemm(self.module, self.gemm_cfg, prefix="kiln_sgemm")
+        return self._sgemm
+
+    def helper(self, name: str, build: Callable[[ir.Module], ir.Function]) -> ir.Function:
+        """A module-level function shared by kernels (built once by ``build``)."""
+        if name not in self._helpers:
+            self._helpers[name] = build(self.module)
+        return self._helpers[name]
+
+    def pack_a(self, a: np.ndarray) -> np.ndarray:
+        from ..gemm.kernel import pack_a_numpy
+
+        return pack_a_numpy(np.ascontiguousarray(a, dtype=np.float32), self.gemm_cfg)
+
+    def pack_b(self, b: np.ndarray) -> np.ndarray:
+        from ..gemm.kernel import pack_b_numpy
+
+        return pack_b_numpy(np.ascontiguousarray(b, dtype=np.float32), self.gemm_cfg)
+
+
+class KernelBuilder:
+    """One kernel function under construction (see the module docstring).
+
+    ``b`` is the llvmlite builder, positioned in the body; ``f`` offers loop/if helpers
+    (``f.loop(start, stop, step)``, ``f.if_(cond)``, ``f.min``/``f.max``); ``loop(count)`` is the
+    rotated loop the vectorizer likes best.
+    """
+
+    def __init__(self, services: Services, name: str, group: KernelGroup, internal: bool = True):
+        self.services = services
+        self.module = services.module
+        self.math = services.math
+        self.target = services.target
+        self.group = group
+        self.name = name
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I32]), name)
+        if internal:
+            fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.args[0].name, fn.args[1].name = "slots", "nthreads"
+        self.fn = fn
+        self.f = _Fn(fn)  # its "entry" block loads the slot pointers, then branches to "body"
+        self._body = fn.append_basic_block("body")
+        self.b = self.f.b
+        self.b.position_at_end(self._body)
+        self.nthreads = fn.args[1]
+        self.slots: list[Slot] = []
+        self._slot_of: dict[int, int] = {}
+        self._ptrs: dict[int, ir.Value] = {}
+        self.scratch_bytes = 0
+
+    # -- buffers -------------------------------------------------------------------------------
+    def _slot_ptr(self, j: int) -> ir.Value:
+        if j not in self._ptrs:
+            eb = ir.IRBuilder(self.fn.entry_basic_block)
+            addr = eb.gep(self.fn.args[0], [c64(j)], source_etype=PTR)
+            self._ptrs[j] = eb.load(addr, typ=PTR, name=f"slot{j}")
+        return self._ptrs[j]
+
+    def ptr(self, value: Value) -> ir.Value:
+        """The buffer of an input or output value of the group (dense row-major)."""
+        if all(value is not v for v in self.group.inputs + self.group.outputs) and \
+                all(value is not o for n in self.group.nodes for o in n.outputs):
+            raise ValueError(f"{value} is not read or written by {self.group.describe()}")
+        key = id(value)
+        if key not in self._slot_of:
+            self._slot_of[key] = len(self.slots)
+            self.slots.append(Slot("value", value=value))
+        return self._slot_ptr(self._slot_of[key])
+
+    def weight(self, array: np.ndarray) -> ir.Value:
+        """Compile-time data (e.g. a pre-packed weight): stored in the artifact, read-only."""
+        key = id(array)
+        if key not in self._slot_of:
+            self._slot_of[key] = len(self.slots)
+            self.slots.append(Slot("weight", array=np.ascontiguousarray(array)))
+        return self._slot_ptr(self._slot_of[key])
+
+    def scratch(self, nbytes: int) -> ir.Value:
+        """Temporary memory for this kernel alone (64-byte aligned, contents undefined on entry)."""
+        off = self.scratch_bytes
+        self.scratch_bytes += -(-max(int(nbytes), 1) // ALIGN) * ALIGN
+        self.slots.append(Slot("scratch", offset=off))
+        return self._slot_ptr(len(self.slots) - 1)
+
+    # -- code ----------------------------------------------------------------------------------
+    @contextmanager
+    def loop(self, count, name: str = "i", interleave: int | None = None):
+        """``for (i = 0; i < count; ++i)`` (count an int or an i64 value); yields i."""
+        from ..llvm.elementwise import loop_metadata
+
+        md = loop_metadata(self.module, interleave) if interleave else None
+        with _For(self.b, c64(count) if isinstance(count, int) else count, name, md) as i:
+            yield i
+
+    def at(self, ptr: ir.Value, index, ty: ir.Type = F32) -> ir.Value:
+        """The address of element ``index`` (an int or i64 value) of a buffer of ``ty``."""
+        return self.b.gep(ptr, [c64(index) if isinstance(index, int) else index], inbounds=True, source_etype=ty)
+
+    def load(self, ptr: ir.Value, index, ty: ir.Type = F32) -> ir.Value:
+        return self.b.load(self.at(ptr, index, ty), typ=ty)
+
+    def store(self, value: ir.Value, ptr: ir.Value, index) -> None:
+        self.b.store(value, self.at(ptr, index, value.type))
+
+    def finish(self) -> None:
+        if not self.b.block.is_terminated:
+            self.b.ret_void()
+        ir.IRBuilder(self.fn.entry_basic_block).branch(self._body)
+
+
+class Lowering:
+    """How the groups of some op classes become native code.
+
+    ``ops``: the op classes it lowers (a group of one node of such a class). ``alias``: the result
+    is the input's buffer seen with another shape (Reshape and the like): no kernel at all.
+    """
+
+    ops: tuple[type, ...] = ()
+    alias: bool = False
+
+    def check(self, group: KernelGroup) -> str | None:
+        """None when ``emit`` can lower the group, else why not (one short sentence)."""
+        return None
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        raise NotImplementedError
+
+
+def dtype_reason(values: Sequence[Value | None], allowed=(DType.f32,)) -> str | None:
+    """Why values are not all static tensors of the allowed element types (None if they are)."""
+    for v in values:
+        if v is None:
+            continue
+        if not isinstance(v.type, TensorType):
+            return f"{v.type} values are not handled by native kernels"
+        if v.type.dtype not in allowed:
+            return f"element type {v.type.dtype.name} is not supported natively (only " \
+                   f"{', '.join(d.name for d in allowed)})"
+        if not v.type.is_static:
+            return f"shape {list(v.shape)} is not static"
+    return None
+
+
+def strides_of(shape: Sequence[int]) -> list[int]:
+    out, s = [], 1
+    for d in reversed(list(shape)):
+        out.append(s)
+        s *= int(d)
+    return list(reversed(out))
+
+
+__all__ = ["ALIGN", "F32", "F64", "I1", "I8", "I32", "I64", "PTR", "VOID", "LLVM_TYPES", "KernelBuilder",
+           "KernelGroup", "Lowering", "Services", "Slot", "c64", "cf32", "dtype_reason", "strides_of"]

@@ -1,0 +1,65 @@
+"""Elementwise and broadcast ops (float32) as one loop nest, and view ops (Reshape & co) as aliases."""
+from __future__ import annotations
+
+from ...ir.ops import elementwise as ew
+from ...ir.ops import shape as sh
+from ..llvm.elementwise import SCALAR_OPS, _is_inlined, emit_elementwise, plan_loops
+from ..llvm.toolchain import CodegenError
+from .base import LLVM_TYPES, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
+
+
+class Elementwise(Lowering):
+    """Any chain of float32 elementwise/broadcast ops (``SCALAR_OPS``): one loop nest, operands
+    broadcast with compiled-in strides, scalar constants inlined."""
+
+    ops = tuple(c for c in SCALAR_OPS if c is not sh.Identity)
+
+    def check(self, group: KernelGroup) -> str | None:
+        for n in group.nodes:
+            if type(n.op) not in SCALAR_OPS:
+                return f"{n.op.name} is not an elementwise float32 op"
+            why = dtype_reason(list(n.inputs) + list(n.outputs))
+            if why:
+                return why
+            if isinstance(n.op, ew.Pow):
+                e = n.inputs[1]
+                if e.const is None or e.const.size != 1 or float(e.const.reshape(())) not in (1, 2, 3, 0.5, -1):
+                    return "Pow needs a constant scalar exponent of 1, 2, 3, 0.5 or -1"
+            if isinstance(n.op, ew.Clip):
+                for v in n.inputs[1:]:
+                    if v is not None and not _is_inlined(v, True):
+                        return "Clip bounds must be constants"
+        try:
+            shape = group.outputs[0].shape
+            if any(tuple(o.shape) != tuple(shape) for o in group.outputs):
+                return "outputs of different shapes"
+            plan_loops(shape, [v.shape for v in group.inputs if not _is_inlined(v, True)])
+        except CodegenError as e:
+            return str(e)
+        return None
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        kern = emit_elementwise(k.module, group.nodes, f"{k.name}.loop", outputs=group.outputs,
+                                math_lib=k.math)
+        k.module.globals[kern.name].linkage = "internal"
+        args = [k.ptr(v) for v in kern.inputs] + [k.ptr(v) for v in kern.outputs]
+        n = group.outputs[0].type.numel
+        k.b.call(k.module.globals[kern.name], args + [c64(n)])
+
+
+class View(Lowering):
+    """Reshape, Flatten, Squeeze, Unsqueeze, Identity: the result is the input's buffer (no code)."""
+
+    ops = (sh.Reshape, sh.Flatten, sh.Squeeze, sh.Unsqueeze, sh.Identity)
+    alias = True
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        x, y = n.inputs[0], n.outputs[0]
+        why = dtype_reason([x, y], allowed=tuple(LLVM_TYPES))
+        if why:
+            return why
+        if x.type.dtype is not y.type.dtype or x.type.numel != y.type.numel:
+            return "not a view"
+        return None
+

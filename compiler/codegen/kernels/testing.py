@@ -1,0 +1,79 @@
+"""Run a graph kernel by kernel, each node a group of one, buffers in NumPy: a test bench for
+lowerings (``run_kernels(graph, inputs)``), independent of the program builder and the runtime.
+
+Every node must have a native lowering (view ops included, copied here). Results come back as a
+dict output name -> array, to compare with the reference interpreter.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+from typing import Mapping
+
+import numpy as np
+
+from ...ir.graph import Graph
+from ..gemm.config import config_for_target
+from ..llvm import toolchain
+from ..llvm.elementwise import new_module
+from ..llvm.target import Target, host_target
+from . import KernelBuilder, KernelGroup, Services, lowering_for
+
+
+def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target | None = None,
+                nthreads: int = 2) -> dict[str, np.ndarray]:
+    target = target or host_target()
+    module = new_module("bench", target)
+    services = Services(module, target, config_for_target(target))
+    plan = []
+    for i, node in enumerate(graph.nodes):
+        group = KernelGroup.of([node])
+        low, why = lowering_for(group)
+        if low is None:
+            raise NotImplementedError(f"{node.describe()}: {why}")
+        if low.alias:
+            plan.append((group, None))
+            continue
+        k = KernelBuilder(services, f"kernel{i}", group, internal=False)
+        low.emit(k, group)
+        k.finish()
+        plan.append((group, k))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "bench.so")
+        toolchain.link_shared([toolchain.compile_ir(str(module), target)], path, extra_args=["-lpthread"])
+        lib = toolchain.load_library(path)
+        env = {v: np.ascontiguousarray(inputs[v.name]) for v in graph.inputs}
+        env.update({c: np.ascontiguousarray(c.const) for c in graph.constants})
+        keep = []
+        for group, k in plan:
+            if k is None:
+                x = group.node.inputs[0]
+                env[group.node.outputs[0]] = env[x].reshape([int(d) for d in group.node.outputs[0].shape])
+                continue
+            for v in group.outputs:
+                env[v] = _aligned(np.empty([int(d) for d in v.shape], v.type.dtype.np))
+            ptrs = []
+            for s in k.slots:
+                if s.kind == "value":
+                    arr = env[s.value] if s.value in env else env.setdefault(
+                        s.value, _aligned(np.empty([int(d) for d in s.value.shape], s.value.type.dtype.np)))
+                    ptrs.append(arr.ctypes.data)
+                elif s.kind == "weight":
+                    keep.append(s.array)
+                    ptrs.append(s.array.ctypes.data)
+                else:
+                    buf = _aligned(np.empty(k.scratch_bytes, np.uint8))
+                    keep.append(buf)
+                    ptrs.append(buf.ctypes.data + s.offset)
+            table = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+            fn = getattr(lib, k.name)
+            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_int32], None
+            fn(ctypes.cast(table, ctypes.c_void_p), nthreads)
+        return {name: np.array(env[v]) for name, v in zip(graph.output_names, graph.outputs)}
+
+
+def _aligned(a: np.ndarray) -> np.ndarray:
+    raw = np.empty(a.nbytes + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
