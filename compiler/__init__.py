@@ -1,5 +1,25 @@
 """Kiln: a deep-learning graph compiler.
 
-The IR lives in ``compiler.ir``; ONNX models come in through ``frontends.onnx``.
+    import compiler
+    exe = compiler.compile("model.onnx", opt_level=2, input_shapes={"x": (1, 3, 224, 224)})
+    outs = exe.run({"x": x})            # dict name -> array; exe(x) also works
+    exe.save("model.kiln"); exe2 = compiler.load("model.kiln")   # load compiles nothing
+
+The IR lives in ``compiler.ir``; ONNX models come in through ``frontends.onnx``; the pass pipeline is
+``compiler.passes``; native code ``compiler.codegen``; artifacts and executables ``compiler.runtime``.
 """
 __version__ = "0.1.0"
+
+
+def compile(model, opt_level: int = 2, input_shapes=None, **options):
+    """Compile a model to native code; see ``compiler.driver.compile``."""
+    from .driver import compile as _compile
+
+    return _compile(model, opt_level, input_shapes, **options)
+
+
+def load(path, nthreads=None):
+    """Load a compiled artifact; see ``compiler.runtime.executable.load``."""
+    from .runtime.executable import load as _load
+
+    return _load(path, nthreads)

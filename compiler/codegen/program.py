@@ -1,0 +1,317 @@
+"""A whole graph as native code: kernel groups in schedule order, a memory plan, and forward functions.
+
+``build_program(graph, target)`` is the code generator's entry point. It
+
+1. forms the kernel groups (one node each until fusion) and picks each group's lowering; a group
+   without one runs in the reference interpreter (a *fallback* step, with the reason why);
+2. gives every value that native code touches a place: a graph input (the caller's array), a
+   weight (the artifact's read-only weights, memory-mapped at load) or the arena (one block of
+   scratch memory per concurrent caller, offsets planned here); a view op's result shares its
+   input's place; values only fallback steps see stay Python objects;
+3. emits one LLVM function per kernel and one *segment* function per maximal run of native steps::
+
+       void kiln_forward(void **inputs, char *weights, char *arena, int32_t nthreads)
+
+   which calls the segment's kernels in order with their buffer addresses (all offsets compiled
+   in). A model without fallback steps is one segment, ``kiln_forward``: the whole forward pass is
+   one native call.
+
+The result, ``Program``, is plain data: the LLVM IR text, the weights with their offsets, and the
+step list with every value's place, which ``compiler.runtime`` saves in an artifact and executes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from ..ir.graph import Graph, Node, Value
+from ..ir.types import TensorType
+from .gemm.config import config_for_target
+from .kernels import KernelBuilder, KernelGroup, Services, lowering_for
+from .kernels.base import ALIGN, I32, PTR, VOID, c64
+from .llvm.elementwise import new_module
+from .llvm.target import Target
+from .plan import Buffer, plan_arena
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a value lives at run time."""
+
+    kind: str          # "input" (index) | "weight" (offset) | "arena" (offset) | "python"
+    where: int = 0
+
+    def to_json(self) -> list:
+        return [self.kind, self.where]
+
+    @staticmethod
+    def from_json(j) -> "Place":
+        return Place(j[0], int(j[1]))
+
+
+@dataclass
+class Step:
+    """One kernel group in schedule order: native (``kernel`` is its function) or a fallback."""
+
+    index: int
+    group: KernelGroup
+    native: bool
+    reason: str | None = None        # why it is not native
+    kernel: str | None = None        # LLVM function name (None for views)
+    lowering: str | None = None
+    alias: bool = False
+    scratch_bytes: int = 0
+    slots: list = field(default_factory=list)
+    slot_places: list = field(default_factory=list)
+
+
+@dataclass
+class Program:
+    """What ``build_program`` made (see the module docstring)."""
+
+    llvm_ir: str
+    steps: list[Step]
+    segments: list[list[int]]         # per segment, the step indices it runs natively
+    places: dict[int, Place]          # id(value) -> place
+    weights: list[tuple[int, np.ndarray]]
+    weights_bytes: int
+    arena_bytes: int
+    buffers: list[Buffer]
+    graph: Graph
+
+    @property
+    def fallback_steps(self) -> list[Step]:
+        return [s for s in self.steps if not s.native]
+
+    def segment_name(self, j: int) -> str:
+        return "kiln_forward" if len(self.segments) == 1 and not self.fallback_steps else f"kiln_segment_{j}"
+
+    def runtime_plan(self) -> list[dict]:
+        """The step list as the runtime executes it (saved in the manifest): native segments by
+        function name, and fallback nodes by index with where each operand and result lives."""
+        index = {id(n): i for i, n in enumerate(self.graph.nodes)}
+        inputs = {id(v): k for k, v in enumerate(self.graph.inputs)}
+        seg_start = {seg[0]: j for j, seg in enumerate(self.segments) if seg}
+        out: list[dict] = []
+        for st in self.steps:
+            if st.native:
+                if st.index in seg_start:
+                    out.append({"native": self.segment_name(seg_start[st.index])})
+                continue
+            n = st.group.node
+            refs = []
+            for pos, v in enumerate(n.inputs):
+                if v is None:
+                    refs.append(None)
+                elif id(v) in inputs:
+                    refs.append(["input", inputs[id(v)]])
+                elif v.const is not None:
+                    refs.append(["const", pos])
+                else:
+                    refs.append(self.ref(v, index))
+            out.append({"fallback": index[id(n)], "op": n.op.name, "inputs": refs,
+                        "outputs": [self.ref(v, index) for v in n.outputs]})
+        return out
+
+    def ref(self, v: Value, index: dict[int, int]) -> list:
+        """Where a node result lives, for the runtime: a buffer (place, dtype, shape) or a Python value."""
+        p = self.places.get(id(v))
+        if p is None:
+            return ["python", value_key(v, index)]
+        return ["buffer", p.to_json(), v.type.dtype.name, [int(d) for d in v.shape]]
+
+
+def value_key(v: Value, index: dict[int, int]) -> str:
+    return f"%{index[id(v.producer)]}:{v.index}"
+
+
+def _bufferable(v: Value) -> bool:
+    return isinstance(v.type, TensorType) and v.type.is_static
+
+
+def form_groups(graph: Graph) -> list[KernelGroup]:
+    """The kernel groups in schedule order: one node each (the fusion pass makes larger ones)."""
+    return [KernelGroup.of([n]) for n in graph.nodes]
+
+
+def build_program(graph: Graph, target: Target, fallback: bool = True) -> Program:
+    """Lower ``graph`` (after the pipeline) to a ``Program`` for ``target`` (see the module docstring).
+
+    With ``fallback=False`` a group without a native lowering is an error naming the op, the node
+    and the reason.
+    """
+    from ..errors import UnsupportedError
+
+    module = new_module("kiln_model", target)
+    services = Services(module, target, config_for_target(target))
+
+    # 1. groups and their lowerings
+    steps: list[Step] = []
+    for i, group in enumerate(form_groups(graph)):
+        low, why = (None, "its op holds a subgraph (control flow)") if _has_subgraph(group) else lowering_for(group)
+        if low is None:
+            if not fallback:
+                raise UnsupportedError(f"{group.describe()}: no native code: {why} (strict mode: fallback=False)")
+            steps.append(Step(i, group, native=False, reason=why))
+        else:
+            steps.append(Step(i, group, native=True, lowering=type(low).__name__, alias=low.alias))
+
+    # 2. places
+    places: dict[int, Place] = {}
+    native_values: dict[int, Value] = {}
+    for st in steps:
+        if st.native:
+            for v in st.group.inputs + tuple(o for n in st.group.nodes for o in n.outputs):
+                native_values[id(v)] = v
+    input_index = {id(v): k for k, v in enumerate(graph.inputs)}
+    for key, v in native_values.items():
+        if key in input_index:
+            places[key] = Place("input", input_index[key])
+    root: dict[int, Value] = {}   # view results -> the value whose buffer they share
+
+    def root_of(v: Value) -> Value:
+        while id(v) in root:
+            v = root[id(v)]
+        return v
+
+    for st in steps:
+        if st.native and st.alias:
+            root[id(st.group.node.outputs[0])] = st.group.node.inputs[0]
+
+    # 3. kernels
+    for st in steps:
+        if not st.native or st.alias:
+            continue
+        name = f"k{st.index}_{'_'.join(st.group.ops)}"
+        k = KernelBuilder(services, name, st.group)
+        low, _ = lowering_for(st.group)
+        low.emit(k, st.group)
+        k.finish()
+        st.kernel, st.slots, st.scratch_bytes = name, k.slots, k.scratch_bytes
+
+    # 4. weights: the constants native code reads, and data kernels prepared
+    weights: list[tuple[int, np.ndarray]] = []
+    weight_at: dict[int, int] = {}
+    wbytes = 0
+
+    def add_weight(key: int, arr: np.ndarray) -> int:
+        nonlocal wbytes
+        if key not in weight_at:
+            arr = np.ascontiguousarray(arr)
+            weight_at[key] = wbytes
+            weights.append((wbytes, arr))
+            wbytes += _align(arr.nbytes)
+        return weight_at[key]
+
+    for st in steps:
+        for s in st.slots:
+            if s.kind == "value":
+                r = root_of(s.value)
+                if r.const is not None:
+                    places[id(r)] = Place("weight", add_weight(id(r), r.const))
+            elif s.kind == "weight":
+                add_weight(id(s.array), s.array)
+
+    # 5. the arena: every other value native code touches, and each kernel's scratch
+    last = len(steps)
+    live_end: dict[int, int] = {}
+    for st in steps:
+        for v in st.group.inputs:
+            live_end[id(root_of(v))] = max(live_end.get(id(root_of(v)), -1), st.index)
+    for v in graph.outputs:
+        live_end[id(root_of(v))] = last
+    buffers: list[Buffer] = []
+    arena_value: dict[int, Buffer] = {}
+    for st in steps:
+        for n in st.group.nodes:
+            for v in n.outputs:
+                if id(v) not in native_values or id(v) in root:
+                    continue
+                if not _bufferable(v):
+                    continue
+                end = live_end.get(id(v), st.index)
+                buf = Buffer(f"%{n.name or n.op.name}:{v.index}", v.type.nbytes or 0, st.index, max(end, st.index))
+                buffers.append(buf)
+                arena_value[id(v)] = buf
+        if st.scratch_bytes:
+            buf = Buffer(f"scratch of {st.kernel}", st.scratch_bytes, st.index, st.index)
+            buffers.append(buf)
+            arena_value[-(st.index + 1)] = buf
+    arena_bytes = plan_arena(buffers, ALIGN)
+    for key, buf in arena_value.items():
+        if key >= 0:
+            places[key] = Place("arena", buf.offset)
+    for key, v in native_values.items():
+        if id(v) in root and key not in places:
+            r = root_of(v)
+            if id(r) in places:
+                places[key] = places[id(r)]
+    for v in graph.outputs:  # a constant returned as an output is read from the weights
+        r = root_of(v)
+        if id(v) not in places and r.const is not None and _bufferable(r):
+            places[id(v)] = places[id(r)] = Place("weight", add_weight(id(r), r.const))
+
+    # 6. every slot's place, then segments: maximal runs of native steps, each one function
+    for st in steps:
+        for sl in st.slots:
+            if sl.kind == "value":
+                st.slot_places.append(places.get(id(sl.value)) or places[id(root_of(sl.value))])
+            elif sl.kind == "weight":
+                st.slot_places.append(Place("weight", weight_at[id(sl.array)]))
+            else:
+                st.slot_places.append(Place("arena", arena_value[-(st.index + 1)].offset + sl.offset))
+    segments: list[list[int]] = [[]]
+    for st in steps:
+        if st.native:
+            segments[-1].append(st.index)
+        elif segments[-1]:
+            segments.append([])
+    if not segments[-1] and len(segments) > 1:
+        segments.pop()
+    prog = Program("", steps, segments, places, weights, wbytes, arena_bytes, buffers, graph)
+    for j, seg in enumerate(segments):
+        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg])
+    prog.llvm_ir = str(module)
+    return prog
+
+
+def _has_subgraph(group: KernelGroup) -> bool:
+    from ..ir.ops.base import graph_fields
+
+    return any(graph_fields(type(n.op)) for n in group.nodes)
+
+
+def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step]) -> None:
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, PTR, I32]), name)
+    fn.attributes.add("nounwind")
+    inputs, weights, arena, nthreads = fn.args
+    for a, n in zip(fn.args, ("inputs", "weights", "arena", "nthreads")):
+        a.name = n
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    width = max([len(st.slots) for st in steps] + [1])
+    table = b.alloca(PTR, c64(width), name="slots")
+    input_ptrs: dict[int, ir.Value] = {}
+
+    def address(place: Place) -> ir.Value:
+        if place.kind == "input":
+            if place.where not in input_ptrs:
+                input_ptrs[place.where] = b.load(b.gep(inputs, [c64(place.where)], source_etype=PTR), typ=PTR,
+                                                 name=f"input{place.where}")
+            return input_ptrs[place.where]
+        base = weights if place.kind == "weight" else arena
+        return b.gep(base, [c64(place.where)], inbounds=True, source_etype=ir.IntType(8))
+
+    for st in steps:
+        if st.alias:
+            continue
+        for j, place in enumerate(st.slot_places):
+            b.store(address(place), b.gep(table, [c64(j)], source_etype=PTR))
+        b.call(module.globals[st.kernel], [b.bitcast(table, PTR), nthreads])
+    b.ret_void()

@@ -1,0 +1,178 @@
+"""``compile``: a model in, a loaded ``Executable`` (and optionally a saved artifact) out.
+
+    model --load--> Graph --pipeline(-O)--> Graph --build_program--> Program
+          --write_artifact--> model.kiln/ --load--> Executable
+
+Compiling always writes an artifact (to a temporary directory unless ``output`` names one) and
+loads it back, so a compiled model and a loaded one run exactly the same code.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import warnings
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import __version__
+from .codegen.llvm.target import Target, host_target
+from .codegen.program import Program, build_program, value_key
+from .errors import KilnError
+from .ir.graph import Graph
+from .ir.types import TensorType
+from .runtime.artifact import FORMAT, FORMAT_VERSION, IR_TEXT, LIBRARY, WEIGHTS, finish_manifest, staging
+from .runtime.executable import Executable, load
+
+
+class FallbackWarning(UserWarning):
+    """Some nodes have no native code and run in the reference interpreter."""
+
+
+def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
+            output: str | os.PathLike | None = None, target: Target | None = None, fallback: bool = True,
+            nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),
+            timings: dict | None = None) -> Executable:
+    """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
+    this CPU (or ``target``) and return it loaded.
+
+    ``input_shapes`` fixes symbolic input dimensions (native code needs static shapes; ops on
+    non-static values run in the interpreter). ``output`` also keeps the artifact there (a
+    ``model.kiln`` directory). ``fallback=False`` refuses nodes without native code instead of running
+    them in the reference interpreter (with a ``FallbackWarning``). ``nthreads``: threads per run
+    (default: the CPUs this process may use). ``timings``, if given, receives seconds per phase.
+    """
+    from .models import load_graph
+    from .passes.manager import Verify
+    from .passes.manager import PassManager
+    from .passes.options import CompileOptions
+    from .passes.pipeline import pipeline
+
+    t0 = time.perf_counter()
+    opts = CompileOptions.make(opt_level=opt_level, input_shapes=dict(input_shapes or {}),
+                               disabled_passes=tuple(disabled_passes), verify=verify)
+    graph = load_graph(model, opts.input_shapes)
+    if isinstance(model, Graph) and opts.input_shapes:
+        pass  # InferShapes applies them
+    t1 = time.perf_counter()
+    passes = [p for p in pipeline(opts) if p.name not in opts.disabled_passes]
+    PassManager(passes, [Verify()] if verify else []).run(graph)
+    t2 = time.perf_counter()
+    target = target or host_target()
+    prog = build_program(graph, target, fallback=fallback)
+    t3 = time.perf_counter()
+    if prog.fallback_steps:
+        ops = sorted({s.group.node.op.name for s in prog.fallback_steps})
+        warnings.warn(f"{len(prog.fallback_steps)} node(s) run in the reference interpreter (no native code): "
+                      f"{', '.join(ops)}; `kiln inspect` lists them with reasons", FallbackWarning, stacklevel=3)
+    owner = None
+    if output is None:
+        owner = tempfile.TemporaryDirectory(prefix="kiln-")
+        dest = os.path.join(owner.name, "model.kiln")
+    else:
+        dest = os.fspath(output)
+    name = model if isinstance(model, str) else getattr(graph, "name", "model")
+    times = {"load": t1 - t0, "passes": t2 - t1, "codegen": t3 - t2}
+    write_artifact(prog, dest, target, model_name=str(name), opt_level=opt_level, times=times)
+    t4 = time.perf_counter()
+    exe = Executable(dest, _read(dest), nthreads)
+    exe._owner = owner
+    times.update(llvm_and_link=t4 - t3, total=time.perf_counter() - t0)
+    if timings is not None:
+        timings.update(times)
+    return exe
+
+
+def _read(dest: str) -> dict:
+    from .runtime.artifact import read_manifest
+
+    return read_manifest(dest, check_files=False)
+
+
+def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "model", opt_level: int = 2,
+                   times: Mapping[str, float] | None = None) -> None:
+    """Compile ``prog``'s LLVM IR and write the artifact directory ``dest`` (atomically)."""
+    from .codegen.llvm import toolchain
+    from .ir.printer import print_graph, save_text
+
+    graph = prog.graph
+    with staging(dest) as tmp:
+        t0 = time.perf_counter()
+        obj = toolchain.compile_ir(prog.llvm_ir, target)
+        toolchain.link_shared([obj], os.path.join(tmp, LIBRARY), extra_args=["-lpthread"])
+        t_llvm = time.perf_counter() - t0
+        with open(os.path.join(tmp, WEIGHTS), "wb") as f:
+            for off, arr in prog.weights:
+                f.seek(off)
+                f.write(np.ascontiguousarray(arr).tobytes())
+            f.truncate(prog.weights_bytes)
+        if prog.fallback_steps:
+            save_text(graph, os.path.join(tmp, IR_TEXT))  # the interpreter needs the constants too
+        else:
+            with open(os.path.join(tmp, IR_TEXT), "w", encoding="utf-8") as f:
+                f.write(print_graph(graph))
+        finish_manifest(tmp, manifest_of(prog, target, model_name, opt_level, dict(times or {}, llvm=t_llvm)))
+
+
+def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, times: dict) -> dict:
+    from .codegen.plan import lower_bound
+
+    graph = prog.graph
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    inputs = []
+    for v in graph.inputs:
+        if not isinstance(v.type, TensorType) or not v.type.is_static:
+            raise KilnError(f"input {v.name!r} has type {v.type}; compiled models take tensors of static shape "
+                            f"(give input_shapes / --input-shape for symbolic dimensions)")
+        inputs.append({"name": v.name, "dtype": v.type.dtype.name, "shape": [int(d) for d in v.shape]})
+    input_pos = {id(v): k for k, v in enumerate(graph.inputs)}
+    outputs = []
+    for name, v in zip(graph.output_names, graph.outputs):
+        desc: dict[str, Any] = {"name": name, "type": str(v.type)}
+        if id(v) in input_pos:
+            desc["place"] = ["input", input_pos[id(v)]]
+        elif id(v) in prog.places:
+            desc["place"] = prog.places[id(v)].to_json()
+        elif v.const is not None:
+            raise KilnError(f"output {name!r} is a constant no kernel reads; not supported yet")
+        else:
+            desc["place"] = ["python", 0]
+            desc["key"] = value_key(v, index)
+        if isinstance(v.type, TensorType) and v.type.is_static:
+            desc["dtype"], desc["shape"] = v.type.dtype.name, [int(d) for d in v.shape]
+        outputs.append(desc)
+    kernels = []
+    for st in prog.steps:
+        if st.native and not st.alias:
+            flops = bytes_ = 0
+            for n in st.group.nodes:
+                try:
+                    c = n.op.cost([v.type if v is not None else None for v in n.inputs], [o.type for o in n.outputs])
+                    flops, bytes_ = flops + c.flops, bytes_ + c.bytes
+                except Exception:  # cost is informative only
+                    pass
+            kernels.append({"name": st.kernel, "ops": st.group.ops, "lowering": st.lowering,
+                            "nodes": [n.name or "" for n in st.group.nodes], "flops": int(flops),
+                            "bytes": int(bytes_), "scratch_bytes": st.scratch_bytes})
+    fallback = [{"op": s.group.node.op.name, "node": s.group.node.name or "", "index": index[id(s.group.node)],
+                 "reason": s.reason} for s in prog.fallback_steps]
+    views = sum(1 for s in prog.steps if s.native and s.alias)
+    naive = sum(b.size for b in prog.buffers)
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "kiln_version": __version__,
+        "model": model_name, "opt_level": opt_level,
+        "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features,
+                   "isa": sorted(target.isa)},
+        "inputs": inputs, "outputs": outputs,
+        "plan": prog.runtime_plan(),
+        "kernels": kernels, "views": views, "fallback": fallback,
+        "memory": {"arena_bytes": prog.arena_bytes, "lower_bound_bytes": lower_bound(prog.buffers),
+                   "naive_bytes": naive, "weights_bytes": prog.weights_bytes,
+                   "scratch_bytes": sum(s.scratch_bytes for s in prog.steps)},
+        "nodes": len(graph.nodes),
+        "compile_seconds": {k: round(v, 4) for k, v in times.items()},
+    }
+
+
+__all__ = ["FallbackWarning", "compile", "load", "write_artifact"]

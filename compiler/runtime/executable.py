@@ -1,0 +1,238 @@
+"""Loading an artifact and running it: ``load(path) -> Executable``; ``exe.run({name: array})``.
+
+Loading compiles nothing: it verifies the manifest (format, checksums, CPU features), opens the
+shared library, and memory-maps the weights (read-only, not copied). When some nodes have no
+native code it also parses the final IR to run those nodes in the reference interpreter.
+
+``run`` checks every input (names, element type, shape; a non-contiguous array is copied) before
+any native code runs, takes an arena (one per concurrent caller, allocated once and reused), calls
+the native forward function (or, with fallback nodes, the native segments and the interpreter in
+turn) and copies the outputs out of the arena: results never alias Kiln's memory. It is safe to
+call from several threads at once.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import threading
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..ir.interpreter import InputError
+from ..ir.types import DType
+from .artifact import IR_TEXT, LIBRARY, WEIGHTS, ArtifactError, read_manifest
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
+    raw = np.empty(nbytes + align, np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + nbytes]
+
+
+class Executable:
+    """A loaded model (see the module docstring). Build one with ``compiler.compile`` or ``compiler.load``."""
+
+    def __init__(self, path: str, manifest: dict, nthreads: int | None = None, _owner: Any = None):
+        self.path = path
+        self.manifest = manifest
+        self.nthreads = int(nthreads) if nthreads else default_threads()
+        if self.nthreads < 1:
+            raise ValueError(f"nthreads must be at least 1, got {nthreads}")
+        self._owner = _owner  # keeps a temporary artifact directory alive
+        try:
+            self._lib = ctypes.CDLL(os.path.join(path, LIBRARY))
+        except OSError as e:
+            raise ArtifactError(f"cannot load {os.path.join(path, LIBRARY)}: {e}") from None
+        wpath = os.path.join(path, WEIGHTS)
+        size = os.path.getsize(wpath)
+        self._weights = np.memmap(wpath, dtype=np.uint8, mode="r") if size else np.zeros(64, np.uint8)
+        self._wptr = self._weights.ctypes.data
+        self._segments = {}
+        for step in manifest["plan"]:
+            if "native" in step:
+                fn = getattr(self._lib, step["native"])
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
+                fn.restype = None
+                self._segments[step["native"]] = fn
+        self.inputs = [(i["name"], DType[i["dtype"]], tuple(i["shape"])) for i in manifest["inputs"]]
+        self.outputs = [(o["name"], o.get("dtype"), o.get("shape")) for o in manifest["outputs"]]
+        self._graph = None
+        if manifest["fallback"]:
+            from ..ir.parser import load_text
+
+            self._graph = load_text(os.path.join(path, IR_TEXT))
+        self._arenas: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self.arena_bytes = int(manifest["memory"]["arena_bytes"])
+
+    # -- information -----------------------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return [n for n, _, _ in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [n for n, _, _ in self.outputs]
+
+    @property
+    def kernels(self) -> list[dict]:
+        return self.manifest["kernels"]
+
+    @property
+    def fallback(self) -> list[dict]:
+        """The nodes that run in the reference interpreter (op, node, reason)."""
+        return self.manifest["fallback"]
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{n}: {d.name}{list(s)}" for n, d, s in self.inputs)
+        return f"<Executable {self.manifest.get('model', '?')} ({sig}) {len(self.kernels)} kernels>"
+
+    # -- running -------------------------------------------------------------------------------
+    def __call__(self, *arrays: np.ndarray):
+        """Positional inputs (in signature order); one output comes back as an array, several as a tuple."""
+        if len(arrays) != len(self.inputs):
+            raise InputError(f"the model takes {len(self.inputs)} input(s) {self._signature()}, got {len(arrays)}")
+        outs = self.run(dict(zip(self.input_names, arrays)))
+        vals = tuple(outs[n] for n in self.output_names)
+        return vals[0] if len(vals) == 1 else vals
+
+    def _signature(self) -> str:
+        return "(" + ", ".join(f"{n}: {d.name}{list(s)}" for n, d, s in self.inputs) + ")"
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        """The inputs in signature order, each checked (and made contiguous); InputError otherwise."""
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"run() takes a dict of input name -> array; the model takes {self._signature()}")
+        names = self.input_names
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise InputError(f"missing input(s) {missing}; the model takes {self._signature()}")
+        extra = [n for n in inputs if n not in names]
+        if extra:
+            raise InputError(f"unknown input(s) {extra}; the model takes {self._signature()}")
+        out = []
+        for name, dtype, shape in self.inputs:
+            a = inputs[name]
+            if not isinstance(a, np.ndarray):
+                a = np.asarray(a)
+                if a.dtype == np.float64 and dtype is DType.f32:
+                    raise InputError(f"input {name!r}: got a Python sequence of float64, expected {dtype.name}"
+                                     f"{list(shape)}: pass np.asarray(..., dtype=np.float32)")
+            if a.dtype != dtype.np:
+                raise InputError(f"input {name!r} has element type {a.dtype}, the model takes "
+                                 f"{dtype.name}{list(shape)} ({dtype.np})")
+            if tuple(a.shape) != shape:
+                raise InputError(f"input {name!r} has shape {list(a.shape)}, the model takes {dtype.name}{list(shape)}"
+                                 f" (compile with input_shapes / --input-shape for another shape)")
+            if not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)
+            out.append(a)
+        return out
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        arrays = self.check_inputs(inputs)
+        table = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
+        arena = self._take_arena()
+        try:
+            env: dict[str, Any] = {}
+            for step in self.manifest["plan"]:
+                if "native" in step:
+                    self._segments[step["native"]](ctypes.addressof(table), self._wptr, arena.ctypes.data,
+                                                   self.nthreads)
+                else:
+                    self._run_fallback(step, arrays, arena, env)
+            result = {}
+            for o in self.manifest["outputs"]:
+                result[o["name"]] = self._read(o["place"], o, arrays, arena, env)
+            return result
+        finally:
+            self._give_arena(arena)
+
+    def _take_arena(self) -> np.ndarray:
+        with self._lock:
+            if self._arenas:
+                return self._arenas.pop()
+        return _aligned_empty(max(self.arena_bytes, 64))
+
+    def _give_arena(self, arena: np.ndarray) -> None:
+        with self._lock:
+            self._arenas.append(arena)
+
+    def _view(self, place, dtype: str, shape, arrays, arena) -> np.ndarray:
+        kind, where = place
+        if kind == "input":
+            return arrays[where]
+        dt = DType[dtype].np
+        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        base = self._weights if kind == "weight" else arena
+        return base[where:where + n].view(dt).reshape(shape)
+
+    def _read(self, place, desc, arrays, arena, env):
+        if place is None or place[0] == "python":
+            return env[desc["key"]]
+        return np.array(self._view(place, desc["dtype"], desc["shape"], arrays, arena))
+
+    def _run_fallback(self, step: dict, arrays, arena, env: dict) -> None:
+        from ..ir.interpreter import run_node
+
+        g = self._graph
+        node = g.nodes[step["fallback"]]
+        args = []
+        for ref in step["inputs"]:
+            if ref is None:
+                args.append(None)
+            elif ref[0] == "input":
+                args.append(arrays[ref[1]])
+            elif ref[0] == "const":
+                args.append(g.nodes[step["fallback"]].inputs[ref[1]].const)
+            elif ref[0] == "python":
+                args.append(env[ref[1]])
+            else:  # a buffer native code wrote
+                _, place, dtype, shape = ref
+                args.append(self._view(place, dtype, shape, arrays, arena))
+        results = run_node(node, args)
+        for v, r, out in zip(node.outputs, results, step["outputs"]):
+            if out[0] == "python":
+                env[out[1]] = r
+            else:
+                _, place, dtype, shape = out
+                view = self._view(place, dtype, shape, arrays, arena)
+                r = np.asarray(r)
+                if r.shape != view.shape or r.dtype != view.dtype:
+                    raise RuntimeError(f"{node.describe()} (interpreter) gave {r.dtype}{list(r.shape)}, the "
+                                       f"plan has {view.dtype}{list(view.shape)}")
+                view[...] = r
+
+    # -- saving --------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> str:
+        """Copy the artifact to ``path`` (a directory, conventionally ``model.kiln``); returns it."""
+        from .artifact import staging
+
+        dest = os.fspath(path)
+        if os.path.abspath(dest) == os.path.abspath(self.path):
+            return dest
+        with staging(dest) as tmp:
+            for name in os.listdir(self.path):
+                shutil.copy2(os.path.join(self.path, name), os.path.join(tmp, name))
+        return dest
+
+
+def load(path: str | os.PathLike, nthreads: int | None = None) -> Executable:
+    """Open a compiled artifact (a ``model.kiln`` directory); compiles nothing. Refuses an artifact
+    that is corrupt or tampered with, newer than this Kiln, or built for CPU features this machine
+    lacks (``ArtifactError``)."""
+    path = os.fspath(path)
+    manifest = read_manifest(path)
+    return Executable(path, manifest, nthreads)
+
+
+__all__ = ["Executable", "default_threads", "load"]
