@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from .base import KernelBuilder, KernelGroup, Lowering, Services
 from .elementwise import Elementwise, View
+from .linalg import Gemm, MatMul
 
 #: every lowering, in the order they are consulted
-ALL: tuple[Lowering, ...] = (View(), Elementwise())
+ALL: tuple[Lowering, ...] = (View(), Elementwise(), Gemm(), MatMul())
 
 LOWERINGS: dict[type, Lowering] = {op: low for low in ALL for op in low.ops}
 

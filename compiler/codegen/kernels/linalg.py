@@ -1,0 +1,204 @@
+"""Gemm and MatMul (float32) as calls of Kiln's sgemm (docs/gemm.md).
+
+A constant operand is packed at compile time (``pack_b`` / ``pack_a``) and passed pre-packed
+(``tb``/``ta`` = 2). Gemm's C is written into the result first (``Y = beta * C``, broadcast) and the
+product accumulated onto it (sgemm's ``beta = 1``). MatMul folds A's batch dimensions into M when B
+has none (a linear layer: one sgemm); otherwise it loops over the output's batches, each operand's
+batch taken from a compile-time table (NumPy broadcasting of the batch dimensions).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from ...ir.ops import linalg as la
+from .base import F32, I32, I64, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
+
+
+def _i32(v: int) -> ir.Constant:
+    return ir.Constant(I32, int(v))
+
+
+def call_sgemm(k: KernelBuilder, ta: int, tb: int, m: int, n: int, kk: int, alpha: float,
+               a: ir.Value, lda: int, b: ir.Value, ldb: int, beta: float, c: ir.Value, ldc: int,
+               nthreads: ir.Value | None = None) -> None:
+    """One ``kiln_sgemm`` call with compile-time sizes (pointers may be computed)."""
+    sg = k.services.sgemm()
+    k.b.call(sg, [_i32(ta), _i32(tb), c64(m), c64(n), c64(kk), cf32(alpha), a, c64(max(lda, 1)), b,
+                  c64(max(ldb, 1)), cf32(beta), c, c64(max(ldc, 1)),
+                  k.nthreads if nthreads is None else nthreads])
+
+
+def const_table(k: KernelBuilder, name: str, values: Sequence[int]) -> tuple[ir.GlobalVariable, ir.ArrayType]:
+    """An internal constant i64 array in the module (name made unique per kernel)."""
+    ty = ir.ArrayType(I64, len(values))
+    g = ir.GlobalVariable(k.module, ty, name=f"{k.name}.{name}")
+    g.initializer = ir.Constant(ty, [int(v) for v in values])
+    g.linkage = "internal"
+    g.global_constant = True
+    return g, ty
+
+
+def table_load(k: KernelBuilder, table, index: ir.Value) -> ir.Value:
+    g, ty = table
+    addr = k.b.gep(g, [c64(0), index], inbounds=True, source_etype=ty)
+    return k.b.load(addr, typ=I64)
+
+
+def _sizes_reason(*dims: int) -> str | None:
+    if any(int(d) == 0 for d in dims):
+        return "empty matrices (a zero dimension) are not lowered"
+    return None
+
+
+class Gemm(Lowering):
+    """``Y = alpha * op(A) @ op(B) + beta * C`` (float32, static shapes, C broadcast one way)."""
+
+    ops = (la.Gemm,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        why = dtype_reason(list(n.inputs) + list(n.outputs))
+        if why:
+            return why
+        a, b = n.inputs[0], n.inputs[1]
+        if len(a.shape) != 2 or len(b.shape) != 2:
+            return "A and B must be 2-D"
+        y = n.outputs[0]
+        c = n.inputs[2] if len(n.inputs) > 2 else None
+        if c is not None and len(c.shape) > 2:
+            return "C must have rank <= 2"
+        kk = a.shape[0] if n.op.transA else a.shape[1]
+        return _sizes_reason(*y.shape, kk)
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        node = group.node
+        op = node.op
+        a, b = node.inputs[0], node.inputs[1]
+        c = node.inputs[2] if len(node.inputs) > 2 else None
+        y = node.outputs[0]
+        m, n = (int(d) for d in y.shape)
+        kk = int(a.shape[0] if op.transA else a.shape[1])
+        yp = k.ptr(y)
+        beta = 0.0
+        if c is not None:
+            init_broadcast(k, yp, m, n, k.ptr(c), [int(d) for d in c.shape], float(op.beta))
+            beta = 1.0
+        if b.const is not None:
+            bm = b.const.T if op.transB else b.const
+            bp, tb, ldb = k.weight(k.services.pack_b(bm)), 2, n
+        else:
+            bp, tb, ldb = k.ptr(b), int(op.transB), int(b.shape[1])
+        if a.const is not None and b.const is None:
+            am = a.const.T if op.transA else a.const
+            ap, ta, lda = k.weight(k.services.pack_a(am)), 2, kk
+        else:
+            ap, ta, lda = k.ptr(a), int(op.transA), int(a.shape[1])
+        call_sgemm(k, ta, tb, m, n, kk, float(op.alpha), ap, lda, bp, ldb, beta, yp, n)
+
+
+def init_broadcast(k: KernelBuilder, yp: ir.Value, m: int, n: int, cp: ir.Value, cshape: list[int],
+                   scale: float) -> None:
+    """``Y[i, j] = scale * C[...]`` for C of rank <= 2 broadcast (NumPy rules) to (m, n)."""
+    full = [1] * (2 - len(cshape)) + cshape
+    rs = full[1] if full[0] != 1 else 0
+    cs = 1 if full[1] != 1 else 0
+    b = k.b
+    with k.loop(m, "gi") as i:
+        crow = b.mul(i, c64(rs)) if rs else c64(0)
+        yrow = b.mul(i, c64(n))
+        if cs == 0:  # one value per row: hoisted out of the column loop
+            v = k.load(cp, crow)
+            if scale != 1.0:
+                v = b.fmul(v, cf32(scale))
+        with k.loop(n, "gj") as j:
+            if cs:
+                v = k.load(cp, b.add(crow, j))
+                if scale != 1.0:
+                    v = b.fmul(v, cf32(scale))
+            k.store(v, yp, b.add(yrow, j))
+
+
+class MatMul(Lowering):
+    """NumPy matmul (float32, static shapes): 1-D operands promoted, batch dimensions broadcast."""
+
+    ops = (la.MatMul,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        why = dtype_reason(list(n.inputs) + list(n.outputs))
+        if why:
+            return why
+        a, b = n.inputs
+        if len(a.shape) == 0 or len(b.shape) == 0:
+            return "operands must have rank >= 1"
+        sa, sb = _promoted(a.shape, b.shape)
+        return _sizes_reason(*n.outputs[0].shape, sa[-1], sa[-2], sb[-1])
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        node = group.node
+        a, b = node.inputs
+        y = node.outputs[0]
+        sa, sb = _promoted(a.shape, b.shape)
+        m, kk, n = sa[-2], sa[-1], sb[-1]
+        ba, bb = sa[:-2], sb[:-2]
+        batch = tuple(np.broadcast_shapes(tuple(ba), tuple(bb)))
+        nb = math.prod(batch)
+        yp = k.ptr(y)
+        bconst = b.const is not None
+        aconst = a.const is not None and not bconst
+        if math.prod(bb) == 1:
+            # B is one matrix (batch = A's batch): A's batches are rows of one product (a linear layer)
+            mm = math.prod(sa[:-1])
+            if bconst:
+                bp, tb = k.weight(k.services.pack_b(b.const.reshape(kk, n))), 2
+            else:
+                bp, tb = k.ptr(b), 0
+            if aconst:
+                ap, ta = k.weight(k.services.pack_a(a.const.reshape(mm, kk))), 2
+            else:
+                ap, ta = k.ptr(a), 0
+            call_sgemm(k, ta, tb, mm, n, kk, 1.0, ap, kk, bp, n, 0.0, yp, n)
+            return
+        # a loop over the output's batches; each operand's batch index from a table
+        aidx = np.broadcast_to(np.arange(math.prod(ba)).reshape(ba), batch).ravel() if ba \
+            else np.zeros(nb, np.int64)
+        bidx = np.broadcast_to(np.arange(math.prod(bb)).reshape(bb), batch).ravel()
+        if bconst:
+            mats = b.const.reshape(-1, kk, n)
+            packed = [k.services.pack_b(w) for w in mats]
+            bstride = packed[0].size
+            bp, tb = k.weight(np.concatenate(packed)), 2
+        else:
+            bp, tb, bstride = k.ptr(b), 0, kk * n
+        if aconst:
+            mats = a.const.reshape(-1, m, kk)
+            packed = [k.services.pack_a(w) for w in mats]
+            astride = packed[0].size
+            ap, ta = k.weight(np.concatenate(packed)), 2
+        else:
+            ap, ta, astride = k.ptr(a), 0, m * kk
+        ident_a = np.array_equal(aidx, np.arange(nb))
+        ident_b = np.array_equal(bidx, np.arange(nb))
+        ta_tab = None if ident_a else const_table(k, "aidx", aidx)
+        tb_tab = None if ident_b else const_table(k, "bidx", bidx)
+        bld = k.b
+        with k.loop(nb, "batch") as t:
+            ia = t if ident_a else table_load(k, ta_tab, t)
+            ib = t if ident_b else table_load(k, tb_tab, t)
+            pa = k.at(ap, bld.mul(ia, c64(astride)))
+            pb = k.at(bp, bld.mul(ib, c64(bstride)))
+            pc = k.at(yp, bld.mul(t, c64(m * n)))
+            call_sgemm(k, ta, tb, m, n, kk, 1.0, pa, kk, pb, n, 0.0, pc, n)
+
+
+def _promoted(sa, sb) -> tuple[list[int], list[int]]:
+    sa = [1] + [int(d) for d in sa] if len(sa) == 1 else [int(d) for d in sa]
+    sb = [int(d) for d in sb] + [1] if len(sb) == 1 else [int(d) for d in sb]
+    return sa, sb
+
+
+__all__ = ["Gemm", "MatMul", "call_sgemm", "const_table", "init_broadcast", "table_load"]
