@@ -12,7 +12,7 @@ from compiler.cli import main
 from compiler.ir.interpreter import interpret
 from compiler.ir.parser import load_text
 from compiler.ir.printer import print_graph
-from tests.models import zoo
+from compiler import zoo
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from compiler.errors import ModelError, UnsupportedError
 from compiler.ir.interpreter import InputError, interpret
 from compiler.models import light_models, resolve
 from frontends.onnx import export_model, import_model
-from tests.models import zoo
+from compiler import zoo
 
 LIGHT = light_models()
 

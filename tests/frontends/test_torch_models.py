@@ -8,7 +8,7 @@ import pytest
 
 from compiler.ir.interpreter import interpret
 from frontends.onnx import import_model
-from tests.models import zoo
+from compiler import zoo
 
 CASES = {
     "mlp": dict(batch=4),

@@ -12,7 +12,7 @@ from compiler.passes.options import CompileOptions
 from compiler.passes.pipeline import pipeline
 from frontends.onnx import import_model
 from tests.frontends.test_torch_models import CASES
-from tests.models import zoo
+from compiler import zoo
 
 LEVELS = [0, 1, 2, 3]
 

@@ -1,16 +1,56 @@
 """Models Kiln builds itself with PyTorch (no torchvision): an MLP, a BERT-style encoder, a
-MobileNetV2-style CNN and an EfficientNet-style block. Used by the tests and the benchmarks.
+MobileNetV2-style CNN and an EfficientNet-style block. Used by the tests, ``kiln bench`` and
+``benchmarks/``.
 
 ``export(name, **size)`` returns (onnx bytes, example inputs as numpy, the torch module).
+
+Model specs (``kiln bench zoo:bert``, ``load("zoo:mlp?batch=64")``)::
+
+    zoo:NAME                        default sizes
+    zoo:NAME?KEY=VALUE,KEY=VALUE    sizes changed (``&`` also separates; quote it in a shell)
+
+    zoo:mlp?batch=64                zoo:mlp?sizes=784x256x10
+    zoo:bert?seq=128,layers=2       zoo:mobilenetv2?resolution=224,width=0.5
+    zoo:efficientnet_block?resolution=64
+
+A value is an integer, a float, or integers joined by ``x`` (a tuple). ``opset=N`` picks the ONNX
+opset of the export (default 17) for every model. ``PARAMS`` lists each model's keys and defaults.
+
+PyTorch is needed to build these models; without it the module still imports and ``load``/``export``
+raise a ``ModelError`` that says so.
 """
 from __future__ import annotations
 
 import io
 import math
+import types
+from typing import NamedTuple
 
 import numpy as np
-import torch
-from torch import nn
+
+from .errors import ModelError
+
+try:
+    import torch
+    from torch import nn
+except ImportError:  # the classes below are defined but unusable; build() says what is missing
+    torch = None
+    nn = types.SimpleNamespace(Module=object)
+
+# model -> {key: default}: the sizes a spec may set (besides ``opset``)
+PARAMS: dict[str, dict] = {
+    "mlp": {"batch": 1, "sizes": (784, 512, 512, 10)},
+    "bert": {"batch": 1, "seq": 128, "vocab": 1000, "hidden": 256, "heads": 4, "layers": 4},
+    "mobilenetv2": {"resolution": 224, "width": 1.0, "classes": 1000},
+    "efficientnet_block": {"resolution": 64, "cin": 16, "cout": 24, "expand": 4, "blocks": 2},
+}
+DEFAULT_OPSET = 17
+
+
+def require_torch() -> None:
+    if torch is None:
+        raise ModelError("zoo: models are built with PyTorch, which is not installed "
+                         "(pip install torch, the CPU build)")
 
 
 class MLP(nn.Module):
@@ -74,7 +114,9 @@ class BertEncoder(nn.Module):
         return x
 
 
-def conv_bn(cin, cout, k, stride=1, groups=1, act=nn.ReLU6):
+def conv_bn(cin, cout, k, stride=1, groups=1, act=...):
+    if act is ...:
+        act = nn.ReLU6
     layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
     if act is not None:
         layers.append(act())
@@ -148,6 +190,9 @@ class EfficientNetBlock(nn.Module):
 
 def build(name: str, **size):
     """(module, example inputs as numpy arrays, input names)."""
+    require_torch()
+    if name not in PARAMS:
+        raise ModelError(f"unknown zoo model {name!r}; models: {', '.join(PARAMS)}")
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     if name == "mlp":
@@ -170,7 +215,7 @@ def build(name: str, **size):
         res = size.pop("resolution", 64)
         m = EfficientNetBlock(**size)
         return m, [rng.standard_normal((1, 3, res, res)).astype(np.float32)], ["x"]
-    raise ValueError(f"unknown zoo model {name!r}")
+    raise ModelError(f"unknown zoo model {name!r}; models: {', '.join(PARAMS)}")
 
 
 def randomize_batchnorm(module: nn.Module, seed: int = 0) -> None:
@@ -208,3 +253,82 @@ def export(name: str, opset: int = 17, fold: bool = False, **size):
 def torch_reference(module: nn.Module, feeds: dict) -> np.ndarray:
     with torch.no_grad():
         return module(*[torch.from_numpy(v) for v in feeds.values()]).numpy()
+
+
+# -- model specs ---------------------------------------------------------------------------------
+
+class ZooModel(NamedTuple):
+    """What ``load`` returns; unpacks as ``proto, feeds, module = load(spec)``."""
+
+    onnx: "object"  # onnx.ModelProto
+    feeds: dict  # input name -> example numpy array
+    module: "object"  # the torch.nn.Module (eval mode)
+
+
+def _value(key: str, text: str, spec: str):
+    try:
+        if "x" in text:
+            return tuple(int(t) for t in text.split("x"))
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ModelError(f"{spec}: {key}={text!r} is not a number (or numbers joined by x, like 784x512x10)") from None
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """``zoo:NAME?KEY=VALUE,...`` -> (NAME, {key: value}); checks NAME and the keys. ``opset`` is a key."""
+    if not spec.startswith("zoo:"):
+        raise ModelError(f"not a zoo model spec: {spec!r} (expected zoo:NAME or zoo:NAME?KEY=VALUE,...)")
+    body = spec[len("zoo:"):]
+    name, _, query = body.partition("?")
+    if name not in PARAMS:
+        raise ModelError(f"no zoo model {name!r}; zoo models: {', '.join(PARAMS)} "
+                         f"(e.g. zoo:bert, zoo:mlp?batch=64)")
+    params: dict = {}
+    for item in query.replace("&", ",").split(",") if query else []:
+        if not item:
+            continue
+        key, eq, text = item.partition("=")
+        if not eq or not text:
+            raise ModelError(f"{spec}: expected KEY=VALUE, got {item!r}")
+        allowed = dict(PARAMS[name], opset=DEFAULT_OPSET)
+        if key not in allowed:
+            keys = ", ".join(f"{k} (default {_show(v)})" for k, v in allowed.items())
+            raise ModelError(f"{spec}: zoo:{name} has no size {key!r}; it takes {keys}")
+        v = _value(key, text, spec)
+        if isinstance(allowed[key], tuple) and not isinstance(v, tuple):
+            v = (v,)
+        elif isinstance(allowed[key], int) and not isinstance(v, int):
+            raise ModelError(f"{spec}: {key} must be an integer, got {text!r}")
+        params[key] = v
+    return name, params
+
+
+def _show(v) -> str:
+    return "x".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def canonical(spec: str) -> str:
+    """The spec with its keys sorted and defaults dropped (``zoo:mlp?batch=1`` -> ``zoo:mlp``)."""
+    name, params = parse_spec(spec)
+    defaults = dict(PARAMS[name], opset=DEFAULT_OPSET)
+    kept = {k: v for k, v in sorted(params.items()) if v != defaults[k]}
+    return f"zoo:{name}" + ("?" + ",".join(f"{k}={_show(v)}" for k, v in kept.items()) if kept else "")
+
+
+def load(spec: str) -> ZooModel:
+    """Build and export the model a ``zoo:`` spec names: (onnx.ModelProto, example feeds, torch module).
+
+    The weights are seeded, so two calls give the same model. Raises ``ModelError`` for an unknown
+    model or size, or when PyTorch is missing.
+    """
+    import onnx
+
+    name, params = parse_spec(spec)
+    require_torch()
+    opset = params.pop("opset", DEFAULT_OPSET)
+    data, feeds, module = export(name, opset=opset, **params)
+    return ZooModel(onnx.load_from_string(data), feeds, module)
