@@ -8,9 +8,11 @@ from __future__ import annotations
 from .base import KernelBuilder, KernelGroup, Lowering, Services
 from .elementwise import Elementwise, View
 from .linalg import Gemm, MatMul
+from .pool import GlobalPool, Pool
+from .reduce import Reduce
 
 #: every lowering, in the order they are consulted
-ALL: tuple[Lowering, ...] = (View(), Elementwise(), Gemm(), MatMul())
+ALL: tuple[Lowering, ...] = (View(), Elementwise(), Gemm(), MatMul(), Pool(), GlobalPool(), Reduce())
 
 LOWERINGS: dict[type, Lowering] = {op: low for low in ALL for op in low.ops}
 
