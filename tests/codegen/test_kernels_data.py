@@ -1,0 +1,313 @@
+"""Native data-movement and conversion lowerings (kernels/data.py, kernels/convert.py) against the
+reference interpreter, bit for bit, on many shapes, axes and element types."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.codegen.kernels import KernelGroup, lowering_for
+from compiler.codegen.kernels.testing import run_kernels
+from compiler.ir.graph import Graph
+from compiler.ir.interpreter import interpret
+from compiler.ir.ops import elementwise as ew
+from compiler.ir.ops import indexing as ix
+from compiler.ir.ops import shape as sh
+from compiler.ir.ops import tensor as tn
+from compiler.ir.types import DType, TensorType
+
+TYPES = [DType.f32, DType.f64, DType.i64, DType.i32, DType.i8, DType.u8, DType.bool]
+rng = np.random.default_rng(1234)
+
+
+def rand(shape, dt: DType) -> np.ndarray:
+    shape = tuple(shape)
+    if dt is DType.bool:
+        return np.asarray(rng.integers(0, 2, shape), bool)
+    if dt.is_float:
+        return np.asarray(rng.standard_normal(shape) * 10, dt.np)
+    info = np.iinfo(dt.np)
+    return np.asarray(rng.integers(info.min, info.max, shape, dtype=dt.np, endpoint=True))
+
+
+def i64(*v) -> np.ndarray:
+    return np.array(v, np.int64)
+
+
+class Bench:
+    """A graph of many independent nodes, run natively and by the interpreter in one go."""
+
+    def __init__(self):
+        self.g = Graph("bench")
+        self.inputs: dict[str, np.ndarray] = {}
+        self.outs = []
+
+    def input(self, array: np.ndarray, dt: DType | None = None):
+        dt = dt or DType.from_numpy(array.dtype)
+        v = self.g.add_input(f"x{len(self.inputs)}", TensorType(dt, array.shape))
+        self.inputs[v.name] = array
+        return v
+
+    def const(self, array):
+        return self.g.add_constant(np.asarray(array))
+
+    def add(self, op, *ins, n: int = 1):
+        node = self.g.add_node(op, list(ins), n)
+        self.outs.extend(node.outputs)
+        return node.outputs[0] if n == 1 else node.outputs
+
+    def check(self):
+        names = [f"y{i}" for i in range(len(self.outs))]
+        self.g.set_outputs(self.outs, names)
+        with np.errstate(all="ignore"):
+            ref = interpret(self.g, self.inputs)
+        got = run_kernels(self.g, self.inputs)
+        for name, v in zip(names, self.outs):
+            r, o = ref[name], got[name]
+            assert r.dtype == o.dtype and r.shape == o.shape, (v.producer.describe(), r.shape, o.shape)
+            assert r.tobytes() == o.tobytes(), f"{v.producer.describe()}:\n{r}\n!=\n{o}"
+        return got
+
+
+def reason(op, *ins, n: int = 1) -> str | None:
+    g = Graph("r")
+    node = g.add_node(op, list(ins), n)
+    return lowering_for(KernelGroup.of([node]))[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Concat, Split, Slice
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", TYPES)
+def test_concat(dt):
+    b = Bench()
+    for shapes, axis in [([(3, 5, 7), (3, 2, 7), (3, 1, 7)], 1), ([(4, 6), (4, 6)], 0), ([(2, 3, 4), (2, 3, 5)], -1),
+                         ([(5,), (0,), (17,)], 0), ([(2, 1, 3, 4), (2, 2, 3, 4)], 1), ([(1, 9)], 0)]:
+        b.add(tn.Concat(axis=axis), *[b.input(rand(s, dt)) for s in shapes])
+    b.check()
+
+
+@pytest.mark.parametrize("dt", [DType.f32, DType.i8, DType.i64])
+def test_split(dt):
+    b = Bench()
+    x = b.input(rand((4, 10, 3), dt))
+    b.add(tn.Split(axis=1), x, b.const(i64(2, 5, 3)), n=3)
+    b.add(tn.Split(axis=0, num_outputs=3), x, n=3)
+    b.add(tn.Split(axis=-1, num_outputs=2), x, n=2)
+    b.add(tn.Split(axis=1), x, b.const(i64(0, 10)), n=2)
+    b.check()
+
+
+def test_split_unused_output():
+    b = Bench()
+    x = b.input(rand((6, 4), DType.f32))
+    y0, _ = b.g.add_node(tn.Split(axis=0, num_outputs=2), [x], 2).outputs
+    b.outs.append(y0)
+    b.check()
+
+
+@pytest.mark.parametrize("dt", [DType.f32, DType.f64, DType.u8, DType.bool])
+def test_slice(dt):
+    b = Bench()
+    x = b.input(rand((5, 8, 6), dt))
+    cases = [((1,), (4,), None, None), ((0, 2), (-1, 100), (0, 2), None), ((-1,), (-100,), (1,), (-1,)),
+             ((4, 7, 5), (0, 0, 0), None, (-2, -3, -1)), ((1, 0), (2, 8), (0, 1), (1, 3)),
+             ((0,), (8,), (-2,), (2,)), ((3,), (3,), (0,), None), ((-100,), (100,), (2,), (1,))]
+    for starts, ends, axes, steps in cases:
+        ops = [b.const(i64(*starts)), b.const(i64(*ends))]
+        if axes is not None or steps is not None:
+            ops.append(b.const(i64(*axes)) if axes is not None else None)
+        if steps is not None:
+            ops.append(b.const(i64(*steps)))
+        b.add(tn.Slice(), x, *ops)
+    b.check()
+
+
+# ---------------------------------------------------------------------------------------------
+# Transpose
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", TYPES)
+def test_transpose(dt):
+    b = Bench()
+    for shape, perm in [((3, 5), None), ((37, 29), (1, 0)), ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), (0, 2, 1)),
+                        ((2, 3, 4, 5), (3, 2, 1, 0)), ((2, 3, 4, 5), (0, 2, 1, 3)), ((1, 7, 1, 9), (3, 1, 2, 0)),
+                        ((4, 33, 65), (0, 2, 1)), ((6,), None), ((3, 1, 4), (1, 0, 2))]:
+        b.add(sh.Transpose(perm=perm), b.input(rand(shape, dt)))
+    b.check()
+
+
+def test_transpose_large():
+    b = Bench()
+    b.add(sh.Transpose(perm=(1, 0)), b.input(rand((257, 130), DType.f32)))
+    b.add(sh.Transpose(perm=(0, 3, 1, 2)), b.input(rand((2, 17, 19, 24), DType.f32)))
+    b.add(sh.Transpose(perm=(2, 1, 0)), b.input(rand((70, 3, 66), DType.u8)))
+    b.check()
+
+
+# ---------------------------------------------------------------------------------------------
+# Gather
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", [DType.f32, DType.f64, DType.i32, DType.u8])
+def test_gather(dt):
+    b = Bench()
+    x = b.input(rand((4, 6, 5), dt))
+    for axis in (0, 1, 2, -1):
+        d = (4, 6, 5, 5)[axis]
+        b.add(ix.Gather(axis=axis), x, b.input(rng.integers(-d, d, (3, 2)).astype(np.int64)))
+        b.add(ix.Gather(axis=axis), x, b.input(rng.integers(-d, d, (7,)).astype(np.int32)))
+        b.add(ix.Gather(axis=axis), x, b.const(rng.integers(-d, d, (2, 2)).astype(np.int64)))
+        b.add(ix.Gather(axis=axis), x, b.const(np.array(-1, np.int64)))  # scalar index
+        b.add(ix.Gather(axis=axis), x, b.const(i64(1, 2, 3)))  # a contiguous range: a slice copy
+    b.add(ix.Gather(axis=0), x, b.const(np.zeros((0,), np.int64)))
+    b.check()
+
+
+def test_gather_bad_runtime_index_leaves_zeros():
+    g = Graph("g")
+    x = g.add_input("x", TensorType(DType.f32, (3, 4)))
+    i = g.add_input("i", TensorType(DType.i64, (4,)))
+    y0 = g.add(ix.Gather(axis=0), x, i)
+    y1 = g.add(ix.Gather(axis=1), x, i)
+    g.set_outputs([y0, y1], ["y0", "y1"])
+    xv = rand((3, 4), DType.f32)
+    idx = np.array([1, 3, -4, -3], np.int64)  # 3 and -4 are out of range for axis 0
+    got = run_kernels(g, {"x": xv, "i": idx})
+    want0 = np.zeros((4, 4), np.float32)
+    want0[0], want0[3] = xv[1], xv[0]
+    np.testing.assert_array_equal(got["y0"], want0)
+    np.testing.assert_array_equal(got["y1"], np.take(xv, [1, 3, 0, 1], axis=1))
+    got = run_kernels(g, {"x": xv, "i": np.array([2**40, -2**40, 7, 2], np.int64)})
+    assert np.all(got["y0"][:3] == 0) and np.all(got["y1"][:, :3] == 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Expand, Tile, Pad, ConstantOfShape
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", [DType.f32, DType.i64, DType.i8, DType.bool])
+def test_broadcast_copies(dt):
+    b = Bench()
+    for shape, target in [((3, 1), (2, 3, 5)), ((1,), (7,)), ((4, 1, 6), (4, 5, 6)), ((2, 3), (1, 1)),
+                          ((1, 1, 3), (2, 1)), ((5,), (3, 1, 5))]:
+        b.add(tn.Expand(), b.input(rand(shape, dt)), b.const(i64(*target)))
+    for shape, reps in [((2, 3), (2, 3)), ((4,), (5,)), ((1, 3, 2), (3, 1, 2)), ((2, 2), (1, 1)), ((3, 2), (0, 2))]:
+        b.add(tn.Tile(), b.input(rand(shape, dt)), b.const(i64(*reps)))
+    b.check()
+
+
+@pytest.mark.parametrize("dt", [DType.f32, DType.f64, DType.i32, DType.u8, DType.bool])
+def test_pad(dt):
+    b = Bench()
+    x = b.input(rand((3, 5, 4), dt))
+    xv = b.inputs[x.name]
+    value = b.const(np.asarray(xv.reshape(-1)[0]))
+    runtime_value = b.input(rand((), dt))
+    for pads in [(1, 0, 2, 0, 3, 1), (0, 0, 0, 0, 0, 0), (1, -1, 2, -2, 0, 3), (-1, -2, -1, -1, -1, -1)]:
+        b.add(tn.Pad(), x, b.const(i64(*pads)))
+        b.add(tn.Pad(), x, b.const(i64(*pads)), value)
+        b.add(tn.Pad(), x, b.const(i64(*pads)), runtime_value)
+    b.add(tn.Pad(), x, b.const(i64(2, 1)), None, b.const(i64(-2)))
+    for mode in ("reflect", "edge", "wrap"):
+        for pads in [(1, 0, 2, 0, 3, 1), (2, 4, 0, 2, 1, 3), (0, -1, 0, 1, 2, -1), (0, 0, 0, 0, 0, 0)]:
+            b.add(tn.Pad(mode=mode), x, b.const(i64(*pads)))
+        b.add(tn.Pad(mode=mode), x, b.const(i64(2, 3)), None, b.const(i64(1)))
+    b.check()
+
+
+def test_constant_of_shape():
+    b = Bench()
+    shape = b.const(i64(3, 7))
+    b.add(tn.ConstantOfShape(), shape)
+    for v in [np.array([1.5], np.float32), np.array([-2.25], np.float64), np.array([7], np.int64),
+              np.array([-1], np.int32), np.array([3], np.int8), np.array([200], np.uint8), np.array([True]),
+              np.array([0x01010101], np.int32), np.array([0], np.int64)]:
+        b.add(tn.ConstantOfShape(value=v), shape)
+    b.add(tn.ConstantOfShape(value=np.array([5], np.int32)), b.const(np.zeros((0,), np.int64)))
+    b.add(tn.ConstantOfShape(value=np.array([5], np.int32)), b.const(i64(4, 0)))
+    b.check()
+
+
+# ---------------------------------------------------------------------------------------------
+# Cast, comparisons, logic, Where
+# ---------------------------------------------------------------------------------------------
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 1e20, 300.7, -300.7, -1.5, 255.9, 128.5, -129.5, 1e10,
+                    2.0 ** 31, -2.0 ** 31 - 1, -2.0 ** 31, 2.0 ** 31 - 1, -0.0, 0.0, 0.5, -0.5, 0.99, 2.0 ** 63,
+                    -2.0 ** 63, 9.3e18, -9.3e18, 1e-40, 3.4e38, 1e300, -1e300, 65535.5, -32768.9, 127.99, -128.99])
+
+
+def values_of(dt: DType, n: int) -> np.ndarray:
+    if dt.is_float:
+        with np.errstate(all="ignore"):
+            base = SPECIAL.astype(dt.np)
+        return np.concatenate([base, rand((n,), dt) * 1000])[:n] if n > len(base) else base[:n]
+    if dt is DType.bool:
+        return rand((n,), dt)
+    info = np.iinfo(dt.np)
+    edge = np.array([info.min, info.max, 0, 1, -1 if info.min < 0 else 2], dt.np)
+    return np.concatenate([edge, rand((n,), dt)])[:n]
+
+
+@pytest.mark.parametrize("src", TYPES)
+def test_cast(src):
+    b = Bench()
+    for n in (len(SPECIAL), 1, 13, 67):
+        x = b.input(values_of(src, n))
+        for dst in TYPES:
+            b.add(ew.Cast(to=dst), x)
+    x = b.input(values_of(src, 24).reshape(2, 3, 4))
+    b.add(ew.CastLike(), x, b.const(np.zeros(1, np.int32)))
+    b.check()
+
+
+@pytest.mark.parametrize("dt", TYPES)
+def test_compare(dt):
+    b = Bench()
+    for sa, sb in [((5, 7), (5, 7)), ((3, 1, 4), (5, 1)), ((1,), (9,)), ((), (2, 3))]:
+        xa, xb = rand(sa, dt), rand(sb, dt)
+        if dt.is_float and xa.size > 2:
+            xa.reshape(-1)[:2] = [np.nan, 0.0]
+        if xa.size and xb.size:  # some equal elements
+            xb.reshape(-1)[0] = xa.reshape(-1)[0]
+        a, c = b.input(xa), b.input(xb)
+        ops = [ew.Equal] if dt is DType.bool else [ew.Equal, ew.Less, ew.LessOrEqual, ew.Greater, ew.GreaterOrEqual]
+        for op in ops:
+            b.add(op(), a, c)
+    b.check()
+
+
+def test_logic_and_where():
+    b = Bench()
+    p, q, r = b.input(rand((4, 5), DType.bool)), b.input(rand((5,), DType.bool)), b.input(rand((3, 4, 1), DType.bool))
+    b.add(ew.Not(), p)
+    for op in (ew.And, ew.Or, ew.Xor):
+        b.add(op(), p, q)
+        b.add(op(), r, p)
+    for dt in TYPES:
+        b.add(ew.Where(), r, b.input(rand((4, 5), dt)), b.input(rand((5,), dt)))
+        b.add(ew.Where(), p, b.input(rand((4, 5), dt)), b.input(rand((), dt)))
+    b.check()
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals
+# ---------------------------------------------------------------------------------------------
+
+def test_refusals():
+    g = Graph("r")
+    x = g.add_input("x", TensorType(DType.f32, (4, 6)))
+    n = g.add_input("n", TensorType(DType.i64, (1,)))
+    dyn = g.add_input("d", TensorType(DType.f32, ("N", 6)))
+    half = g.add_input("h", TensorType(DType.f16, (4, 6)))
+    assert "not static" in reason(sh.Transpose(), dyn)
+    assert "f16" in reason(sh.Transpose(), half)
+    assert "f16" in reason(ew.Cast(to=DType.f16), x)
+    assert reason(tn.Slice(), x, n, g.add_constant(i64(3)))  # runtime starts: unknown output shape
+    assert "out of range" in reason(ix.Gather(axis=0), x, g.add_constant(i64(0, 4)))
+    assert reason(tn.Pad(), x, g.add_input("p", TensorType(DType.i64, (4,))))
+    assert reason(ix.Gather(axis=0), x, g.add_constant(i64(0, 3))) is None
+    assert reason(ew.Cast(to=DType.u8), x) is None
+    assert "string" in reason(ew.Equal(), g.add_input("s", TensorType(DType.string, (2,))),
+                              g.add_input("s2", TensorType(DType.string, (2,))))
