@@ -236,12 +236,15 @@ class Reduce(Lowering):
 
     def check(self, group: KernelGroup) -> str | None:
         n = group.node
-        why = dtype_reason([n.inputs[0], n.outputs[0]])
+        why = dtype_reason([n.inputs[0]])
         if why:
             return why
         axes = reduce_axes(n)
         if isinstance(axes, str):
             return axes
+        why = dtype_reason([n.outputs[0]])
+        if why:
+            return why
         if not axes:
             return "a reduction over no axes is left to the interpreter"
         if n.inputs[0].type.numel == 0:

@@ -1,0 +1,275 @@
+"""Softmax, LogSoftmax, LayerNormalization and LRN in float32.
+
+**Softmax / LogSoftmax** (opset 13: along one ``axis``) view the input as ``[outer, A, inner]``.
+Along the last axis (inner = 1) each row is three passes: the max (vector accumulators, see
+``reduce_row``), ``e = exp(x - shift)`` written to the output (a plain loop LLVM vectorizes with the
+inlined ``exp``), the sum of ``e`` (vector accumulators), then ``y = e / sum`` (LogSoftmax:
+``y = (x - shift) - log(sum)``). As in the reference, ``shift`` is the max when it is finite and 0
+otherwise (a row holding +inf gives NaN, a row of -inf gives NaN). Along another axis the same passes
+run over whole ``inner``-long rows (contiguous) with the running max and sum in scratch vectors.
+
+**LayerNormalization** (``stash_type`` float32) normalizes rows of ``D = prod(shape[axis:])``: the
+mean (sum / D), the variance as the mean of squared deviations (two passes, like the reference), then
+``y = (x - mean) * inv * scale + bias`` with ``inv = 1 / sqrt(var + epsilon)``, each step rounded as
+the reference rounds it. Scale and B must not vary over the leading (row) axes; ones that broadcast
+within the normalized axes must be constants (expanded at compile time). Mean and InvStdDev are
+written when they are used.
+
+**LRN** sums squares over the ``size`` channels around each channel in the reference's order (a
+channel loop outside, a contiguous loop over the spatial positions inside), then
+``y = x / (bias + alpha/size * sum) ** beta`` (``beta`` 0.5, 0.75 and 1 by square roots, others as
+``exp(beta log b)``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from ...ir.ops import conv as cv
+from ...ir.ops import norm as nm
+from ..llvm.elementwise import fmax
+from .base import KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
+from .reduce import map_row, reduce_row, splat, vload, vstore
+
+
+def _isfinite_or_zero(k: KernelBuilder, m: ir.Value) -> ir.Value:
+    b = k.b
+    fabs = b.call(k.math.intrinsic("fabs"), [m])
+    return b.select(b.fcmp_ordered("<", fabs, cf32(math.inf)), m, cf32(0.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax, LogSoftmax
+# ---------------------------------------------------------------------------------------------
+
+class Softmax(Lowering):
+    """Softmax and LogSoftmax along any one axis, float32."""
+
+    ops = (nm.Softmax, nm.LogSoftmax)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        why = dtype_reason([n.inputs[0], n.outputs[0]])
+        if why:
+            return why
+        if n.inputs[0].type.numel == 0:
+            return "empty tensors are left to the interpreter"
+        return None
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        node = group.node
+        b = k.b
+        x, y = node.inputs[0], node.outputs[0]
+        shape = [int(d) for d in x.shape]
+        a = node.op.axis % len(shape)
+        O, A, I = math.prod(shape[:a]), shape[a], math.prod(shape[a + 1:])
+        log = isinstance(node.op, nm.LogSoftmax)
+        xp, yp = k.ptr(x), k.ptr(y)
+        exp = k.math.exp
+        if I == 1:
+            with k.loop(O, "row") as r:
+                base = b.mul(r, c64(A))
+                m = reduce_row(k, A, lambda i, w: vload(k, xp, b.add(base, i), w), "max")
+                shift = _isfinite_or_zero(k, m)
+                map_row(k, A, lambda i: vstore(k, exp(b, b.fsub(vload(k, xp, b.add(base, i)), shift)), yp,
+                                               b.add(base, i)), "e", interleave=2)
+                s = reduce_row(k, A, lambda i, w: vload(k, yp, b.add(base, i), w), "sum")
+                if log:
+                    ls = k.math.log(b, s)
+                    map_row(k, A, lambda i: vstore(k, b.fsub(b.fsub(vload(k, xp, b.add(base, i)), shift), ls),
+                                                   yp, b.add(base, i)), "y")
+                else:
+                    map_row(k, A, lambda i: vstore(k, b.fdiv(vload(k, yp, b.add(base, i)), s), yp,
+                                                   b.add(base, i)), "y")
+            return
+        mp, sp = k.scratch(4 * I), k.scratch(4 * I)
+        with k.loop(O, "o") as o:
+            base = b.mul(o, c64(A * I))
+            map_row(k, I, lambda i: vstore(k, cf32(-math.inf), mp, i), "init")
+
+            def rows(body, name):
+                with k.loop(A, name) as j:
+                    row = b.add(base, b.mul(j, c64(I)))
+                    map_row(k, I, lambda i: body(b.add(row, i), i), name + "i",
+                            interleave=2 if name == "e" else None)
+
+            rows(lambda xi, i: vstore(k, fmax(b, vload(k, mp, i), vload(k, xp, xi)), mp, i), "max")
+
+            def shift(i):
+                vstore(k, _isfinite_or_zero(k, vload(k, mp, i)), mp, i)
+                vstore(k, cf32(0.0), sp, i)
+            map_row(k, I, shift, "shift")
+
+            def ex(xi, i):
+                e = exp(b, b.fsub(vload(k, xp, xi), vload(k, mp, i)))
+                vstore(k, e, yp, xi)
+                vstore(k, b.fadd(vload(k, sp, i), e), sp, i)
+            rows(ex, "e")
+            if log:
+                map_row(k, I, lambda i: vstore(k, k.math.log(b, vload(k, sp, i)), sp, i), "log")
+                rows(lambda xi, i: vstore(k, b.fsub(b.fsub(vload(k, xp, xi), vload(k, mp, i)), vload(k, sp, i)),
+                                          yp, xi), "y")
+            else:
+                rows(lambda xi, i: vstore(k, b.fdiv(vload(k, yp, xi), vload(k, sp, i)), yp, xi), "y")
+
+
+# ---------------------------------------------------------------------------------------------
+# LayerNormalization
+# ---------------------------------------------------------------------------------------------
+
+def _trailing(v, x, a: int):
+    """How ``v`` (Scale or B) maps onto the normalized block x.shape[a:]: ("ptr", None) when it is that
+    block exactly (leading 1s aside), ("weight", array) for a constant expanded to it, or a reason."""
+    xs = [int(d) for d in x.shape]
+    vs = [int(d) for d in v.shape]
+    lead = len(xs) - len(vs)  # v right-aligned to x
+    if any(d != 1 for i, d in enumerate(vs) if lead + i < a):
+        return "Scale or B varies over the leading (not normalized) axes"
+    tail = vs[max(0, a - lead):]
+    block = xs[a:]
+    if [1] * (len(block) - len(tail)) + tail == block:
+        return ("ptr", None)
+    data = v.const if v.const is not None else v.known
+    if data is None:
+        return "Scale or B broadcasts within the normalized axes and is not a constant"
+    arr = np.asarray(data, dtype=np.float32).reshape(tail)
+    return ("weight", np.ascontiguousarray(np.broadcast_to(arr, block), dtype=np.float32).reshape(-1))
+
+
+class LayerNorm(Lowering):
+    """LayerNormalization, float32 with float32 statistics."""
+
+    ops = (nm.LayerNormalization,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        used = [v for v in n.outputs[1:] if v.uses]
+        why = dtype_reason(list(n.inputs) + [n.outputs[0]] + used)
+        if why:
+            return why
+        if n.op.stash_type != 1:
+            return f"stash_type {n.op.stash_type} (only float32 statistics, stash_type=1, are native)"
+        x = n.inputs[0]
+        if x.type.numel == 0:
+            return "empty tensors are left to the interpreter"
+        a = n.op.axis % x.type.rank
+        for v in n.inputs[1:]:
+            if v is not None:
+                t = _trailing(v, x, a)
+                if isinstance(t, str):
+                    return t
+        return None
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        node = group.node
+        b = k.b
+        x, y = node.inputs[0], node.outputs[0]
+        scale, bias = (list(node.inputs[1:]) + [None])[:2]
+        shape = [int(d) for d in x.shape]
+        a = node.op.axis % len(shape)
+        R, D = math.prod(shape[:a]), math.prod(shape[a:])
+        xp, yp = k.ptr(x), k.ptr(y)
+
+        def pointer(v):
+            if v is None:
+                return None
+            kind, arr = _trailing(v, x, a)
+            return k.ptr(v) if kind == "ptr" else k.weight(arr)
+
+        sp, bp = pointer(scale), pointer(bias)
+        mean_out = k.ptr(node.outputs[1]) if len(node.outputs) > 1 and node.outputs[1].uses else None
+        inv_out = k.ptr(node.outputs[2]) if len(node.outputs) > 2 and node.outputs[2].uses else None
+        nD = cf32(float(D))
+        with k.loop(R, "row") as r:
+            base = b.mul(r, c64(D))
+            mean = b.fdiv(reduce_row(k, D, lambda i, w: vload(k, xp, b.add(base, i), w), "sum"), nD)
+
+            def sq(i, w):
+                d = b.fsub(vload(k, xp, b.add(base, i), w), splat(b, mean, w))
+                return b.fmul(d, d)
+            var = b.fdiv(reduce_row(k, D, sq, "sum"), nD)
+            std = b.call(k.math.intrinsic("sqrt"), [b.fadd(var, cf32(node.op.epsilon))])
+            inv = b.fdiv(cf32(1.0), std)
+
+            def norm(i):
+                v = b.fmul(b.fsub(vload(k, xp, b.add(base, i)), mean), inv)
+                if sp is not None:
+                    v = b.fmul(v, vload(k, sp, i))
+                if bp is not None:
+                    v = b.fadd(v, vload(k, bp, i))
+                vstore(k, v, yp, b.add(base, i))
+            map_row(k, D, norm, "y")
+            if mean_out is not None:
+                vstore(k, mean, mean_out, r)
+            if inv_out is not None:
+                vstore(k, inv, inv_out, r)
+
+
+# ---------------------------------------------------------------------------------------------
+# LRN
+# ---------------------------------------------------------------------------------------------
+
+def _pow(k: KernelBuilder, base: ir.Value, beta: float) -> ir.Value:
+    b = k.b
+    sqrt = k.math.intrinsic("sqrt")
+    if beta == 1.0:
+        return base
+    if beta == 0.5:
+        return b.call(sqrt, [base])
+    if beta == 0.75:
+        r = b.call(sqrt, [base])
+        return b.fmul(r, b.call(sqrt, [r]))
+    return k.math.exp(b, b.fmul(cf32(beta), k.math.log(b, base)))
+
+
+class Lrn(Lowering):
+    """LRN across channels, float32."""
+
+    ops = (cv.LRN,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        why = dtype_reason([n.inputs[0], n.outputs[0]])
+        if why:
+            return why
+        if n.inputs[0].type.numel == 0:
+            return "empty tensors are left to the interpreter"
+        return None
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        node = group.node
+        op = node.op
+        b = k.b
+        x, y = node.inputs[0], node.outputs[0]
+        shape = [int(d) for d in x.shape]
+        N, C, S = shape[0], shape[1], math.prod(shape[2:])
+        before = (op.size - 1) // 2
+        xp, yp = k.ptr(x), k.ptr(y)
+        tp = k.scratch(4 * S)
+        alpha = cf32(float(np.float32(op.alpha / op.size)))
+        bias = cf32(float(np.float32(op.bias)))
+        beta = float(np.float32(op.beta))
+        with k.loop(N * C, "nc") as nc:
+            c = b.urem(nc, c64(C))
+            plane = b.mul(nc, c64(S))
+            map_row(k, S, lambda i: vstore(k, cf32(0.0), tp, i), "zero")
+            with k.loop(op.size, "j") as j:
+                cc = b.add(b.sub(c, c64(before)), j)
+                with k.f.if_(b.icmp_unsigned("<", cc, c64(C)), "valid"):
+                    src = b.add(plane, b.mul(b.sub(cc, c), c64(S)))
+
+                    def acc(i):
+                        v = vload(k, xp, b.add(src, i))
+                        vstore(k, b.fadd(vload(k, tp, i), b.fmul(v, v)), tp, i)
+                    map_row(k, S, acc, "sq")
+
+            def out(i):
+                d = b.fadd(bias, b.fmul(alpha, vload(k, tp, i)))
+                xi = b.add(plane, i)
+                vstore(k, b.fdiv(vload(k, xp, xi), _pow(k, d, beta)), yp, xi)
+            map_row(k, S, out, "y", interleave=2 if beta not in (0.5, 0.75, 1.0) else None)
+
+
+__all__ = ["LayerNorm", "Lrn", "Softmax"]

@@ -1,0 +1,211 @@
+"""Native Softmax/LogSoftmax, LayerNormalization, LRN and Reduce* kernels (compiler/codegen/kernels/norm.py,
+reduce.py) against the reference interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.codegen.kernels import KernelGroup, lowering_for
+from compiler.codegen.kernels.testing import run_kernels
+from compiler.ir.graph import Graph
+from compiler.ir.interpreter import interpret
+from compiler.ir.ops import conv as cv
+from compiler.ir.ops import norm as nm
+from compiler.ir.ops import reduce as rd
+from compiler.ir.types import DType, TensorType
+
+RNG = np.random.default_rng(11)
+
+
+def _run(g: Graph, ins: dict, rtol=1e-5, atol=1e-6):
+    got, ref = run_kernels(g, ins), interpret(g, ins)
+    for name in ref:
+        assert got[name].shape == ref[name].shape, name
+        np.testing.assert_allclose(got[name], ref[name], rtol=rtol, atol=atol, err_msg=name)
+    return got, ref
+
+
+def _input(g: Graph, name: str, shape, dtype=DType.f32):
+    return g.add_input(name, TensorType(dtype, tuple(shape)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax / LogSoftmax
+
+def test_softmax_axes():
+    g = Graph("sm")
+    outs = []
+    x = _input(g, "x", (3, 5, 37))
+    for axis in (-1, 0, 1, 2):
+        for op in (nm.Softmax, nm.LogSoftmax):
+            outs.append(g.add(op(axis=axis), x))
+    z = _input(g, "z", (2, 1000))  # long rows: vector main loop, blocks, tail
+    outs += [g.add(nm.Softmax(axis=1), z), g.add(nm.LogSoftmax(axis=1), z)]
+    w = _input(g, "w", (7,))
+    outs += [g.add(nm.Softmax(axis=0), w), g.add(nm.LogSoftmax(axis=0), w)]
+    g.set_outputs(outs, [f"y{i}" for i in range(len(outs))])
+    ins = {"x": RNG.standard_normal((3, 5, 37)).astype(np.float32) * 4,
+           "z": RNG.standard_normal((2, 1000)).astype(np.float32) * 10,
+           "w": RNG.standard_normal(7).astype(np.float32)}
+    _run(g, ins, rtol=2e-6, atol=1e-7)
+
+
+def test_softmax_special_values():
+    g = Graph("sm")
+    x = _input(g, "x", (5, 9))
+    y = _input(g, "y", (9, 5))
+    outs = [g.add(nm.Softmax(axis=1), x), g.add(nm.LogSoftmax(axis=1), x),
+            g.add(nm.Softmax(axis=0), y), g.add(nm.LogSoftmax(axis=0), y)]
+    g.set_outputs(outs, ["a", "b", "c", "d"])
+    v = RNG.standard_normal((5, 9)).astype(np.float32)
+    v[0, 3] = np.inf          # row with +inf: NaN like the reference
+    v[1, :] = -np.inf         # all -inf: NaN
+    v[2, 4] = np.nan
+    v[3, 2] = -np.inf         # one -inf: probability 0
+    v[4, :] = [1e30, -1e30, 0, 88, 100, -100, 3e38, 0, 1]
+    got, ref = _run(g, {"x": v, "y": np.ascontiguousarray(v.T)}, rtol=2e-6, atol=1e-7)
+    for name in ("a", "b"):
+        np.testing.assert_array_equal(np.isnan(got[name]), np.isnan(ref[name]))
+
+
+# ---------------------------------------------------------------------------------------------
+# LayerNormalization
+
+def _ln(g, op, *ins):
+    return g.add_node(op, list(ins), num_outputs=1).outputs[0]
+
+
+def test_layernorm():
+    g = Graph("ln")
+    x = _input(g, "x", (4, 6, 40))
+    s40 = g.add_constant(RNG.standard_normal(40).astype(np.float32), "s40")
+    b40 = _input(g, "b40", (40,))
+    s240 = _input(g, "s240", (6, 40))
+    b_bc = g.add_constant(RNG.standard_normal((6, 1)).astype(np.float32), "b_bc")  # broadcasts within axes
+    s1 = g.add_constant(RNG.standard_normal((1, 1, 40)).astype(np.float32), "s1")
+    outs = [_ln(g, nm.LayerNormalization(), x, s40, b40),
+            _ln(g, nm.LayerNormalization(axis=1, epsilon=1e-3), x, s240, None),
+            _ln(g, nm.LayerNormalization(axis=-2), x, s240, b_bc),
+            _ln(g, nm.LayerNormalization(axis=0), x, s1, None)]
+    node = g.add_node(nm.LayerNormalization(), [x, s1, b40])
+    outs += list(node.outputs)
+    z = _input(g, "z", (3, 1000))
+    sz = g.add_constant(np.abs(RNG.standard_normal(1000)).astype(np.float32), "sz")
+    outs.append(_ln(g, nm.LayerNormalization(), z, sz, None))
+    z2 = _input(g, "z2", (2, 1000))
+    ones = g.add_constant(np.ones(1000, np.float32), "ones")
+    big_mean = _ln(g, nm.LayerNormalization(), z2, ones, None)
+    g.set_outputs(outs, [f"y{i}" for i in range(len(outs))])
+    ins = {"x": RNG.standard_normal((4, 6, 40)).astype(np.float32) * 3 + 1,
+           "b40": RNG.standard_normal(40).astype(np.float32),
+           "s240": RNG.standard_normal((6, 40)).astype(np.float32),
+           "z": RNG.standard_normal((3, 1000)).astype(np.float32) * 5 + 1,
+           "z2": RNG.standard_normal((2, 1000)).astype(np.float32) + 100}
+    _run(g, ins, rtol=1e-5, atol=2e-6)
+    # a large mean: x - mean carries the rounding of the float32 mean (~ulp(100) / std = 8e-6 here);
+    # compare both with float64 (ours is the more accurate: float64 partial sums)
+    g.set_outputs([big_mean], ["y"])
+    got, ref = run_kernels(g, ins)["y"], interpret(g, ins)["y"]
+    d = ins["z2"].astype(np.float64)
+    exact = (d - d.mean(1, keepdims=True)) / np.sqrt(d.var(1, keepdims=True) + 1e-5)
+    assert np.abs(got - exact).max() <= max(np.abs(ref - exact).max(), 3e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# LRN
+
+@pytest.mark.parametrize("shape", [(2, 7, 5, 6), (1, 16, 33)])
+def test_lrn(shape):
+    g = Graph("lrn")
+    x = _input(g, "x", shape)
+    outs = [g.add(cv.LRN(size=5, alpha=1e-4, beta=0.75, bias=1.0), x),
+            g.add(cv.LRN(size=3, alpha=0.5, beta=0.6, bias=2.0), x),
+            g.add(cv.LRN(size=4, alpha=0.3, beta=0.5, bias=1.5), x),
+            g.add(cv.LRN(size=1, alpha=0.1, beta=1.0, bias=1.0), x),
+            g.add(cv.LRN(size=30, alpha=0.2, beta=1.3, bias=1.0), x)]
+    g.set_outputs(outs, [f"y{i}" for i in range(len(outs))])
+    _run(g, {"x": RNG.standard_normal(shape).astype(np.float32) * 2}, rtol=3e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reduce*
+
+REDUCE_CASES = [  # (shape, axes, keepdims)
+    ((3, 5, 37, 9), [1, 3], 1),
+    ((3, 5, 37, 9), [0, 2], 0),
+    ((3, 5, 37, 9), [-1], 0),
+    ((3, 5, 37, 9), None, 1),
+    ((3, 5, 37, 9), [1, 2], 1),
+    ((4, 1, 1100), [2], 1),
+    ((4, 1, 1100), [0, 1], 0),
+    ((6, 7), [0], 1),
+    ((2, 3, 1, 4), [1, 2], 0),
+    ((2, 3, 1, 4), [2], 1),
+]
+
+
+@pytest.mark.parametrize("op", [rd.ReduceSum, rd.ReduceMean, rd.ReduceMax, rd.ReduceMin])
+def test_reductions(op):
+    g = Graph("r")
+    ins, outs = {}, []
+    for i, (shape, axes, keep) in enumerate(REDUCE_CASES):
+        name = f"x{i}"
+        x = _input(g, name, shape)
+        ins[name] = RNG.standard_normal(shape).astype(np.float32) + (2 if i % 2 else 0)
+        a = None if axes is None else g.add_constant(np.array(axes, np.int64))
+        outs.append(g.add(op(keepdims=keep), x, a))
+    g.set_outputs(outs, [f"y{i}" for i in range(len(outs))])
+    _run(g, ins, rtol=2e-6, atol=2e-6)
+
+
+def test_reduce_nan():
+    g = Graph("r")
+    x = _input(g, "x", (4, 50))
+    a1 = g.add_constant(np.array([1], np.int64))
+    a0 = g.add_constant(np.array([0], np.int64))
+    outs = [g.add(op(), x, a) for op in (rd.ReduceMax, rd.ReduceMin, rd.ReduceSum) for a in (a0, a1)]
+    g.set_outputs(outs, [f"y{i}" for i in range(len(outs))])
+    v = RNG.standard_normal((4, 50)).astype(np.float32)
+    v[2, 33] = np.nan
+    got, ref = run_kernels(g, {"x": v}), interpret(g, {"x": v})
+    for name in ref:
+        np.testing.assert_allclose(got[name], ref[name], rtol=2e-6, atol=2e-6, err_msg=name)
+        np.testing.assert_array_equal(np.isnan(got[name]), np.isnan(ref[name]))
+
+
+# ---------------------------------------------------------------------------------------------
+# refusals
+
+def _reason(node) -> str:
+    low, why = lowering_for(KernelGroup.of([node]))
+    assert low is None, node.describe()
+    return why
+
+
+def test_refusals():
+    g = Graph("r")
+    x = _input(g, "x", (2, 3, 4))
+    h = _input(g, "h", (2, 3, 4), DType.f64)
+    s = _input(g, "s", ("N", 3, 4))
+    axes = _input(g, "axes", (1,), DType.i64)
+    sc = _input(g, "sc", (3, 1))
+    sc2 = _input(g, "sc2", (2, 1, 4))
+    empty = g.add_constant(np.zeros(0, np.int64))
+    nodes = [g.add_node(nm.Softmax(), [h]),
+             g.add_node(nm.LogSoftmax(), [s]),
+             g.add_node(rd.ReduceSum(), [x, axes]),
+             g.add_node(rd.ReduceMax(noop_with_empty_axes=1), [x, empty]),
+             g.add_node(nm.LayerNormalization(axis=1, stash_type=11), [x, sc], num_outputs=1),
+             g.add_node(nm.LayerNormalization(axis=1), [x, sc], num_outputs=1),
+             g.add_node(nm.LayerNormalization(axis=2), [x, sc2], num_outputs=1),
+             g.add_node(cv.LRN(size=3), [h])]
+    g.set_outputs([n.outputs[0] for n in nodes])
+    why = [_reason(n) for n in nodes]
+    assert "f64" in why[0]
+    assert "static" in why[1]
+    assert "run time" in why[2]
+    assert "no axes" in why[3]
+    assert "stash_type" in why[4]
+    assert "not a constant" in why[5]
+    assert "leading" in why[6]
+    assert "f64" in why[7]
