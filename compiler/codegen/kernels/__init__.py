@@ -10,11 +10,12 @@ from .convert import LOWERINGS as CONVERT_LOWERINGS
 from .data import LOWERINGS as DATA_LOWERINGS
 from .elementwise import Elementwise, View
 from .linalg import Gemm, MatMul
+from .norm import LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
 from .reduce import Reduce
 
 #: every lowering, in the order they are consulted
-ALL: tuple[Lowering, ...] = (View(), Elementwise(), Gemm(), MatMul(), Pool(), GlobalPool(), Reduce(), *DATA_LOWERINGS, *CONVERT_LOWERINGS)
+ALL: tuple[Lowering, ...] = (View(), Elementwise(), Gemm(), MatMul(), Pool(), GlobalPool(), Reduce(), Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS, *CONVERT_LOWERINGS)
 
 LOWERINGS: dict[type, Lowering] = {op: low for low in ALL for op in low.ops}
 
