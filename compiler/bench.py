@@ -199,6 +199,13 @@ def sgemm_peak(nthreads: int, size: int = SGEMM_SIZE, repeats: int = 3) -> dict:
     return out
 
 
+def _loadavg() -> float:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return 0.0
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -442,7 +449,13 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
                              f"ship placeholder weights): the numerics check catches little here")
             # 4. timing
             say(f"{name}: timing {', '.join(e.name for e in engines)} (interleaved rounds)")
+            load_before = _loadavg()
             runs_done = measure(engines, runs, warmup, budget)
+            load = max(load_before, _loadavg())
+            ncpu = os.cpu_count() or 1
+            if load > ncpu + 0.5:
+                notes.append(f"the machine was busy (1-minute load {load:.1f} on {ncpu} CPUs, this benchmark "
+                             f"included): times are inflated and multi-thread runs suffer most; compare ratios only")
             # 5. the machine
             peak = None
             if sgemm_size:
@@ -467,7 +480,8 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
         "runs": runs_done,
         "warmup": warmup,
         "inputs": {k: f"{v.dtype}{list(v.shape)}" for k, v in feeds.items()},
-        "machine": {"cpu": cpu_name(), "target": exe.manifest.get("target", {}).get("cpu"), "sgemm": peak},
+        "machine": {"cpu": cpu_name(), "target": exe.manifest.get("target", {}).get("cpu"), "cpus": os.cpu_count(),
+                    "load": round(load, 2), "sgemm": peak},
         "kiln": {
             "compile_seconds": compile_seconds,
             "compile_phases": {k: round(v, 4) for k, v in timings.items()},
