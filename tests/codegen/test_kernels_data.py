@@ -311,3 +311,15 @@ def test_refusals():
     assert reason(ew.Cast(to=DType.u8), x) is None
     assert "string" in reason(ew.Equal(), g.add_input("s", TensorType(DType.string, (2,))),
                               g.add_input("s2", TensorType(DType.string, (2,))))
+
+
+def test_scalars():
+    b = Bench()
+    x = b.input(rand((), DType.f32))
+    b.add(tn.Pad(mode="reflect"), x, b.const(np.zeros((0,), np.int64)))
+    b.add(tn.Pad(), x, b.const(np.zeros((0,), np.int64)))
+    b.add(sh.Transpose(), x)
+    b.add(ew.Cast(to=DType.i32), x)
+    b.add(tn.Expand(), x, b.const(i64(3, 2)))
+    b.add(ix.Gather(axis=0), b.input(rand((5,), DType.i64)), b.const(np.array(2, np.int64)))
+    b.check()

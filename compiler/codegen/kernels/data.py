@@ -430,6 +430,9 @@ class Pad(_Copy):
         # reflect / edge / wrap: a source index table per padded axis
         if y.type.numel == 0:
             return
+        if not ysh:  # a scalar: nothing to pad
+            copy(k, ety, size, [], k.ptr(y), [], 0, k.ptr(x), [], 0)
+            return
         tables, offs = [], []
         for i, (d, (lo, hi)) in enumerate(zip(xsh, widths)):
             clo, n_ = -min(lo, 0), d + min(lo, 0) + min(hi, 0)
