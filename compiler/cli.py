@@ -26,8 +26,11 @@ models:
   ONNX model-zoo networks shipped inside the onnx package (light:squeezenet, light:resnet50, ...).
 
 examples:
-  kiln run light:squeezenet
-  kiln run model.onnx --input x=x.npy --output out.npz
+  kiln run light:squeezenet                        # compile (temporary artifact) and run natively
+  kiln run light:squeezenet --interpret            # the reference interpreter instead
+  kiln compile light:resnet50 -o resnet50.kiln     # a native artifact
+  kiln run resnet50.kiln --input data_0=x.npy --output out.npz
+  kiln inspect resnet50.kiln
   kiln run model.onnx --input-shape x=1x3x224x224
   kiln dump light:resnet50 --format text > resnet50.kir
 """
@@ -54,26 +57,17 @@ def parse_input(text: str) -> tuple[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kiln",
-        description="Kiln, a deep-learning graph compiler: import a model into Kiln's SSA graph IR, run it, "
-                    "and inspect what the compiler sees.",
+        description="Kiln, a deep-learning graph compiler: import a model into Kiln's SSA graph IR, compile it to "
+                    "native code, run it, and inspect what the compiler did.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     from . import __version__
 
     p.add_argument("--version", action="version", version=f"kiln {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    r = sub.add_parser("run", help="run a model with the reference interpreter and print its outputs",
-                       description="Run MODEL on the given inputs (random ones, seeded, of the right shape and "
-                                   "dtype, for inputs not given) and print each output's shape, dtype and "
-                                   "values.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("model", metavar="MODEL")
-    r.add_argument("--input", "-i", action="append", type=parse_input, default=[], metavar="NAME=FILE.npy",
-                   help="an input from a .npy file (repeat for several inputs)")
-    r.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
-                   help="give a symbolic input dimension a size")
-    r.add_argument("--output", "-o", metavar="OUT.npz", help="also save all outputs to a .npz file")
-    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    r.set_defaults(func=cmd_run)
+    from .cli_compile import add_commands
+
+    add_commands(sub, parse_shape, parse_input, EPILOG)
 
     d = sub.add_parser(
         "dump", help="run the pass pipeline and show the IR of any or every stage",
@@ -170,30 +164,6 @@ def describe_array(name: str, a: np.ndarray) -> str:
     with np.printoptions(precision=5, threshold=12, edgeitems=3, linewidth=100):
         lines.append(textwrap.indent(np.array2string(a.ravel() if a.ndim > 2 else a), "  "))
     return "\n".join(lines)
-
-
-def cmd_run(args) -> int:
-    from .ir.interpreter import interpret
-    from .models import load_graph
-
-    graph = load_graph(args.model, dict(args.input_shape) or None)
-    given = {}
-    for name, path in args.input:
-        try:
-            given[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise KilnError(f"cannot read input {name!r} from {path}: {e}") from None
-    notes: list[str] = []
-    feeds = random_inputs(graph, given, args.seed, notes)
-    for n in notes:
-        print(f"note: {n}", file=sys.stderr)
-    outs = interpret(graph, feeds)
-    for name, arr in outs.items():
-        print(describe_array(name, arr))
-    if args.output:
-        np.savez(args.output, **outs)
-        print(f"saved {len(outs)} output(s) to {args.output}")
-    return 0
 
 
 def load_pass(spec: str):

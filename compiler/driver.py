@@ -99,8 +99,13 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
     graph = prog.graph
     with staging(dest) as tmp:
         t0 = time.perf_counter()
-        obj = toolchain.compile_ir(prog.llvm_ir, target)
-        toolchain.link_shared([obj], os.path.join(tmp, LIBRARY), extra_args=["-lpthread"])
+        if any(st.native and not st.alias for st in prog.steps):
+            objects = [toolchain.compile_ir(prog.llvm_ir, target)]
+            if prog.uses_gemm:
+                from .codegen.gemm.build import gemm_object
+
+                objects.append(gemm_object(prog.gemm_cfg))
+            toolchain.link_shared(objects, os.path.join(tmp, LIBRARY), extra_args=["-lpthread"])
         t_llvm = time.perf_counter() - t0
         with open(os.path.join(tmp, WEIGHTS), "wb") as f:
             for off, arr in prog.weights:
@@ -122,10 +127,10 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     inputs = []
     for v in graph.inputs:
-        if not isinstance(v.type, TensorType) or not v.type.is_static:
-            raise KilnError(f"input {v.name!r} has type {v.type}; compiled models take tensors of static shape "
-                            f"(give input_shapes / --input-shape for symbolic dimensions)")
-        inputs.append({"name": v.name, "dtype": v.type.dtype.name, "shape": [int(d) for d in v.shape]})
+        desc = {"name": v.name, "type": str(v.type)}
+        if isinstance(v.type, TensorType) and v.type.is_static:
+            desc.update(dtype=v.type.dtype.name, shape=[int(d) for d in v.shape])
+        inputs.append(desc)  # other inputs (symbolic shapes, sequences) only reach interpreted nodes
     input_pos = {id(v): k for k, v in enumerate(graph.inputs)}
     outputs = []
     for name, v in zip(graph.output_names, graph.outputs):

@@ -29,8 +29,15 @@ def _align(n: int, a: int) -> int:
     return -(-n // a) * a
 
 
-def plan_arena(buffers: Sequence[Buffer], alignment: int = 64) -> int:
-    """Give each buffer an ``offset`` (a multiple of ``alignment``); returns the arena's size."""
+def plan_arena(buffers: Sequence[Buffer], alignment: int = 64, reuse: bool = True) -> int:
+    """Give each buffer an ``offset`` (a multiple of ``alignment``); returns the arena's size.
+    ``reuse=False`` gives every buffer memory of its own (for debugging: every value stays readable)."""
+    if not reuse:
+        offset = 0
+        for buf in reversed(buffers):
+            buf.offset = offset
+            offset += _align(max(buf.size, 1), alignment)
+        return offset
     placed: list[Buffer] = []
     for buf in sorted(buffers, key=lambda b: (-b.size, b.start, b.name)):
         size = _align(max(buf.size, 1), alignment)

@@ -85,6 +85,9 @@ class Program:
     arena_bytes: int
     buffers: list[Buffer]
     graph: Graph
+    #: the library must link Kiln's GEMM (``gemm.build.gemm_object(gemm_cfg)``)
+    uses_gemm: bool = False
+    gemm_cfg: object = None
 
     @property
     def fallback_steps(self) -> list[Step]:
@@ -141,11 +144,11 @@ def form_groups(graph: Graph) -> list[KernelGroup]:
     return [KernelGroup.of([n]) for n in graph.nodes]
 
 
-def build_program(graph: Graph, target: Target, fallback: bool = True) -> Program:
+def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_memory: bool = True) -> Program:
     """Lower ``graph`` (after the pipeline) to a ``Program`` for ``target`` (see the module docstring).
 
     With ``fallback=False`` a group without a native lowering is an error naming the op, the node
-    and the reason.
+    and the reason. ``reuse_memory=False`` gives every value arena memory of its own (debugging).
     """
     from ..errors import UnsupportedError
 
@@ -244,7 +247,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True) -> Progra
             buf = Buffer(f"scratch of {st.kernel}", st.scratch_bytes, st.index, st.index)
             buffers.append(buf)
             arena_value[-(st.index + 1)] = buf
-    arena_bytes = plan_arena(buffers, ALIGN)
+    arena_bytes = plan_arena(buffers, ALIGN, reuse=reuse_memory)
     for key, buf in arena_value.items():
         if key >= 0:
             places[key] = Place("arena", buf.offset)
@@ -276,9 +279,12 @@ def build_program(graph: Graph, target: Target, fallback: bool = True) -> Progra
     if not segments[-1] and len(segments) > 1:
         segments.pop()
     prog = Program("", steps, segments, places, weights, wbytes, arena_bytes, buffers, graph)
+    if not any(st.native and not st.alias for st in steps):
+        prog.segments = segments = []  # nothing to run natively: no library at all
     for j, seg in enumerate(segments):
         _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg])
     prog.llvm_ir = str(module)
+    prog.uses_gemm, prog.gemm_cfg = services.uses_gemm, services.gemm_cfg
     return prog
 
 

@@ -48,10 +48,12 @@ class Executable:
         if self.nthreads < 1:
             raise ValueError(f"nthreads must be at least 1, got {nthreads}")
         self._owner = _owner  # keeps a temporary artifact directory alive
-        try:
-            self._lib = ctypes.CDLL(os.path.join(path, LIBRARY))
-        except OSError as e:
-            raise ArtifactError(f"cannot load {os.path.join(path, LIBRARY)}: {e}") from None
+        self._lib = None
+        if os.path.exists(os.path.join(path, LIBRARY)):  # absent when no node runs natively
+            try:
+                self._lib = ctypes.CDLL(os.path.join(path, LIBRARY))
+            except OSError as e:
+                raise ArtifactError(f"cannot load {os.path.join(path, LIBRARY)}: {e}") from None
         wpath = os.path.join(path, WEIGHTS)
         size = os.path.getsize(wpath)
         self._weights = np.memmap(wpath, dtype=np.uint8, mode="r") if size else np.zeros(64, np.uint8)
@@ -63,7 +65,10 @@ class Executable:
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
                 fn.restype = None
                 self._segments[step["native"]] = fn
-        self.inputs = [(i["name"], DType[i["dtype"]], tuple(i["shape"])) for i in manifest["inputs"]]
+        #: (name, element type, shape) of each input; (name, None, type text) for an input that only
+        #: interpreted nodes read (a sequence, or a tensor of symbolic shape): not checked here
+        self.inputs = [(i["name"], DType[i["dtype"]], tuple(i["shape"])) if "dtype" in i else
+                       (i["name"], None, i["type"]) for i in manifest["inputs"]]
         self.outputs = [(o["name"], o.get("dtype"), o.get("shape")) for o in manifest["outputs"]]
         self._graph = None
         if manifest["fallback"]:
@@ -93,8 +98,7 @@ class Executable:
         return self.manifest["fallback"]
 
     def __repr__(self) -> str:
-        sig = ", ".join(f"{n}: {d.name}{list(s)}" for n, d, s in self.inputs)
-        return f"<Executable {self.manifest.get('model', '?')} ({sig}) {len(self.kernels)} kernels>"
+        return f"<Executable {self.manifest.get('model', '?')} {self._signature()} {len(self.kernels)} kernels>"
 
     # -- running -------------------------------------------------------------------------------
     def __call__(self, *arrays: np.ndarray):
@@ -106,7 +110,7 @@ class Executable:
         return vals[0] if len(vals) == 1 else vals
 
     def _signature(self) -> str:
-        return "(" + ", ".join(f"{n}: {d.name}{list(s)}" for n, d, s in self.inputs) + ")"
+        return "(" + ", ".join(f"{n}: {d.name}{list(s)}" if d else f"{n}: {s}" for n, d, s in self.inputs) + ")"
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         """The inputs in signature order, each checked (and made contiguous); InputError otherwise."""
@@ -122,6 +126,9 @@ class Executable:
         out = []
         for name, dtype, shape in self.inputs:
             a = inputs[name]
+            if dtype is None:
+                out.append(a)
+                continue
             if not isinstance(a, np.ndarray):
                 a = np.asarray(a)
                 if a.dtype == np.float64 and dtype is DType.f32:
@@ -140,7 +147,8 @@ class Executable:
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         arrays = self.check_inputs(inputs)
-        table = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
+        table = (ctypes.c_void_p * max(len(arrays), 1))(
+            *[a.ctypes.data if isinstance(a, np.ndarray) else None for a in arrays])
         arena = self._take_arena()
         try:
             env: dict[str, Any] = {}

@@ -9,16 +9,24 @@ from onnx.backend.base import Backend, BackendRep
 
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import interpret
-from compiler.ir.types import OptionalType, SequenceType
+from compiler.ir.types import OptionalType, SequenceType, TensorType
 
 from .importer import import_model
 
 
 class KilnRep(BackendRep):
-    """A prepared model: the imported graph, run with the reference interpreter."""
+    """A prepared model, compiled to native code on first run for the input shapes it is given (and
+    again for other shapes). Nodes without native code run in the reference interpreter (with a
+    ``FallbackWarning``) unless ``fallback=False``, which refuses them. ``interpret=True`` runs the
+    whole imported graph in the reference interpreter instead (the oracle)."""
 
-    def __init__(self, graph: Graph):
-        self.graph = graph
+    def __init__(self, model: onnx.ModelProto, opt_level: int = 2, fallback: bool = True, interpret: bool = False):
+        self.model = model
+        self.graph = import_model(model)  # fails early on unsupported ops, and gives the signature
+        self.opt_level, self.fallback, self.interpret = opt_level, fallback, interpret
+        self._compiled: dict[tuple, Any] = {}
+        #: the executable of the last run (None when interpreted)
+        self.executable = None
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Tensors are arrays; a sequence is a list of arrays, an optional its value or None."""
@@ -31,8 +39,21 @@ class KilnRep(BackendRep):
             feeds = dict(zip(names, inputs))
         types = {v.name: v.type for v in self.graph.inputs}
         feeds = {k: _feed(v, types.get(k)) for k, v in feeds.items()}
-        outs = interpret(self.graph, feeds)
-        return tuple(outs[n] for n in self.graph.output_names)
+        if self.interpret:
+            outs = interpret(self.graph, feeds)
+            return tuple(outs[n] for n in self.graph.output_names)
+        shapes = {k: tuple(v.shape) for k, v in feeds.items()
+                  if isinstance(types.get(k), TensorType) and isinstance(v, np.ndarray)}
+        key = tuple(sorted(shapes.items()))
+        exe = self._compiled.get(key)
+        if exe is None:
+            import compiler
+
+            exe = compiler.compile(self.model, self.opt_level, shapes, fallback=self.fallback)
+            self._compiled[key] = exe
+        self.executable = exe
+        outs = exe.run(feeds)
+        return tuple(outs[n] for n in exe.output_names)
 
 
 def _feed(v: Any, t: Any) -> Any:
@@ -51,9 +72,12 @@ class KilnBackend(Backend):
         return cls.supports_device(device)
 
     @classmethod
-    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> KilnRep:
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", opt_level: int = 2, fallback: bool = True,
+                interpret: bool = False, **kwargs: Any) -> KilnRep:
+        """Kiln's options: ``opt_level`` (0-3), ``fallback=False`` (strict: refuse nodes without
+        native code), ``interpret=True`` (the reference interpreter, nothing compiled)."""
         super().prepare(model, device, **kwargs)
-        return KilnRep(import_model(model))
+        return KilnRep(model, opt_level, fallback, interpret)
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any):

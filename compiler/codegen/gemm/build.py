@@ -103,6 +103,23 @@ def build_shared(cfg: GemmConfig, prefix: str = "kiln_sgemm", out_dir: str | Non
     return path
 
 
+def gemm_object(cfg: GemmConfig, prefix: str = "kiln_sgemm") -> bytes:
+    """The GEMM for ``cfg`` as a position-independent object file, compiled once and cached on disk
+    (the code generator links it into every artifact that multiplies matrices)."""
+    text = build_ir(cfg, prefix)
+    key = hashlib.sha256((text + repr(cfg)).encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir(), f"{prefix}-{cfg.isa}-{key}.o")
+    if os.path.exists(path):
+        with open(path, "rb") as fh:
+            return fh.read()
+    obj, _ = compile_object(text, cfg)
+    part = f"{path}.{os.getpid()}.part"  # publish atomically (parallel test workers)
+    with open(part, "wb") as fh:
+        fh.write(obj)
+    os.replace(part, path)
+    return obj
+
+
 _F = ctypes.POINTER(ctypes.c_float)
 TRANS_NONE, TRANS_T, PACKED = 0, 1, 2
 

@@ -23,6 +23,7 @@ warning for an interpreter fallback) and must then never be asked to ``emit``.
 from __future__ import annotations
 
 import ctypes
+import functools
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -121,15 +122,18 @@ class Services:
         self.module, self.target, self.gemm_cfg = module, target, gemm_cfg
         self.math = MathLib(module)
         self._sgemm: ir.Function | None = None
+        self.uses_gemm = False
         self._helpers: dict[str, ir.Function] = {}
 
     def sgemm(self) -> ir.Function:
         """``int32 kiln_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads)``
-        (docs/gemm.md); ``ta``/``tb`` = 2 for operands packed with ``pack_a``/``pack_b``."""
-        if self._sgemm is None:
-            from ..gemm.kernel import emit_gemm
+        (docs/gemm.md); ``ta``/``tb`` = 2 for operands packed with ``pack_a``/``pack_b``.
 
-            self._sgemm = emit_gemm(self.module, self.gemm_cfg, prefix="kiln_sgemm")
+        Declared here; the GEMM itself is compiled once per configuration and cached
+        (``gemm.build.gemm_object``), then linked into the library (``uses_gemm`` says to)."""
+        if self._sgemm is None:
+            self._sgemm = ir.Function(self.module, _sgemm_type(), "kiln_sgemm")
+            self.uses_gemm = True
         return self._sgemm
 
     def helper(self, name: str, build: Callable[[ir.Module], ir.Function]) -> ir.Function:
@@ -147,6 +151,15 @@ class Services:
         from ..gemm.kernel import pack_b_numpy
 
         return pack_b_numpy(np.ascontiguousarray(b, dtype=np.float32), self.gemm_cfg)
+
+
+@functools.lru_cache(maxsize=1)
+def _sgemm_type() -> ir.FunctionType:
+    """The entry's LLVM type, as ``emit_gemm`` defines it (emitted into a scratch module once)."""
+    from ..gemm.config import PRESETS
+    from ..gemm.kernel import emit_gemm
+
+    return emit_gemm(ir.Module("signature"), PRESETS["sse"]).function_type
 
 
 class KernelBuilder:
@@ -168,6 +181,8 @@ class KernelBuilder:
         if internal:
             fn.linkage = "internal"
         fn.attributes.add("nounwind")
+        # kept out of the forward function: LLVM's O3 on one huge inlined function is superlinear
+        fn.attributes.add("noinline")
         fn.args[0].name, fn.args[1].name = "slots", "nthreads"
         self.fn = fn
         self.f = _Fn(fn)  # its "entry" block loads the slot pointers, then branches to "body"

@@ -1,0 +1,250 @@
+"""The ``kiln compile``, ``kiln run`` and ``kiln inspect`` commands: models to artifacts, and back."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+
+from .errors import KilnError
+
+COMPILE_EPILOG = """\
+examples:
+  kiln compile light:resnet50 -o resnet50.kiln          # -O2, for this CPU
+  kiln compile model.onnx -o model.kiln --input-shape x=1x3x224x224
+  kiln compile model.onnx -o model.kiln --strict        # refuse ops without native code
+  kiln run resnet50.kiln --input data_0=x.npy --output out.npz
+  kiln inspect resnet50.kiln [--json]
+
+An artifact is a directory (manifest.json, model.so, weights.bin, model.kir); `kiln run` and
+`compiler.load` use it without compiling anything. A failed compile leaves nothing at -o.
+"""
+
+
+def _shapes(pairs) -> dict:
+    shapes = dict(pairs)
+    for name, dims in shapes.items():
+        if any(not isinstance(d, int) for d in dims):
+            raise KilnError(f"--input-shape {name}: compiled models need every dimension as a number, got "
+                            f"{'x'.join(str(d) for d in dims)}")
+    return shapes
+
+
+def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    c = sub.add_parser("compile", help="compile a model to a native artifact (a model.kiln directory)",
+                       description="Import MODEL, run the -O N pass pipeline, generate native code for this CPU "
+                                   "(LLVM) and write the artifact OUT: manifest, shared library, weights and "
+                                   "final IR. Nodes without native code run in the reference interpreter, with a "
+                                   "warning (see `kiln inspect`), unless --strict.",
+                       epilog=COMPILE_EPILOG, formatter_class=fmt)
+    c.add_argument("model", metavar="MODEL")
+    c.add_argument("-o", "--output", required=True, metavar="OUT.kiln", help="the artifact directory to write")
+    c.add_argument("-O", dest="opt_level", type=int, default=2, choices=[0, 1, 2, 3],
+                   help="optimization level (default 2)")
+    c.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
+                   help="give the symbolic dimensions of an input sizes (repeat per input)")
+    c.add_argument("--target", metavar="CPU", default=None,
+                   help="generate code for another CPU (LLVM name: znver3, x86-64-v3, haswell, ...); "
+                        "default: this machine's CPU")
+    c.add_argument("--strict", action="store_true",
+                   help="fail if any node has no native code instead of running it in the interpreter")
+    c.add_argument("--verify", action="store_true", help="run the IR verifier after every pass")
+    c.add_argument("--json", action="store_true", help="print the compile summary as JSON")
+    c.set_defaults(func=cmd_compile)
+
+    r = sub.add_parser("run", help="run a model or a compiled artifact and print its outputs",
+                       description="Run ARTIFACT (a directory written by `kiln compile`) or MODEL (compiled first, "
+                                   "in a temporary directory; or run in the reference interpreter with "
+                                   "--interpret) on the given inputs (random ones, seeded, of the right shape "
+                                   "and dtype, for inputs not given) and print each output's shape, dtype and "
+                                   "values.", epilog=epilog, formatter_class=fmt)
+    r.add_argument("model", metavar="ARTIFACT|MODEL")
+    r.add_argument("--input", "-i", action="append", type=parse_input, default=[], metavar="NAME=FILE.npy",
+                   help="an input from a .npy file (repeat for several inputs)")
+    r.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
+                   help="give a symbolic input dimension a size (models only)")
+    r.add_argument("--output", "-o", metavar="OUT.npz", help="also save all outputs to a .npz file")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.add_argument("-O", dest="opt_level", type=int, default=2, choices=[0, 1, 2, 3],
+                   help="optimization level when MODEL is compiled (default 2)")
+    r.add_argument("--interpret", action="store_true",
+                   help="run MODEL in the reference interpreter instead of compiling it")
+    r.add_argument("--threads", type=int, default=None, help="threads for native code (default: all CPUs)")
+    r.set_defaults(func=cmd_run)
+
+    i = sub.add_parser("inspect", help="show what a compiled artifact holds",
+                       description="Print an artifact's signature, target, kernels (with the ops each computes, "
+                                   "FLOPs and bytes), memory (weights, arena against its lower bound) and the "
+                                   "nodes that run in the reference interpreter, with the reason.",
+                       formatter_class=fmt)
+    i.add_argument("artifact", metavar="ARTIFACT")
+    i.add_argument("--json", action="store_true", help="print it as JSON")
+    i.add_argument("--kernels", action="store_true", help="list every kernel (default: a summary by op)")
+    i.set_defaults(func=cmd_inspect)
+
+
+def _target(name):
+    if not name:
+        return None
+    from .codegen.llvm.target import target_for
+
+    try:
+        return target_for(name)
+    except ValueError as e:
+        raise KilnError(str(e)) from None
+
+
+def cmd_compile(args) -> int:
+    from .driver import FallbackWarning, compile
+
+    timings: dict = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FallbackWarning)
+        exe = compile(args.model, args.opt_level, _shapes(args.input_shape), output=args.output,
+                      target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings)
+    summary = summarize(exe.manifest, args.output)
+    summary["compile_seconds"] = {k: round(v, 3) for k, v in timings.items()}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        for w in caught:
+            print(f"kiln: warning: {w.message}", file=sys.stderr)
+        m = summary["memory"]
+        print(f"compiled {args.model} -> {args.output} in {timings['total']:.2f} s "
+              f"(passes {timings['passes']:.2f}, codegen {timings['codegen']:.2f}, "
+              f"LLVM + link {timings['llvm_and_link']:.2f})")
+        print(f"  {summary['kernels']} kernels, {summary['views']} views, {len(summary['fallback'])} fallback node(s)")
+        print(f"  weights {_mib(m['weights_bytes'])}, arena {_mib(m['arena_bytes'])} (lower bound "
+              f"{_mib(m['lower_bound_bytes'])}, naive {_mib(m['naive_bytes'])})")
+    return 0
+
+
+def summarize(manifest: dict, path: str) -> dict:
+    size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+    return {"artifact": path, "model": manifest["model"], "kernels": len(manifest["kernels"]),
+            "views": manifest["views"], "fallback": manifest["fallback"], "memory": manifest["memory"],
+            "artifact_bytes": size}
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**16 else f"{n} B"
+
+
+def _is_artifact(path: str) -> bool:
+    return os.path.isdir(path) and os.path.exists(os.path.join(path, "manifest.json"))
+
+
+def cmd_run(args) -> int:
+    from .cli import describe_array, random_inputs
+    from .models import load_graph
+
+    given = {}
+    for name, path in args.input:
+        try:
+            given[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise KilnError(f"cannot read input {name!r} from {path}: {e}") from None
+    if args.interpret:
+        from .ir.interpreter import interpret
+
+        graph = load_graph(args.model, dict(args.input_shape) or None)
+        feeds = _feeds(graph, given, args.seed)
+        outs = interpret(graph, feeds)
+    else:
+        from . import compile, load
+
+        if _is_artifact(args.model):
+            if args.input_shape:
+                raise KilnError("--input-shape applies to models; an artifact has fixed input shapes")
+            exe = load(args.model, args.threads)
+        else:
+            exe = compile(args.model, args.opt_level, _shapes(args.input_shape), nthreads=args.threads)
+        feeds = _feeds_for(exe, given, args.seed)
+        outs = exe.run(feeds)
+    for name, arr in outs.items():
+        print(describe_array(name, arr))
+    if args.output:
+        np.savez(args.output, **outs)
+        print(f"saved {len(outs)} output(s) to {args.output}")
+    return 0
+
+
+def _feeds(graph, given, seed):
+    from .cli import random_inputs
+
+    notes: list[str] = []
+    feeds = random_inputs(graph, given, seed, notes)
+    for n in notes:
+        print(f"note: {n}", file=sys.stderr)
+    return feeds
+
+
+def _feeds_for(exe, given: dict, seed: int) -> dict:
+    """Random inputs for an executable's signature (the same draws ``kiln run --interpret`` makes)."""
+    from .ir.graph import Graph
+    from .ir.types import TensorType
+
+    g = Graph("signature")
+    for name, dtype, shape in exe.inputs:
+        if dtype is None:
+            if name not in given:
+                raise KilnError(f"input {name!r} has type {shape}: give it with --input {name}=FILE.npy")
+            continue
+        g.add_input(name, TensorType(dtype, shape))
+    return _feeds(g, given, seed)
+
+
+def cmd_inspect(args) -> int:
+    from .runtime.artifact import read_manifest
+
+    m = read_manifest(args.artifact)
+    if args.json:
+        out = {k: m[k] for k in ("model", "kiln_version", "format_version", "opt_level", "target", "inputs",
+                                 "outputs", "kernels", "views", "fallback", "memory", "compile_seconds", "nodes")}
+        print(json.dumps(out, indent=1))
+        return 0
+    t = m["target"]
+    print(f"artifact {args.artifact}: {m['model']} at -O{m['opt_level']}, Kiln {m['kiln_version']} "
+          f"(format {m['format_version']})")
+    print(f"target   {t['triple']} cpu={t['cpu']} ({' '.join(t['isa']) or 'baseline'})")
+    for i in m["inputs"]:
+        print(f"input    {i['name']}: {i['dtype']}{i['shape']}")
+    for o in m["outputs"]:
+        print(f"output   {o['name']}: {o['type']}")
+    mem = m["memory"]
+    lb = mem["lower_bound_bytes"]
+    ratio = f" = {mem['arena_bytes'] / lb:.3f} x lower bound" if lb else ""
+    print(f"memory   weights {_mib(mem['weights_bytes'])}; arena {_mib(mem['arena_bytes'])}{ratio} "
+          f"(lower bound {_mib(lb)}, naive {_mib(mem['naive_bytes'])}, scratch {_mib(mem['scratch_bytes'])})")
+    ks = m["kernels"]
+    flops = sum(k["flops"] for k in ks)
+    print(f"kernels  {len(ks)} ({m['views']} view ops need none), {flops / 1e9:.3f} GFLOP in all")
+    if args.kernels:
+        print(f"  {'#':>4}  {'kernel':<36} {'lowering':<14} {'MFLOP':>9} {'MB moved':>9} {'scratch':>10}")
+        for n, k in enumerate(ks):
+            print(f"  {n:>4}  {k['name'][:36]:<36} {k['lowering'] or '':<14} {k['flops'] / 1e6:>9.2f} "
+                  f"{k['bytes'] / 1e6:>9.2f} {_mib(k['scratch_bytes']) if k['scratch_bytes'] else '':>10}")
+    else:
+        by_op: dict[str, list] = {}
+        for k in ks:
+            key = "+".join(k["ops"])
+            agg = by_op.setdefault(key, [0, 0, 0])
+            agg[0] += 1
+            agg[1] += k["flops"]
+            agg[2] += k["bytes"]
+        print(f"  {'ops':<28} {'kernels':>7} {'MFLOP':>10} {'MB moved':>9}")
+        for key, (count, fl, by) in sorted(by_op.items(), key=lambda kv: -kv[1][1]):
+            print(f"  {key[:28]:<28} {count:>7} {fl / 1e6:>10.1f} {by / 1e6:>9.1f}")
+        print("  (--kernels lists each kernel)")
+    fb = m["fallback"]
+    if fb:
+        print(f"fallback {len(fb)} node(s) run in the reference interpreter:")
+        for f in fb:
+            print(f"  {f['op']} node {f['node']!r} (#{f['index']}): {f['reason']}")
+    else:
+        print("fallback none: every node runs natively")
+    return 0
