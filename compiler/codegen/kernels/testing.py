@@ -41,7 +41,12 @@ def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target |
         plan.append((group, k))
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "bench.so")
-        toolchain.link_shared([toolchain.compile_ir(str(module), target)], path, extra_args=["-lpthread"])
+        objects = [toolchain.compile_ir(str(module), target)]
+        if services.uses_gemm:
+            from ..gemm.build import gemm_object
+
+            objects.append(gemm_object(services.gemm_cfg))
+        toolchain.link_shared(objects, path, extra_args=["-lpthread"])
         lib = toolchain.load_library(path)
         env = {v: np.ascontiguousarray(inputs[v.name]) for v in graph.inputs}
         env.update({c: np.ascontiguousarray(c.const) for c in graph.constants})
