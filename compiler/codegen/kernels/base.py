@@ -55,6 +55,8 @@ LLVM_TYPES: dict[DType, ir.Type] = {
 }
 
 ALIGN = 64
+#: slots past this many are plain (not ``noalias``) pointers loaded from the slot array
+MAX_NOALIAS = 24
 
 
 def c64(v: int) -> ir.Constant:
@@ -177,19 +179,32 @@ class KernelBuilder:
         self.target = services.target
         self.group = group
         self.name = name
-        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I32]), name)
+        # ``name(slots, nthreads)`` (what the forward function calls) loads the slot pointers and calls
+        # ``name.body(s0, ..., s{MAX_NOALIAS-1}, slots, nthreads)``, where the lowering's code goes:
+        # its pointer arguments are ``noalias`` (buffers a kernel writes never overlap the others),
+        # which LLVM keeps as alias scopes when it inlines the body, so loops need no overlap checks.
+        wrapper = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I32]), name)
         if internal:
-            fn.linkage = "internal"
-        fn.attributes.add("nounwind")
+            wrapper.linkage = "internal"
+        wrapper.attributes.add("nounwind")
         # kept out of the forward function: LLVM's O3 on one huge inlined function is superlinear
-        fn.attributes.add("noinline")
-        fn.args[0].name, fn.args[1].name = "slots", "nthreads"
+        wrapper.attributes.add("noinline")
+        wrapper.args[0].name, wrapper.args[1].name = "slots", "nthreads"
+        self.wrapper = wrapper
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * (MAX_NOALIAS + 1) + [I32]), name + ".body")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("alwaysinline")
+        for j, a in enumerate(fn.args[:MAX_NOALIAS]):
+            a.name = f"s{j}"
+            a.add_attribute("noalias")
+        fn.args[MAX_NOALIAS].name, fn.args[-1].name = "slots", "nthreads"
         self.fn = fn
-        self.f = _Fn(fn)  # its "entry" block loads the slot pointers, then branches to "body"
+        self.f = _Fn(fn)  # its "entry" block loads slot pointers past MAX_NOALIAS, then branches to "body"
         self._body = fn.append_basic_block("body")
         self.b = self.f.b
         self.b.position_at_end(self._body)
-        self.nthreads = fn.args[1]
+        self.nthreads = fn.args[-1]
         self.slots: list[Slot] = []
         self._slot_of: dict[int, int] = {}
         self._ptrs: dict[int, ir.Value] = {}
@@ -197,9 +212,11 @@ class KernelBuilder:
 
     # -- buffers -------------------------------------------------------------------------------
     def _slot_ptr(self, j: int) -> ir.Value:
+        if j < MAX_NOALIAS:
+            return self.fn.args[j]
         if j not in self._ptrs:
             eb = ir.IRBuilder(self.fn.entry_basic_block)
-            addr = eb.gep(self.fn.args[0], [c64(j)], source_etype=PTR)
+            addr = eb.gep(self.fn.args[MAX_NOALIAS], [c64(j)], source_etype=PTR)
             self._ptrs[j] = eb.load(addr, typ=PTR, name=f"slot{j}")
         return self._ptrs[j]
 
@@ -253,6 +270,12 @@ class KernelBuilder:
         if not self.b.block.is_terminated:
             self.b.ret_void()
         ir.IRBuilder(self.fn.entry_basic_block).branch(self._body)
+        b = ir.IRBuilder(self.wrapper.append_basic_block("entry"))
+        slots, nthreads = self.wrapper.args
+        args = [b.load(b.gep(slots, [c64(j)], source_etype=PTR), typ=PTR) if j < len(self.slots)
+                else ir.Constant(PTR, None) for j in range(MAX_NOALIAS)]
+        b.call(self.fn, args + [slots, nthreads])
+        b.ret_void()
 
 
 class Lowering:
