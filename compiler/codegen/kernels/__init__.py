@@ -9,13 +9,14 @@ from .base import KernelBuilder, KernelGroup, Lowering, Services
 from .convert import LOWERINGS as CONVERT_LOWERINGS
 from .data import LOWERINGS as DATA_LOWERINGS
 from .elementwise import Elementwise, View
+from .conv import Conv
 from .linalg import Gemm, MatMul
 from .norm import LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
 from .reduce import Reduce
 
 #: every lowering, in the order they are consulted
-ALL: tuple[Lowering, ...] = (View(), Elementwise(), Gemm(), MatMul(), Pool(), GlobalPool(), Reduce(), Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS, *CONVERT_LOWERINGS)
+ALL: tuple[Lowering, ...] = (View(), Elementwise(), Gemm(), MatMul(), Conv(), Pool(), GlobalPool(), Reduce(), Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS, *CONVERT_LOWERINGS)
 
 LOWERINGS: dict[type, Lowering] = {op: low for low in ALL for op in low.ops}
 

@@ -1,0 +1,77 @@
+"""Conv lowering against the reference interpreter (many kernels per compiled graph)."""
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.codegen.kernels import KernelGroup, lowering_for
+from compiler.ir.graph import Graph
+from compiler.ir.ops import conv as cv
+from compiler.ir.types import DType, TensorType
+
+from .test_kernels_linalg import Bench
+
+
+def conv(t: Bench, x_shape, m, k, group=1, bias=True, const_w=True, **attrs):
+    x = t.input(*x_shape)
+    c = x_shape[1]
+    wshape = (m, c // group) + tuple(k)
+    w = t.const(*wshape) if const_w else t.input(*wshape)
+    b = (t.const(m) if const_w else t.input(m)) if bias else None
+    t.add(cv.Conv(group=group, **attrs), x, w, b)
+
+
+def test_conv_gemm_paths():
+    t = Bench()
+    # 1x1 stride 1 (GEMM on the input), with/without bias, batch 2, groups
+    conv(t, (1, 16, 7, 9), 24, (1, 1))
+    conv(t, (2, 8, 5, 5), 12, (1, 1), bias=False)
+    conv(t, (2, 12, 6, 5), 9, (1, 1), group=3)
+    conv(t, (1, 6, 4, 4), 5, (1, 1), const_w=False)
+    # 1x1 with stride / padding (im2col)
+    conv(t, (1, 8, 9, 9), 16, (1, 1), strides=(2, 2))
+    conv(t, (1, 4, 5, 6), 3, (1, 1), pads=(1, 0, 0, 2))
+    # 3x3 pad 1, odd sizes, strides, dilations, asymmetric pads
+    conv(t, (1, 5, 11, 13), 7, (3, 3), pads=(1, 1, 1, 1))
+    conv(t, (2, 3, 10, 9), 8, (3, 3), pads=(1, 1, 1, 1), strides=(2, 2))
+    conv(t, (1, 4, 12, 12), 6, (3, 3), dilations=(2, 2), pads=(2, 2, 2, 2), bias=False)
+    conv(t, (1, 3, 9, 14), 5, (3, 2), pads=(0, 2, 1, 0), strides=(1, 3))
+    conv(t, (1, 3, 17, 17), 8, (7, 7), pads=(3, 3, 3, 3), strides=(2, 2))
+    conv(t, (1, 2, 8, 8), 4, (5, 5), auto_pad="SAME_UPPER", strides=(2, 2))
+    conv(t, (1, 2, 7, 8), 4, (4, 4), auto_pad="SAME_LOWER")
+    conv(t, (1, 2, 6, 6), 3, (3, 3), auto_pad="VALID", const_w=False)
+    conv(t, (1, 3, 4, 4), 2, (5, 5), pads=(3, 3, 3, 3), strides=(3, 3))   # windows mostly padding
+    conv(t, (1, 1, 6, 6), 4, (3, 3), pads=(1, 1, 1, 1))                  # one input channel
+    # grouped (ShuffleNet / ResNeXt style)
+    conv(t, (1, 12, 8, 8), 6, (3, 3), group=3, pads=(1, 1, 1, 1))
+    conv(t, (2, 8, 7, 7), 8, (3, 3), group=2, pads=(1, 1, 1, 1), strides=(2, 2), const_w=False)
+    # few pixels, many channels: computed as Y^T = col^T @ W^T (res5-like)
+    conv(t, (2, 32, 3, 3), 64, (3, 3), pads=(1, 1, 1, 1))
+    conv(t, (1, 24, 7, 7), 48, (1, 1))
+    conv(t, (1, 16, 7, 7), 48, (1, 1), bias=False, const_w=False)
+    conv(t, (1, 16, 5, 5), 96, (3, 3), group=2, strides=(2, 2), pads=(1, 1, 1, 1))
+    t.run()
+
+
+def test_conv_depthwise():
+    t = Bench()
+    conv(t, (1, 8, 12, 12), 8, (3, 3), group=8, pads=(1, 1, 1, 1))
+    conv(t, (2, 6, 13, 11), 6, (3, 3), group=6, pads=(1, 1, 1, 1), strides=(2, 2))
+    conv(t, (1, 4, 9, 9), 4, (3, 3), group=4, bias=False)                 # no padding: in place
+    conv(t, (1, 4, 10, 10), 4, (5, 5), group=4, pads=(2, 2, 2, 2), dilations=(2, 2))
+    conv(t, (1, 3, 7, 9), 6, (3, 3), group=3, pads=(0, 1, 2, 1))          # channel multiplier 2
+    conv(t, (1, 5, 8, 8), 5, (3, 3), group=5, auto_pad="SAME_UPPER", strides=(2, 2), const_w=False)
+    conv(t, (1, 4, 9, 9), 4, (1, 1), group=4, strides=(2, 2))
+    t.run()
+
+
+def test_conv_refusals():
+    g = Graph("r")
+    x1 = g.add_input("x1", TensorType(DType.f32, (1, 2, 9)))
+    y1 = g.add(cv.Conv(), x1, g.add_constant(np.ones((3, 2, 3), np.float32)))
+    x2 = g.add_input("x2", TensorType(DType.f64, (1, 2, 5, 5)))
+    y2 = g.add(cv.Conv(), x2, g.add_constant(np.ones((3, 2, 3, 3))))
+    x3 = g.add_input("x3", TensorType(DType.f32, ("N", 2, 5, 5)))
+    y3 = g.add(cv.Conv(), x3, g.add_constant(np.ones((3, 2, 3, 3), np.float32)))
+    for v, words in ((y1, "2-D"), (y2, "f64"), (y3, "static")):
+        low, why = lowering_for(KernelGroup.of([v.producer]))
+        assert low is None and words in why, why
