@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from compiler.bench import bench_model, cpu_name, human_bytes, sgemm_peak  # noqa: E402
+from compiler.bench import bench_model, cpu_name, human_bytes  # noqa: E402
 from compiler.runtime.executable import default_threads  # noqa: E402
 
 # (label, spec): ONNX model-zoo networks (light: placeholder weights, 224x224, batch 1) and PyTorch-built ones
@@ -110,8 +110,6 @@ def main(argv=None) -> int:
         p.error(f"--only {args.only!r} matches no model; models: {', '.join(s for _, s in SUITE)}")
 
     started = datetime.datetime.now(datetime.timezone.utc)
-    print(f"[suite] sgemm peak ({args.sgemm_size}^3, {threads} threads)", file=sys.stderr, flush=True)
-    peak = sgemm_peak(threads, args.sgemm_size) if args.sgemm_size else None
     results, rows, failed = [], [], 0
     for label, spec in suite:
         t0 = time.perf_counter()
@@ -129,8 +127,6 @@ def main(argv=None) -> int:
         print(markdown(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
 
     table = markdown(rows)
-    notes = sorted({n for r in results for n in r.get("notes", [])})
-    kg = f"{peak['kiln_gflops']:.1f}" if peak and peak.get("kiln_gflops") else "n/a"
     head = [
         f"# Kiln vs ONNX Runtime and PyTorch, {threads} thread{'s' if threads != 1 else ''}",
         "",
@@ -139,20 +135,26 @@ def main(argv=None) -> int:
         "Kiln/X = Kiln's median / X's median: below 1, Kiln is faster. Only ratios from one run mean much.",
         "",
     ]
-    if peak:
-        head += [f"sgemm peak ({peak['size']}³ float32, {threads} threads, best of 3): Kiln {kg} GFLOP/s, "
-                 f"OpenBLAS {peak['openblas_gflops']:.1f} GFLOP/s; \"% sgemm peak\" is Kiln's GFLOP/s on the model "
-                 f"over the faster of the two ({peak['peak_gflops']:.1f}).", ""]
-    text = "\n".join(head) + table + "\n"
+    peaks = [r["machine"]["sgemm"] for r in results if r.get("machine", {}).get("sgemm")]
+    if peaks:
+        def span(key):
+            vals = [p[key] for p in peaks if p.get(key)]
+            return f"{min(vals):.1f}-{max(vals):.1f}" if vals else "n/a"
+        head += [f"sgemm peak ({args.sgemm_size}³ float32, {threads} threads, best of 3), measured right after each "
+                 f"model: Kiln {span('kiln_gflops')} GFLOP/s, OpenBLAS {span('openblas_gflops')} GFLOP/s. "
+                 "\"% sgemm peak\" is Kiln's GFLOP/s on the model over the faster of the two in its own "
+                 "measurement.", ""]
+    text = "\n".join(head) + "\n" + table + "\n"
+    notes = [(r["label"], n) for r in results for n in r.get("notes", [])]
     if notes:
-        text += "\nNotes:\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+        text += "\nNotes:\n\n" + "\n".join(f"- {label}: {n}" for label, n in notes) + "\n"
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, f"models-{threads}t")
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write(text)
     with open(base + ".json", "w", encoding="utf-8") as f:
         json.dump({"started": started.isoformat(), "commit": git_commit(), "threads": threads, "cpu": cpu_name(),
-                   "sgemm": peak, "results": results}, f, indent=2)
+                   "results": results}, f, indent=2)
     print(text)
     print(f"wrote {base}.md and {base}.json", file=sys.stderr)
     return 1 if failed else 0
