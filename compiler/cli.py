@@ -22,8 +22,10 @@ examples:
 
 EPILOG = """\
 models:
-  MODEL is an ONNX file (model.onnx), a Kiln IR text file (stage.kir), or light:NAME for one of the
-  ONNX model-zoo networks shipped inside the onnx package (light:squeezenet, light:resnet50, ...).
+  MODEL is an ONNX file (model.onnx), a Kiln IR text file (stage.kir), light:NAME for one of the
+  ONNX model-zoo networks shipped inside the onnx package (light:squeezenet, light:resnet50, ...), or
+  zoo:NAME[?key=value,...] for a model Kiln builds with PyTorch (zoo:mlp?batch=64, zoo:bert?seq=128,
+  zoo:mobilenetv2?resolution=224, zoo:efficientnet_block).
 
 examples:
   kiln run light:squeezenet                        # compile (temporary artifact) and run natively
@@ -68,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_compile import add_commands
 
     add_commands(sub, parse_shape, parse_input, EPILOG)
+    from . import bench
+
+    b = sub.add_parser("bench", help="measure a compiled model against ONNX Runtime and PyTorch in one run",
+                       description=bench.__doc__.strip().splitlines()[0] if bench.__doc__ else None,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_arguments(b)
+    b.set_defaults(func=bench.run)
 
     d = sub.add_parser(
         "dump", help="run the pass pipeline and show the IR of any or every stage",

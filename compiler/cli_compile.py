@@ -161,9 +161,19 @@ def cmd_run(args) -> int:
             if args.input_shape:
                 raise KilnError("--input-shape applies to models; an artifact has fixed input shapes")
             exe = load(args.model, args.threads)
+            feeds = _feeds_for(exe, given, args.seed)
         else:
-            exe = compile(args.model, args.opt_level, _shapes(args.input_shape), nthreads=args.threads)
-        feeds = _feeds_for(exe, given, args.seed)
+            # the inputs first (given, or random with symbolic dimensions 1), checked against the
+            # model's signature; then the model is compiled for exactly their shapes
+            from .ir.interpreter import check_inputs
+            from .ir.types import TensorType
+
+            graph = load_graph(args.model, dict(args.input_shape) or None)
+            feeds = _feeds(graph, given, args.seed)
+            check_inputs(graph, feeds)
+            shapes = {v.name: tuple(feeds[v.name].shape) for v in graph.inputs
+                      if isinstance(v.type, TensorType) and not v.type.is_static}
+            exe = compile(args.model, args.opt_level, shapes, nthreads=args.threads)
         outs = exe.run(feeds)
     for name, arr in outs.items():
         print(describe_array(name, arr))

@@ -1,6 +1,7 @@
 """Finding and loading models named on the command line or in the API.
 
-A model is an ONNX file (``.onnx``), a Kiln IR text file (``.kir``, with its ``.kir.npz`` weights), or
+A model is an ONNX file (``.onnx``), a Kiln IR text file (``.kir``, with its ``.kir.npz`` weights),
+``zoo:NAME[?key=value,...]`` (a model Kiln builds with PyTorch, see ``compiler/zoo.py``), or
 ``light:NAME``: one of the ONNX model-zoo networks that the ``onnx`` package ships
 (``onnx/backend/test/data/light/light_NAME.onnx``: bvlc_alexnet, densenet121, inception_v1,
 inception_v2, resnet50, shufflenet, squeezenet, vgg19, zfnet512).
@@ -42,6 +43,10 @@ def load_graph(spec, input_shapes: Mapping[str, Sequence] | None = None) -> Grap
     """A graph from a model spec, path, ModelProto or Graph."""
     if isinstance(spec, Graph):
         return spec
+    if isinstance(spec, str) and spec.startswith("zoo:"):
+        from .zoo import load as load_zoo
+
+        spec = load_zoo(spec).onnx  # ModelError for an unknown model or size, or without torch
     if isinstance(spec, str):
         path = resolve(spec)
         if path.endswith(".kir"):
