@@ -9,8 +9,11 @@ Three ways, by shape:
 * **1x1, stride 1, no padding**: a GEMM directly on the input, per image and group:
   ``Y[Mg, H*W] = W[Mg, Cg] @ X[Cg, H*W]``.
 * **general**: im2col of one image and group into scratch ``col[Cg*KH*KW, OH*OW]`` (each row a run
-  of contiguous copies over the output width, the padding ranges known at compile time), then
-  ``Y[Mg, OH*OW] = W[Mg, K] @ col``.
+  of contiguous copies over the output width), then ``Y[Mg, OH*OW] = W[Mg, K] @ col``. With stride 1
+  and ``OW == W`` a tap's rows are one contiguous run of the input; with a width stride > 1 the
+  padded input is first split by column phase, so every row copy is contiguous again.
+* **few pixels, many channels** (7x7 maps): the same GEMM transposed, ``Y^T = col^T @ W^T``, then a
+  transposing copy, when the pixels would fill sgemm's NR-wide register tiles much worse.
 
 A constant weight is packed for sgemm at compile time (``ta = 2``, one packed panel set per group).
 The bias is written into Y first and the product accumulated onto it (sgemm ``beta = 1``).
@@ -103,6 +106,12 @@ class Conv(Lowering):
             wp, wstride, wt = k.ptr(w), mg * kk, (1 if trans else 0)
         direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and oh == h and ow == wd
         col = None if direct else k.scratch(kk * p * 4)
+        # strided windows: the padded input split by column phase first, then contiguous row copies
+        phased = not direct and sw > 1
+        if phased:
+            hp = (oh - 1) * sh + (kh - 1) * dh + 1
+            wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
+            planes = k.scratch(cg * sw * hp * wq * 4)
         ctr = k.scratch(p * mg * 4) if trans else None
         b = k.b
         with k.loop(n, "img") as img:
@@ -113,6 +122,10 @@ class Conv(Lowering):
                 xbase = b.mul(b.add(b.mul(img, c64(g)), gi), c64(cg * h * wd))
                 if direct:
                     src = k.at(xp, xbase)
+                elif phased:
+                    im2col_phased(k, xp, xbase, planes, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,
+                                  pt, pl, hp, wq)
+                    src = col
                 else:
                     im2col(k, xp, xbase, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
                     src = col
@@ -227,6 +240,32 @@ def im2col(k: KernelBuilder, xp, xbase, col, cg, h, wd, kh, kw, oh, ow, sh, sw, 
     fn = k.services.helper(f"kiln_im2col_s{sw}", lambda mod: _build_im2col(mod, sw))
     args = [k.at(xp, xbase), col] + [c64(v) for v in (cg, h, wd, kh, kw, oh, ow, sh, dh, dw, pt, pl)]
     k.b.call(fn, args)
+
+
+def im2col_phased(k: KernelBuilder, xp, xbase, planes, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,
+                  pt, pl, hp, wq) -> None:
+    """im2col for a width stride > 1: each channel is first padded and split by column phase
+    (``pad_plane``), after which every (tap, output row) is one contiguous copy of ``OW`` floats."""
+    b = k.b
+    p = oh * ow
+    chan = sw * hp * wq
+    with k.loop(cg, "pc") as ci:
+        pad_plane(k, k.at(xp, b.add(xbase, b.mul(ci, c64(h * wd)))), k.at(planes, b.mul(ci, c64(chan))),
+                  h, wd, hp, wq, pt, pl, sw)
+    with k.loop(cg * kh * kw, "prow") as row:
+        ci = b.udiv(row, c64(kh * kw))
+        tap = b.urem(row, c64(kh * kw))
+        ki, kj = b.udiv(tap, c64(kw)), b.urem(tap, c64(kw))
+        cj = b.mul(kj, c64(dw))
+        off = b.add(b.add(b.mul(ci, c64(chan)), b.mul(b.urem(cj, c64(sw)), c64(hp * wq))),
+                    b.add(b.mul(ki, c64(dh * wq)), b.udiv(cj, c64(sw))))
+        src = k.at(planes, off)
+        dst = k.at(col, b.mul(row, c64(p)))
+        with k.loop(oh, "por") as r:
+            s_row = k.at(src, b.mul(r, c64(sh * wq)))
+            d_row = k.at(dst, b.mul(r, c64(ow)))
+            with k.loop(ow, "poc") as q:
+                k.store(k.load(s_row, q), d_row, q)
 
 
 @contextmanager
