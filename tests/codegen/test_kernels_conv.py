@@ -49,6 +49,10 @@ def test_conv_gemm_paths():
     conv(t, (1, 24, 7, 7), 48, (1, 1))
     conv(t, (1, 16, 7, 7), 48, (1, 1), bias=False, const_w=False)
     conv(t, (1, 16, 5, 5), 96, (3, 3), group=2, strides=(2, 2), pads=(1, 1, 1, 1))
+    # 1-D (as 2-D of height 1): plain, strided/dilated/padded, depthwise
+    conv(t, (2, 6, 19), 5, (3,), pads=(1, 2))
+    conv(t, (1, 4, 23), 8, (5,), strides=(2,), dilations=(2,), pads=(3, 1))
+    conv(t, (1, 6, 17), 6, (7,), group=6, pads=(3, 3))
     t.run()
 
 
@@ -66,12 +70,12 @@ def test_conv_depthwise():
 
 def test_conv_refusals():
     g = Graph("r")
-    x1 = g.add_input("x1", TensorType(DType.f32, (1, 2, 9)))
-    y1 = g.add(cv.Conv(), x1, g.add_constant(np.ones((3, 2, 3), np.float32)))
+    x1 = g.add_input("x1", TensorType(DType.f32, (1, 2, 5, 5, 5)))
+    y1 = g.add(cv.Conv(), x1, g.add_constant(np.ones((3, 2, 3, 3, 3), np.float32)))
     x2 = g.add_input("x2", TensorType(DType.f64, (1, 2, 5, 5)))
     y2 = g.add(cv.Conv(), x2, g.add_constant(np.ones((3, 2, 3, 3))))
     x3 = g.add_input("x3", TensorType(DType.f32, ("N", 2, 5, 5)))
     y3 = g.add(cv.Conv(), x3, g.add_constant(np.ones((3, 2, 3, 3), np.float32)))
-    for v, words in ((y1, "2-D"), (y2, "f64"), (y3, "static")):
+    for v, words in ((y1, "3-D"), (y2, "f64"), (y3, "static")):
         low, why = lowering_for(KernelGroup.of([v.producer]))
         assert low is None and words in why, why

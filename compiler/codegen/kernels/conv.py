@@ -1,4 +1,4 @@
-"""2-D convolution (NCHW, float32) as native code.
+"""2-D convolution (NCHW, float32) as native code; a 1-D convolution runs as the 2-D one of height 1.
 
 Three ways, by shape:
 
@@ -33,14 +33,19 @@ from .linalg import call_sgemm
 
 
 def _geometry(node):
-    """(N, C, H, W, M, KH, KW, OH, OW, strides, dilations, pad begins) of a 2-D conv node."""
+    """(N, C, H, W, M, KH, KW, OH, OW, strides, dilations, pad begins) of a 2-D conv node; a 1-D
+    conv is the 2-D conv of height 1."""
     op = node.op
     x, w = node.inputs[0], node.inputs[1]
-    n, c, h, wd = (int(d) for d in x.shape)
-    m, _, kh, kw = (int(d) for d in w.shape)
-    strides, dilations, pads = cv.spatial_attrs(op, 2, op.strides, op.dilations, op.pads)
-    out, pb, _ = cv.resolve_geometry(op, (h, wd), (kh, kw), strides, dilations, pads, op.auto_pad)
-    return n, c, h, wd, m, kh, kw, out[0], out[1], strides, dilations, pb
+    nd = len(x.shape) - 2
+    strides, dilations, pads = cv.spatial_attrs(op, nd, op.strides, op.dilations, op.pads)
+    ins, ks = tuple(int(d) for d in x.shape[2:]), tuple(int(d) for d in w.shape[2:])
+    out, pb, _ = cv.resolve_geometry(op, ins, ks, strides, dilations, pads, op.auto_pad)
+    if nd == 1:
+        ins, ks, out, pb = (1,) + ins, (1,) + ks, (1,) + tuple(out), (0,) + tuple(pb)
+        strides, dilations = (1,) + tuple(strides), (1,) + tuple(dilations)
+    n, c = (int(d) for d in x.shape[:2])
+    return n, c, ins[0], ins[1], int(w.shape[0]), ks[0], ks[1], out[0], out[1], strides, dilations, pb
 
 
 def _ranges(size: int, out: int, k: int, s: int, d: int, pb: int) -> list[tuple[int, int]]:
@@ -55,7 +60,7 @@ def _ranges(size: int, out: int, k: int, s: int, d: int, pb: int) -> list[tuple[
 
 
 class Conv(Lowering):
-    """2-D Conv (NCHW, float32, static shapes, any pads/strides/dilations/groups, optional bias)."""
+    """1-D/2-D Conv (NCHW, float32, static shapes, any pads/strides/dilations/groups, optional bias)."""
 
     ops = (cv.Conv,)
 
@@ -65,8 +70,8 @@ class Conv(Lowering):
         if why:
             return why
         x = node.inputs[0]
-        if len(x.shape) != 4:
-            return f"only 2-D convolutions (NCHW) are lowered natively, not {len(x.shape) - 2}-D"
+        if len(x.shape) not in (3, 4):
+            return f"only 1-D and 2-D convolutions are lowered natively, not {len(x.shape) - 2}-D"
         try:
             geo = _geometry(node)
         except OpError as e:
