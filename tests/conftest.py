@@ -14,6 +14,27 @@ _SUITE_OF_CLASS = {
 _counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
 
+import pytest  # noqa: E402
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """For a conformance case: whether every model it prepared ran entirely as native code."""
+    outcome = yield
+    if call.when != "call" or "test_onnx_backend" not in item.nodeid:
+        return
+    import sys
+
+    mod = sys.modules.get(item.module.__name__)
+    prepared = getattr(mod, "PREPARED", None)
+    if prepared is None:
+        return
+    exes = [r.executable for r in prepared]
+    native = bool(exes) and all(e is not None and not e.fallback for e in exes)
+    outcome.get_result().user_properties.append(("kiln_native", native))
+    prepared.clear()
+
+
 def pytest_runtest_logreport(report):
     m = re.search(r"test_onnx_backend\.py::(\w+)::", report.nodeid)
     if not m or m.group(1) not in _SUITE_OF_CLASS:
@@ -27,6 +48,8 @@ def pytest_runtest_logreport(report):
         _counts[suite]["failed"] += 1
     elif report.when == "call":
         _counts[suite]["passed"] += 1
+        if dict(report.user_properties).get("kiln_native"):
+            _counts[suite]["native"] += 1
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -39,4 +62,5 @@ def pytest_terminal_summary(terminalreporter):
         if c:
             total = c["passed"] + c["failed"] + c["excluded"]
             tr.write_line(f"{suite:>18}: {c['passed']:5d} passed of {total:5d}"
-                          f"  ({c['failed']} failed, {c['excluded']} excluded)")
+                          f"  ({c['failed']} failed, {c['excluded']} excluded; {c['native']} of the passed "
+                          f"ran fully native)")

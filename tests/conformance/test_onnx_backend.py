@@ -18,7 +18,21 @@ from .exclusions import EXCLUDED, MIN_PASSING
 
 warnings.filterwarnings("ignore", category=RuntimeWarning)  # the case generators overflow on purpose
 
-backend_test = onnx.backend.test.BackendTest(KilnBackend, __name__)
+#: the models prepared by the running case (conftest.py reads them: did the case run fully native?)
+PREPARED: list = []
+
+
+class RecordingBackend(KilnBackend):
+    """Kiln's backend, remembering each prepared model so the summary can count native cases."""
+
+    @classmethod
+    def prepare(cls, model, device="CPU", **kwargs):
+        rep = super().prepare(model, device, **kwargs)
+        PREPARED.append(rep)
+        return rep
+
+
+backend_test = onnx.backend.test.BackendTest(RecordingBackend, __name__)
 for pattern, _reason in EXCLUDED:
     backend_test.exclude(pattern)
 

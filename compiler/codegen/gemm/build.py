@@ -103,16 +103,24 @@ def build_shared(cfg: GemmConfig, prefix: str = "kiln_sgemm", out_dir: str | Non
     return path
 
 
+_OBJECTS: dict[tuple[str, str], bytes] = {}  # per process: the IR is hashed once
+
+
 def gemm_object(cfg: GemmConfig, prefix: str = "kiln_sgemm") -> bytes:
     """The GEMM for ``cfg`` as a position-independent object file, compiled once and cached on disk
     (the code generator links it into every artifact that multiplies matrices)."""
+    memo = (repr(cfg), prefix)
+    if memo in _OBJECTS:
+        return _OBJECTS[memo]
     text = build_ir(cfg, prefix)
     key = hashlib.sha256((text + repr(cfg)).encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), f"{prefix}-{cfg.isa}-{key}.o")
     if os.path.exists(path):
         with open(path, "rb") as fh:
-            return fh.read()
+            _OBJECTS[memo] = fh.read()
+        return _OBJECTS[memo]
     obj, _ = compile_object(text, cfg)
+    _OBJECTS[memo] = obj
     part = f"{path}.{os.getpid()}.part"  # publish atomically (parallel test workers)
     with open(part, "wb") as fh:
         fh.write(obj)
