@@ -79,3 +79,16 @@ def test_conv_refusals():
     for v, words in ((y1, "3-D"), (y2, "f64"), (y3, "static")):
         low, why = lowering_for(KernelGroup.of([v.producer]))
         assert low is None and words in why, why
+
+
+def test_conv_im2col_by_row_blocks(monkeypatch):
+    from compiler.codegen.kernels import conv as conv_lowering
+
+    monkeypatch.setattr(conv_lowering, "COL_BUDGET", 3000)  # a few output rows per block
+    t = Bench()
+    conv(t, (1, 3, 13, 11), 5, (3, 3), pads=(1, 1, 1, 1))
+    conv(t, (2, 4, 12, 12), 6, (3, 3), pads=(2, 1, 0, 1), strides=(2, 1), bias=False)
+    conv(t, (1, 2, 17, 16), 4, (7, 7), pads=(3, 3, 3, 3), strides=(2, 2), dilations=(1, 1))
+    conv(t, (1, 2, 9, 9), 4, (3, 3), pads=(4, 1, 5, 1), dilations=(2, 1), group=2)
+    conv(t, (1, 3, 4, 4), 2, (5, 5), pads=(3, 3, 3, 3), strides=(3, 3))
+    t.run()

@@ -32,6 +32,10 @@ from .base import F32, I64, PTR, VOID, KernelBuilder, KernelGroup, Lowering, c64
 from .linalg import call_sgemm
 
 
+#: the largest im2col matrix (bytes) made at once; a larger one is made by blocks of output rows
+COL_BUDGET = 16 << 20
+
+
 def _geometry(node):
     """(N, C, H, W, M, KH, KW, OH, OW, strides, dilations, pad begins) of a 2-D conv node; a 1-D
     conv is the 2-D conv of height 1."""
@@ -98,7 +102,11 @@ class Conv(Lowering):
             return
         kk, p = cg * kh * kw, oh * ow
         cfg = k.services.gemm_cfg
-        trans = _prefer_transposed(mg, p, cfg.MR, cfg.NR)
+        direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and oh == h and ow == wd
+        # a col matrix over the budget is made and multiplied in blocks of output rows
+        block = max(1, COL_BUDGET // (kk * ow * 4))
+        chunked = not direct and block < oh
+        trans = not chunked and _prefer_transposed(mg, p, cfg.MR, cfg.NR)
         if w.const is not None:
             wm = np.asarray(w.const, np.float32).reshape(g, mg, kk)
             if trans:  # W^T (K x Mg) is the B operand
@@ -109,10 +117,9 @@ class Conv(Lowering):
             wp = k.weight(np.concatenate(packed))
         else:
             wp, wstride, wt = k.ptr(w), mg * kk, (1 if trans else 0)
-        direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and oh == h and ow == wd
-        col = None if direct else k.scratch(kk * p * 4)
+        col = None if direct else k.scratch(kk * (block * ow if chunked else p) * 4)
         # strided windows: the padded input split by column phase first, then contiguous row copies
-        phased = not direct and sw > 1
+        phased = not direct and not chunked and sw > 1
         if phased:
             hp = (oh - 1) * sh + (kh - 1) * dh + 1
             wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
@@ -125,25 +132,51 @@ class Conv(Lowering):
                 fill_bias(k, yp, ybase, bp, m, p)
             with k.loop(g, "grp") as gi:
                 xbase = b.mul(b.add(b.mul(img, c64(g)), gi), c64(cg * h * wd))
-                if direct:
-                    src = k.at(xp, xbase)
-                elif phased:
-                    im2col_phased(k, xp, xbase, planes, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,
-                                  pt, pl, hp, wq)
-                    src = col
-                else:
-                    im2col(k, xp, xbase, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
-                    src = col
                 wg = k.at(wp, b.mul(gi, c64(wstride)))
                 cptr = k.at(yp, b.add(ybase, b.mul(gi, c64(mg * p))))
-                if trans:
-                    # Y^T[P, Mg] = col^T @ W^T (col [K, P] is A transposed), then transposed back
-                    call_sgemm(k, 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctr, mg)
-                    boff = b.mul(gi, c64(mg))
-                    _transpose_out(k, ctr, cptr, p, mg, bp, boff)
+                beta = 1.0 if bp is not None else 0.0
+                if chunked:
+                    self._blocks(k, k.at(xp, xbase), col, wg, wt, cptr, beta, block, cg, kk,
+                                 mg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
                 else:
-                    call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, 1.0 if bp is not None else 0.0,
-                               cptr, p)
+                    if direct:
+                        src = k.at(xp, xbase)
+                    elif phased:
+                        im2col_phased(k, xp, xbase, planes, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,
+                                      pt, pl, hp, wq)
+                        src = col
+                    else:
+                        im2col(k, xp, xbase, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
+                        src = col
+                    if trans:
+                        # Y^T[P, Mg] = col^T @ W^T (col [K, P] is A transposed), then transposed back
+                        call_sgemm(k, 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctr, mg)
+                        boff = b.mul(gi, c64(mg))
+                        _transpose_out(k, ctr, cptr, p, mg, bp, boff)
+                    else:
+                        call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p)
+
+    @staticmethod
+    def _blocks(k, xg, col, wg, wt, cptr, beta, block, cg, kk, mg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,
+                pt, pl) -> None:
+        """im2col + GEMM by blocks of ``block`` output rows (the col matrix of one block only): each
+        block is the conv of the input rows it reads, its top padding what is left of ``pt``."""
+        b = k.b
+        nblk = -(-oh // block)
+        with k.loop(nblk, "blk") as bi:
+            r0 = b.mul(bi, c64(block))
+            rows = k.f.min(c64(block), b.sub(c64(oh), r0))
+            ih0 = b.sub(b.mul(r0, c64(sh)), c64(pt))
+            ptb = k.f.max(c64(0), b.sub(c64(0), ih0))   # padding rows left above the block
+            xr0 = k.f.max(c64(0), ih0)                    # first input row it reads
+            need = b.add(b.mul(b.sub(rows, c64(1)), c64(sh)), c64((kh - 1) * dh + 1))
+            hb = k.f.min(b.sub(c64(h), xr0), need)        # input rows available to it (may be <= 0)
+            nb = b.mul(rows, c64(ow))
+            im2col(k, xg, b.mul(xr0, c64(wd)), col, cg, hb, wd, kh, kw, rows, ow, sh, sw, dh, dw, ptb, pl,
+                   cstride=h * wd)
+            call_sgemm(k, wt, 0, mg, nb, kk, 1.0, wg, kk, col, nb, beta, k.at(cptr, b.mul(r0, c64(ow))),
+                       oh * ow)
+
 
     # -- depthwise ---------------------------------------------------------------------------------
     def _depthwise(self, k, xp, wp, bp, yp, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl):
@@ -239,11 +272,16 @@ def _in_range(k: KernelBuilder, idx, size: int):
     return k.b.icmp_unsigned("<", idx, c64(size))
 
 
-def im2col(k: KernelBuilder, xp, xbase, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl) -> None:
+def im2col(k: KernelBuilder, xp, xbase, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl,
+           cstride=None) -> None:
     """``col[(c*KH + ki)*KW + kj, oh*OW + ow] = x[c, oh*sh - pt + ki*dh, ow*sw - pl + kj*dw]`` (0 outside),
-    by a module-level helper shared by every conv of the same width stride (compile time stays flat)."""
+    by a module-level helper shared by every conv of the same width stride (compile time stays flat).
+    Sizes are ints or i64 values; ``cstride``: the channel stride of x (default ``h * wd``)."""
     fn = k.services.helper(f"kiln_im2col_s{sw}", lambda mod: _build_im2col(mod, sw))
-    args = [k.at(xp, xbase), col] + [c64(v) for v in (cg, h, wd, kh, kw, oh, ow, sh, dh, dw, pt, pl)]
+    if cstride is None:
+        cstride = h * wd
+    vals = (cstride, cg, h, wd, kh, kw, oh, ow, sh, dh, dw, pt, pl)
+    args = [k.at(xp, xbase), col] + [v if isinstance(v, ir.Value) else c64(v) for v in vals]
     k.b.call(fn, args)
 
 
@@ -299,7 +337,7 @@ def _valid(b: ir.IRBuilder, off, size, out, stride):
 
 
 def _build_im2col(module: ir.Module, sw: int) -> ir.Function:
-    names = ("cg", "h", "wd", "kh", "kw", "oh", "ow", "sh", "dh", "dw", "pt", "pl")
+    names = ("cs", "cg", "h", "wd", "kh", "kw", "oh", "ow", "sh", "dh", "dw", "pt", "pl")
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR] + [I64] * len(names)), f"kiln_im2col_s{sw}")
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
@@ -314,7 +352,7 @@ def _build_im2col(module: ir.Module, sw: int) -> ir.Function:
     contiguous = b.icmp_signed("==", ow, wd) if sw == 1 else None
     swc = c64(sw)
     with _For(b, v["cg"], "ic") as ci:
-        xc = gep(x, b.mul(ci, b.mul(v["h"], wd)))
+        xc = gep(x, b.mul(ci, v["cs"]))
         with _For(b, v["kh"], "ki") as ki:
             a = b.sub(b.mul(ki, v["dh"]), v["pt"])
             rlo, rhi = _valid(b, a, v["h"], oh, v["sh"])

@@ -22,13 +22,16 @@ def _i32(v: int) -> ir.Constant:
     return ir.Constant(I32, int(v))
 
 
-def call_sgemm(k: KernelBuilder, ta: int, tb: int, m: int, n: int, kk: int, alpha: float,
-               a: ir.Value, lda: int, b: ir.Value, ldb: int, beta: float, c: ir.Value, ldc: int,
+def call_sgemm(k: KernelBuilder, ta: int, tb: int, m, n, kk, alpha: float,
+               a: ir.Value, lda, b: ir.Value, ldb, beta: float, c: ir.Value, ldc,
                nthreads: ir.Value | None = None) -> None:
-    """One ``kiln_sgemm`` call with compile-time sizes (pointers may be computed)."""
+    """One ``kiln_sgemm`` call; sizes and leading dimensions are ints or i64 values."""
+    def i64(v, ld=False):
+        return v if isinstance(v, ir.Value) else c64(max(int(v), 1) if ld else int(v))
+
     sg = k.services.sgemm()
-    k.b.call(sg, [_i32(ta), _i32(tb), c64(m), c64(n), c64(kk), cf32(alpha), a, c64(max(lda, 1)), b,
-                  c64(max(ldb, 1)), cf32(beta), c, c64(max(ldc, 1)),
+    k.b.call(sg, [_i32(ta), _i32(tb), i64(m), i64(n), i64(kk), cf32(alpha), a, i64(lda, True), b,
+                  i64(ldb, True), cf32(beta), c, i64(ldc, True),
                   k.nthreads if nthreads is None else nthreads])
 
 
