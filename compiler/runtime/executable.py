@@ -177,8 +177,8 @@ class Executable:
 
     def _view(self, place, dtype: str, shape, arrays, arena) -> np.ndarray:
         kind, where = place
-        if kind == "input":
-            return arrays[where]
+        if kind == "input":  # the input itself, or a view op's result seen through it
+            return arrays[where].reshape(shape)
         dt = DType[dtype].np
         n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         base = self._weights if kind == "weight" else arena
@@ -187,6 +187,8 @@ class Executable:
     def _read(self, place, desc, arrays, arena, env):
         if place is None or place[0] == "python":
             return env[desc["key"]]
+        if place[0] == "input" and "dtype" not in desc:  # a sequence or optional passed through
+            return arrays[place[1]]
         return np.array(self._view(place, desc["dtype"], desc["shape"], arrays, arena))
 
     def _run_fallback(self, step: dict, arrays, arena, env: dict) -> None:

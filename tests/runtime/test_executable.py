@@ -283,3 +283,21 @@ def test_no_native_node_needs_no_library(tmp_path):
         e = compiler.compile(g)
     assert "model.so" not in os.listdir(e.path)
     np.testing.assert_array_equal(e.run({"x": np.array([0, 1, 0, 2], np.float32)})["nz"], [[1, 3]])
+
+
+def test_views_of_inputs_keep_their_shape():
+    """An output that is a view of an input, and an interpreted node reading a view of an input."""
+    g = parse("""graph @g(%x: f32[2,3,4]) -> (flat: f32[1,24], nz: i64[4,?]) {
+  %0 = Flatten(%x) {axis=0} : f32[1,24]
+  %a = const i64[1] dense<[0]>
+  %1 = Unsqueeze(%x, %a) : f32[1,2,3,4]
+  %2 = NonZero(%1) : i64[4,?]
+  return flat=%0, nz=%2
+}""")
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        out = compiler.compile(g, 0).run({"x": x})
+    ref = interpret(g, {"x": x})
+    np.testing.assert_array_equal(out["flat"], ref["flat"])
+    np.testing.assert_array_equal(out["nz"], ref["nz"])
