@@ -16,7 +16,8 @@
    largest magnitude must be within ``rtol``, or the abs error within ``atol``): a ``BenchError``
    otherwise, so a wrong fast number is never reported;
 4. measures interleaved rounds: each round runs every engine once, in an order that rotates from
-   round to round, so drift on a shared machine hits every engine alike;
+   round to round, so drift on a shared machine hits every engine alike; each call starts after a
+   20 ms pause, so threads the previous engine left spinning do not slow it;
 5. measures the machine's sgemm peak in the same process, right after the rounds (Kiln's GEMM and NumPy's OpenBLAS,
    ``size``³ float32, best of a few runs, same threads); ``peak_gflops`` is the faster of the two.
 
@@ -307,6 +308,11 @@ def _stats(times: list[float]) -> dict:
             "mean_ms": statistics.fmean(ms), "runs": len(ms)}
 
 
+#: pause before each timed call: ONNX Runtime's and OpenBLAS's threads keep spinning for a while
+#: after a call (as Kiln's pools briefly do), which would slow whichever engine runs next on 2 cores
+SETTLE_SECONDS = 0.02
+
+
 def measure(engines: Sequence[Engine], runs: int | None, warmup: int, budget: float = BUDGET_SECONDS) -> int:
     """Interleaved rounds (each engine once per round, order rotating); fills ``engine.times``.
     ``runs=None`` picks the number of timed rounds from the warm-up rounds to fill about ``budget``
@@ -328,6 +334,7 @@ def measure(engines: Sequence[Engine], runs: int | None, warmup: int, budget: fl
         for r in range(runs):
             k = r % n
             for e in list(engines[k:]) + list(engines[:k]):
+                time.sleep(SETTLE_SECONDS)  # the previous engine's spinning threads go idle first
                 t0 = time.perf_counter()
                 e.call()
                 e.times.append(time.perf_counter() - t0)

@@ -105,6 +105,10 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
                 from .codegen.gemm.build import gemm_object
 
                 objects.append(gemm_object(prog.gemm_cfg))
+            if prog.uses_parallel:
+                from .codegen.native import support_object
+
+                objects.append(support_object())
             toolchain.link_shared(objects, os.path.join(tmp, LIBRARY), extra_args=["-lpthread"])
         t_llvm = time.perf_counter() - t0
         with open(os.path.join(tmp, WEIGHTS), "wb") as f:

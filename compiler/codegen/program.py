@@ -88,6 +88,8 @@ class Program:
     #: the library must link Kiln's GEMM (``gemm.build.gemm_object(gemm_cfg)``)
     uses_gemm: bool = False
     gemm_cfg: object = None
+    #: the library must link ``native/parallel.c`` (``kiln_parallel_for``)
+    uses_parallel: bool = False
 
     @property
     def fallback_steps(self) -> list[Step]:
@@ -285,6 +287,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
         _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg])
     prog.llvm_ir = str(module)
     prog.uses_gemm, prog.gemm_cfg = services.uses_gemm, services.gemm_cfg
+    prog.uses_parallel = services.uses_parallel
     return prog
 
 

@@ -125,6 +125,7 @@ class Services:
         self.math = MathLib(module)
         self._sgemm: ir.Function | None = None
         self.uses_gemm = False
+        self.uses_parallel = False
         self._helpers: dict[str, ir.Function] = {}
 
     def sgemm(self) -> ir.Function:
@@ -137,6 +138,14 @@ class Services:
             self._sgemm = ir.Function(self.module, _sgemm_type(), "kiln_sgemm")
             self.uses_gemm = True
         return self._sgemm
+
+    def parallel_for(self) -> ir.Function:
+        """``void kiln_parallel_for(void (*task)(void *ctx, i64 begin, i64 end), void *ctx, i64 n,
+        i32 nthreads)`` (``codegen/native/parallel.c``, linked when used: ``uses_parallel``)."""
+        if "kiln_parallel_for" not in self.module.globals:
+            ir.Function(self.module, ir.FunctionType(VOID, [PTR, PTR, I64, I32]), "kiln_parallel_for")
+            self.uses_parallel = True
+        return self.module.globals["kiln_parallel_for"]
 
     def helper(self, name: str, build: Callable[[ir.Module], ir.Function]) -> ir.Function:
         """A module-level function shared by kernels (built once by ``build``)."""
@@ -208,6 +217,7 @@ class KernelBuilder:
         self.slots: list[Slot] = []
         self._slot_of: dict[int, int] = {}
         self._ptrs: dict[int, ir.Value] = {}
+        self._trampolines: list[ir.Function] = []
         self.scratch_bytes = 0
 
     # -- buffers -------------------------------------------------------------------------------
@@ -245,6 +255,60 @@ class KernelBuilder:
         self.scratch_bytes += -(-max(int(nbytes), 1) // ALIGN) * ALIGN
         self.slots.append(Slot("scratch", offset=off))
         return self._slot_ptr(len(self.slots) - 1)
+
+    # -- parallel loops --------------------------------------------------------------------------
+    @contextmanager
+    def parallel_for(self, count: int, min_per_task: int = 1):
+        """``with k.parallel_for(n) as (begin, end):`` emit code for the indices [begin, end) of a loop
+        over ``n`` iterations that the thread pool runs in chunks (``kiln_parallel_for``).
+
+        The body goes into a function of its own: inside the block, ``k.b``, ``k.f``, ``k.fn`` and
+        ``k.nthreads`` (1: no nested parallelism) are the task's, and ``k.ptr``/``k.weight``/``k.scratch``
+        give the task's pointers. So the body must not use LLVM values made before the block (ask
+        ``k.ptr`` again inside), and scratch memory is shared by all tasks: partition it by index.
+        With ``count < 2 * min_per_task`` the loop runs on the calling thread (no block function).
+        """
+        outer = (self.fn, self.f, self.b, self.nthreads, self._ptrs, self._body)
+        idx = sum(1 for g in self.module.globals if g.startswith(f"{self.name}.task"))
+        task = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * (MAX_NOALIAS + 1) + [I32, I64, I64]),
+                           f"{self.name}.task{idx}")
+        task.linkage = "internal"
+        task.attributes.add("nounwind")
+        task.attributes.add("alwaysinline")
+        for j, a in enumerate(task.args[:MAX_NOALIAS]):
+            a.name = f"s{j}"
+            a.add_attribute("noalias")
+        slots_arg, nth, begin, end = task.args[MAX_NOALIAS:]
+        slots_arg.name, nth.name, begin.name, end.name = "slots", "nthreads", "begin", "end"
+        self.fn, self.f = task, _Fn(task)
+        self._body = task.append_basic_block("body")
+        self.b = self.f.b
+        self.b.position_at_end(self._body)
+        self.nthreads, self._ptrs = ir.Constant(I32, 1), {}
+        try:
+            yield begin, end
+            if not self.b.block.is_terminated:
+                self.b.ret_void()
+            ir.IRBuilder(task.entry_basic_block).branch(self._body)
+        finally:
+            self.fn, self.f, self.b, self.nthreads, self._ptrs, self._body = outer
+        # the trampoline the pool calls: task(ctx = the slot array, begin, end)
+        tramp = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), f"{task.name}.run")
+        tramp.linkage = "internal"
+        tramp.attributes.add("nounwind")
+        tb = ir.IRBuilder(tramp.append_basic_block("entry"))
+        ctx, lo, hi = tramp.args
+        nslots = len(self.slots)
+        ptrs = [tb.load(tb.gep(ctx, [c64(j)], source_etype=PTR), typ=PTR) if j < nslots else ir.Constant(PTR, None)
+                for j in range(MAX_NOALIAS)]
+        tb.call(task, ptrs + [ctx, ir.Constant(I32, 1), lo, hi])
+        tb.ret_void()
+        self._trampolines.append(tramp)
+        # in the kernel: run it over the pool, or inline when too small to split
+        if count < 2 * max(min_per_task, 1):
+            self.b.call(tramp, [self.fn.args[MAX_NOALIAS], c64(0), c64(count)])
+        else:
+            self.b.call(self.services.parallel_for(), [tramp, self.fn.args[MAX_NOALIAS], c64(count), self.nthreads])
 
     # -- code ----------------------------------------------------------------------------------
     @contextmanager

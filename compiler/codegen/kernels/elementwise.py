@@ -5,7 +5,7 @@ from ...ir.ops import elementwise as ew
 from ...ir.ops import shape as sh
 from ..llvm.elementwise import SCALAR_OPS, _is_inlined, emit_elementwise, plan_loops
 from ..llvm.toolchain import CodegenError
-from .base import LLVM_TYPES, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
+from .base import F32, LLVM_TYPES, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
 
 
 class Elementwise(Lowering):
@@ -38,13 +38,25 @@ class Elementwise(Lowering):
             return str(e)
         return None
 
+    #: elements per parallel task at least (smaller kernels run on the calling thread)
+    PARALLEL_MIN = 1 << 15
+
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         kern = emit_elementwise(k.module, group.nodes, f"{k.name}.loop", outputs=group.outputs,
                                 math_lib=k.math)
-        k.module.globals[kern.name].linkage = "internal"
-        args = [k.ptr(v) for v in kern.inputs] + [k.ptr(v) for v in kern.outputs]
+        fn = k.module.globals[kern.name]
+        fn.linkage = "internal"
         n = group.outputs[0].type.numel
-        k.b.call(k.module.globals[kern.name], args + [c64(n)])
+        inner = kern.loops.inner
+        outer = n // inner if inner else 0
+        # the outermost loop is cut among the threads: operand j advances strides[j][0] per step
+        with k.parallel_for(outer, min_per_task=-(-self.PARALLEL_MIN // max(inner, 1))) as (begin, end):
+            b = k.b
+            args = [b.gep(k.ptr(v), [b.mul(begin, c64(kern.loops.strides[j][0]))], inbounds=True, source_etype=F32)
+                    for j, v in enumerate(kern.inputs)]
+            args += [b.gep(k.ptr(v), [b.mul(begin, c64(inner))], inbounds=True, source_etype=F32)
+                     for v in kern.outputs]
+            b.call(fn, args + [b.mul(b.sub(end, begin), c64(inner))])
 
 
 class View(Lowering):

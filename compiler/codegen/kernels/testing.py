@@ -46,6 +46,10 @@ def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target |
             from ..gemm.build import gemm_object
 
             objects.append(gemm_object(services.gemm_cfg))
+        if services.uses_parallel:
+            from ..native import support_object
+
+            objects.append(support_object())
         toolchain.link_shared(objects, path, extra_args=["-lpthread"])
         lib = toolchain.load_library(path)
         env = {v: np.ascontiguousarray(inputs[v.name]) for v in graph.inputs}

@@ -1,0 +1,120 @@
+/* Kiln's parallel-for: the one piece of native support code generated kernels call (besides the
+ * GEMM, which is generated). A persistent pool of POSIX threads runs the chunks of a loop.
+ *
+ *   void kiln_parallel_for(void (*task)(void *ctx, int64_t begin, int64_t end), void *ctx,
+ *                          int64_t n, int32_t nthreads);
+ *
+ * runs task(ctx, b, e) over [0, n) cut into about 4 chunks per thread, on the calling thread and up
+ * to nthreads - 1 pool threads, and returns when every chunk is done. Chunks are taken from an
+ * atomic counter, so a thread the OS deschedules holds nobody up, and the caller never waits for a
+ * thread that has not started. Pool threads are started on first use, poll briefly (sched_yield,
+ * which gives the core to any other runnable thread) for the next job, then sleep on a condition
+ * variable. A caller that finds the pool busy (another thread's kernel) runs its loop alone: calls
+ * from several threads are safe and never oversubscribe the machine. Tasks must not call
+ * kiln_parallel_for themselves (generated code passes nthreads = 1 inside a task).
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define KILN_MAX_THREADS 64
+#define KILN_CHUNKS_PER_THREAD 4
+#define KILN_POOL_SPIN 2000
+
+typedef void (*kiln_task)(void *ctx, int64_t begin, int64_t end);
+
+typedef struct {
+    kiln_task fn;
+    void *ctx;
+    int64_t n, chunk, nchunks;
+    atomic_llong next;   /* the next chunk to take */
+    atomic_int active;   /* pool threads working on this job */
+} kiln_job;
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t pool_owner = PTHREAD_MUTEX_INITIALIZER; /* held by the caller using the pool */
+static kiln_job *pool_job;                                       /* guarded by pool_mu */
+static atomic_llong pool_generation;
+static int pool_threads;                                         /* guarded by pool_mu */
+
+static void run_chunks(kiln_job *j) {
+    for (;;) {
+        int64_t c = atomic_fetch_add(&j->next, 1);
+        if (c >= j->nchunks)
+            return;
+        int64_t b = c * j->chunk, e = b + j->chunk;
+        j->fn(j->ctx, b, e < j->n ? e : j->n);
+    }
+}
+
+static void *pool_worker(void *unused) {
+    (void)unused;
+    long long seen = atomic_load(&pool_generation);
+    for (;;) {
+        for (int i = 0; i < KILN_POOL_SPIN && atomic_load(&pool_generation) == seen; i++)
+            sched_yield();
+        pthread_mutex_lock(&pool_mu);
+        while (atomic_load(&pool_generation) == seen)
+            pthread_cond_wait(&pool_wake, &pool_mu);
+        seen = atomic_load(&pool_generation);
+        kiln_job *j = pool_job;
+        if (j)
+            atomic_fetch_add(&j->active, 1);
+        pthread_mutex_unlock(&pool_mu);
+        if (j) {
+            run_chunks(j);
+            atomic_fetch_sub(&j->active, 1);
+        }
+    }
+    return 0;
+}
+
+void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
+    if (n <= 0)
+        return;
+    if (nthreads > KILN_MAX_THREADS)
+        nthreads = KILN_MAX_THREADS;
+    if (nthreads <= 1 || n == 1 || pthread_mutex_trylock(&pool_owner) != 0) {
+        fn(ctx, 0, n);
+        return;
+    }
+    kiln_job j;
+    j.fn = fn;
+    j.ctx = ctx;
+    j.n = n;
+    j.nchunks = (int64_t)nthreads * KILN_CHUNKS_PER_THREAD;
+    if (j.nchunks > n)
+        j.nchunks = n;
+    j.chunk = (n + j.nchunks - 1) / j.nchunks;
+    j.nchunks = (n + j.chunk - 1) / j.chunk;
+    atomic_init(&j.next, 0);
+    atomic_init(&j.active, 0);
+
+    pthread_mutex_lock(&pool_mu);
+    while (pool_threads < nthreads - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, pool_worker, 0);
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            break; /* fewer threads: the caller still does all remaining chunks */
+        pool_threads++;
+    }
+    pool_job = &j;
+    atomic_fetch_add(&pool_generation, 1);
+    pthread_cond_broadcast(&pool_wake);
+    pthread_mutex_unlock(&pool_mu);
+
+    run_chunks(&j);
+
+    pthread_mutex_lock(&pool_mu); /* no pool thread can take the job after this */
+    pool_job = 0;
+    pthread_mutex_unlock(&pool_mu);
+    while (atomic_load(&j.active) != 0) /* threads still in run_chunks: their last chunk */
+        sched_yield();
+    pthread_mutex_unlock(&pool_owner);
+}
