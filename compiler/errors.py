@@ -11,3 +11,7 @@ class ModelError(KilnError):
 
 class UnsupportedError(KilnError):
     """A model that uses something Kiln does not support (op, opset, attribute, element type)."""
+
+
+class InputError(KilnError, ValueError):
+    """Inputs that do not match a model's signature (name, element type, rank, dimension)."""

@@ -21,8 +21,7 @@ class InterpreterError(RuntimeError):
     """A node failed, or produced a result that does not match its IR type."""
 
 
-class InputError(ValueError):
-    """Inputs that do not match the graph's signature (name, dtype, rank, dimension)."""
+from ..errors import InputError  # noqa: E402  (defined there so the runtime need not import the IR)
 
 
 def check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:

@@ -20,9 +20,22 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..ir.interpreter import InputError
-from ..ir.types import DType
+from ..errors import InputError
 from .artifact import IR_TEXT, LIBRARY, WEIGHTS, ArtifactError, read_manifest
+
+
+_NUMPY = {"f32": "float32", "f64": "float64", "f16": "float16", "i8": "int8", "i16": "int16", "i32": "int32",
+          "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "bool": "bool"}
+
+
+def _np_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of an element type name (the IR's table only for the narrow types: importing
+    it loads ml_dtypes, which takes over a second here, and loading should not)."""
+    if name in _NUMPY:
+        return np.dtype(_NUMPY[name])
+    from ..ir.types import DType
+
+    return DType[name].np
 
 
 def default_threads() -> int:
@@ -65,10 +78,10 @@ class Executable:
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
                 fn.restype = None
                 self._segments[step["native"]] = fn
-        #: (name, element type, shape) of each input; (name, None, type text) for an input that only
-        #: interpreted nodes read (a sequence, or a tensor of symbolic shape): not checked here
-        self.inputs = [(i["name"], DType[i["dtype"]], tuple(i["shape"])) if "dtype" in i else
-                       (i["name"], None, i["type"]) for i in manifest["inputs"]]
+        # (name, NumPy dtype, shape, element type name); dtype None for an input that only
+        # interpreted nodes read (a sequence, or a tensor of symbolic shape): not checked here
+        self._signature_ = [(i["name"], _np_dtype(i["dtype"]), tuple(i["shape"]), i["dtype"]) if "dtype" in i
+                            else (i["name"], None, i["type"], None) for i in manifest["inputs"]]
         self.outputs = [(o["name"], o.get("dtype"), o.get("shape")) for o in manifest["outputs"]]
         self._graph = None
         if manifest["fallback"]:
@@ -81,8 +94,16 @@ class Executable:
 
     # -- information -----------------------------------------------------------------------------
     @property
+    def inputs(self) -> list[tuple]:
+        """(name, DType, shape) of each input; (name, None, type text) for an input only interpreted
+        nodes read (a sequence, or a tensor of symbolic shape)."""
+        from ..ir.types import DType
+
+        return [(n, DType[d], s) if d else (n, None, s) for n, _, s, d in self._signature_]
+
+    @property
     def input_names(self) -> list[str]:
-        return [n for n, _, _ in self.inputs]
+        return [n for n, _, _, _ in self._signature_]
 
     @property
     def output_names(self) -> list[str]:
@@ -103,14 +124,15 @@ class Executable:
     # -- running -------------------------------------------------------------------------------
     def __call__(self, *arrays: np.ndarray):
         """Positional inputs (in signature order); one output comes back as an array, several as a tuple."""
-        if len(arrays) != len(self.inputs):
-            raise InputError(f"the model takes {len(self.inputs)} input(s) {self._signature()}, got {len(arrays)}")
+        if len(arrays) != len(self._signature_):
+            raise InputError(f"the model takes {len(self._signature_)} input(s) {self._signature()}, "
+                             f"got {len(arrays)}")
         outs = self.run(dict(zip(self.input_names, arrays)))
         vals = tuple(outs[n] for n in self.output_names)
         return vals[0] if len(vals) == 1 else vals
 
     def _signature(self) -> str:
-        return "(" + ", ".join(f"{n}: {d.name}{list(s)}" if d else f"{n}: {s}" for n, d, s in self.inputs) + ")"
+        return "(" + ", ".join(f"{n}: {d}{list(s)}" if d else f"{n}: {s}" for n, _, s, d in self._signature_) + ")"
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         """The inputs in signature order, each checked (and made contiguous); InputError otherwise."""
@@ -124,21 +146,21 @@ class Executable:
         if extra:
             raise InputError(f"unknown input(s) {extra}; the model takes {self._signature()}")
         out = []
-        for name, dtype, shape in self.inputs:
+        for name, dtype, shape, tname in self._signature_:
             a = inputs[name]
             if dtype is None:
                 out.append(a)
                 continue
             if not isinstance(a, np.ndarray):
                 a = np.asarray(a)
-                if a.dtype == np.float64 and dtype is DType.f32:
-                    raise InputError(f"input {name!r}: got a Python sequence of float64, expected {dtype.name}"
+                if a.dtype == np.float64 and tname == "f32":
+                    raise InputError(f"input {name!r}: got a Python sequence of float64, expected {tname}"
                                      f"{list(shape)}: pass np.asarray(..., dtype=np.float32)")
-            if a.dtype != dtype.np:
+            if a.dtype != dtype:
                 raise InputError(f"input {name!r} has element type {a.dtype}, the model takes "
-                                 f"{dtype.name}{list(shape)} ({dtype.np})")
+                                 f"{tname}{list(shape)} ({dtype})")
             if tuple(a.shape) != shape:
-                raise InputError(f"input {name!r} has shape {list(a.shape)}, the model takes {dtype.name}{list(shape)}"
+                raise InputError(f"input {name!r} has shape {list(a.shape)}, the model takes {tname}{list(shape)}"
                                  f" (compile with input_shapes / --input-shape for another shape)")
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
@@ -179,7 +201,7 @@ class Executable:
         kind, where = place
         if kind == "input":  # the input itself, or a view op's result seen through it
             return arrays[where].reshape(shape)
-        dt = DType[dtype].np
+        dt = _np_dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         base = self._weights if kind == "weight" else arena
         return base[where:where + n].view(dt).reshape(shape)
