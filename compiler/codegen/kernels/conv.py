@@ -98,7 +98,7 @@ class Conv(Lowering):
         xp, yp = k.ptr(x), k.ptr(y)
         bp = k.ptr(bias) if bias is not None else None
         if cg == 1 and g > 1:
-            self._depthwise(k, xp, k.ptr(w), bp, yp, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
+            self._depthwise(k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
             return
         kk, p = cg * kh * kw, oh * ow
         cfg = k.services.gemm_cfg
@@ -125,11 +125,11 @@ class Conv(Lowering):
             wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
             planes = k.scratch(cg * sw * hp * wq * 4)
         ctr = k.scratch(p * mg * 4) if trans else None
+        if bias is not None and not trans:
+            fill_bias(k, y, bias, n * m, m, p)
         b = k.b
         with k.loop(n, "img") as img:
             ybase = b.mul(img, c64(m * p))
-            if bp is not None and not trans:
-                fill_bias(k, yp, ybase, bp, m, p)
             with k.loop(g, "grp") as gi:
                 xbase = b.mul(b.add(b.mul(img, c64(g)), gi), c64(cg * h * wd))
                 wg = k.at(wp, b.mul(gi, c64(wstride)))
@@ -151,8 +151,7 @@ class Conv(Lowering):
                     if trans:
                         # Y^T[P, Mg] = col^T @ W^T (col [K, P] is A transposed), then transposed back
                         call_sgemm(k, 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctr, mg)
-                        boff = b.mul(gi, c64(mg))
-                        _transpose_out(k, ctr, cptr, p, mg, bp, boff)
+                        _transpose_out(k, ctr, cptr, p, mg, bp, b.mul(gi, c64(mg)))
                     else:
                         call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p)
 
@@ -179,41 +178,113 @@ class Conv(Lowering):
 
 
     # -- depthwise ---------------------------------------------------------------------------------
-    def _depthwise(self, k, xp, wp, bp, yp, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl):
-        b = k.b
+    def _depthwise(self, k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl):
+        """Planes (image, input channel) split among the threads in ``ntask`` runs, each with a padded
+        scratch plane of its own; each plane by a module-level helper taking the sizes at run time
+        (one helper per kernel size and width stride)."""
         hp = (oh - 1) * sh + (kh - 1) * dh + 1
         wpd = (ow - 1) * sw + (kw - 1) * dw + 1
         padded = not (pt == 0 and pl == 0 and hp <= h and wpd <= wd and sw == 1)
         wq = -(-wpd // sw)  # columns of one phase of the padded plane
-        rs = wq if padded else wd
-        plane = k.scratch(sw * hp * wq * 4) if padded else None
-        fma = k.module.declare_intrinsic("llvm.fmuladd", [F32], ir.FunctionType(F32, [F32, F32, F32]))
-        p = oh * ow
+        planes, p = n * c, oh * ow
+        per_plane = mg * p * kh * kw + (sw * hp * wq if padded else 0)
+        ntask = min(planes, 64)
+        # each task run owns a scratch plane; at least ~DW_MIN multiply-adds per task
+        group_size = -(-planes // ntask)
+        ntask = -(-planes // group_size)
+        psize = sw * hp * wq if padded else 0
+        fn = _dw_helper(k, kh, kw, sw)
+        with k.parallel_for(ntask, min_per_task=max(1, -(-DW_MIN // (per_plane * group_size)))) as (lo, hi):
+            b = k.b
+            xp, wp, yp = k.ptr(x), k.ptr(w), k.ptr(y)
+            bp = k.ptr(bias) if bias is not None else k.weight(_zeros(c * mg))
+            scr = k.scratch(ntask * psize * 4) if padded else None  # one plane per task run
+            with _span(b, lo, hi, "dwt") as t:
+                plane = k.at(scr, b.mul(t, c64(psize))) if padded else ir.Constant(PTR, None)
+                p0 = b.mul(t, c64(group_size))
+                p1 = k.f.min(b.add(p0, c64(group_size)), c64(planes))
+                with _span(b, p0, p1, "dwp") as pc:
+                    ch = b.urem(pc, c64(c)) if n > 1 else pc
+                    b.call(fn, [k.at(xp, b.mul(pc, c64(h * wd))), plane, k.at(yp, b.mul(pc, c64(mg * p))),
+                                k.at(wp, b.mul(ch, c64(mg * kh * kw))), k.at(bp, b.mul(ch, c64(mg))),
+                                ir.Constant(ir.IntType(1), int(padded))]
+                               + [c64(v) for v in (h, wd, hp, wq, pt, pl, oh, ow, sh, dh, dw, mg)])
+
+
+#: multiply-adds per parallel task of a depthwise conv at least
+DW_MIN = 1 << 16
+
+
+def _dw_helper(k: KernelBuilder, kh: int, kw: int, sw: int) -> ir.Function:
+    """``kiln_dw_{kh}x{kw}_s{sw}(x, plane, y, w, bias, padded, h, wd, hp, wq, pt, pl, oh, ow, sh, dh, dw, mg)``:
+    the ``mg`` output channels of one input plane. With ``padded`` the plane is first copied into
+    ``plane`` zero-padded and split by column phase (``pad_plane``); every output row is then one loop
+    over the output width with the taps unrolled, each tap a contiguous run (vectorized)."""
+    names = ("h", "wd", "hp", "wq", "pt", "pl", "oh", "ow", "sh", "dh", "dw", "mg")
+
+    def body(b, a):
+        fma = b.module.declare_intrinsic("llvm.fmuladd", [F32], ir.FunctionType(F32, [F32, F32, F32]))
+        hp, wq, wd, ow, oh = a["hp"], a["wq"], a["wd"], a["ow"], a["oh"]
+        pad_plane_rt(b, a["x"], a["plane"], a["h"], wd, hp, wq, a["pt"], a["pl"], sw, a["padded"])
+        src = b.select(a["padded"], a["plane"], a["x"])
+        rs = b.select(a["padded"], wq, wd)
         # tap (ki, kj) reads phase (kj*dw) % sw at column ow + (kj*dw) // sw of row oh*sh + ki*dh
-        taps = [(ki, kj, ((kj * dw) % sw) * hp * wq + ki * dh * rs + (kj * dw) // sw)
-                for ki in range(kh) for kj in range(kw)]
-        with k.loop(n * c, "plane") as pc:  # (image, input channel)
-            xin = k.at(xp, b.mul(pc, c64(h * wd)))
-            if padded:
-                pad_plane(k, xin, plane, h, wd, hp, wq, pt, pl, sw)
-                src = plane
-            else:
-                src = xin
-            with k.loop(mg, "mult") as j:
-                mo = b.add(b.mul(pc, c64(mg)), j)  # output channel over all images: (img*C + c)*mg + j
-                mch = b.urem(mo, c64(c * mg)) if n > 1 else mo
-                wts = [k.load(wp, b.add(b.mul(mch, c64(kh * kw)), c64(t))) for t in range(kh * kw)]
-                b0 = k.load(bp, mch) if bp is not None else cf32(0.0)
-                yout = k.at(yp, b.mul(mo, c64(p)))
-                with k.loop(oh, "oh") as r:
-                    rowbase = k.at(src, b.mul(r, c64(sh * rs)))
-                    yrow = k.at(yout, b.mul(r, c64(ow)))
-                    with k.loop(ow, "ow") as q:
-                        acc = b0
-                        for t, (ki, kj, off) in enumerate(taps):
-                            v = k.load(rowbase, b.add(q, c64(off)) if off else q)
-                            acc = b.call(fma, [wts[t], v, acc])
-                        k.store(acc, yrow, q)
+        offs = []
+        for ki in range(kh):
+            for kj in range(kw):
+                cj = b.mul(c64(kj), a["dw"])
+                ph = b.urem(cj, c64(sw)) if sw > 1 else c64(0)
+                off = b.add(b.mul(ph, b.mul(hp, wq)), b.mul(b.mul(c64(ki), a["dh"]), rs))
+                offs.append(b.add(off, b.udiv(cj, c64(sw)) if sw > 1 else cj))
+        rstep = b.mul(a["sh"], rs)
+        p = b.mul(oh, ow)
+        with _For(b, a["mg"], "mult") as j:
+            wts = [b.load(_gep(b, a["w"], b.add(b.mul(j, c64(kh * kw)), c64(t))), typ=F32)
+                   for t in range(kh * kw)]
+            b0 = b.load(_gep(b, a["bias"], j), typ=F32)
+            yout = _gep(b, a["y"], b.mul(j, p))
+            with _For(b, oh, "oh") as r:
+                rowbase = _gep(b, src, b.mul(r, rstep))
+                taps = [_gep(b, rowbase, off) for off in offs]
+                yrow = _gep(b, yout, b.mul(r, ow))
+                with _For(b, ow, "ow") as q:
+                    acc = b0
+                    for t in range(kh * kw):
+                        acc = b.call(fma, [wts[t], b.load(_gep(b, taps[t], q), typ=F32), acc])
+                    b.store(acc, _gep(b, yrow, q))
+
+    return _helper_fn(k, f"kiln_dw_{kh}x{kw}_s{sw}",
+                      [("x", PTR), ("plane", PTR), ("y", PTR), ("w", PTR), ("bias", PTR),
+                       ("padded", ir.IntType(1))] + [(nm, I64) for nm in names], body)
+
+
+def pad_plane_rt(b: ir.IRBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw: int, cond=None) -> None:
+    """``pad_plane`` with run-time sizes (i64 values; ``sw`` an int), only when ``cond`` (an i1) holds."""
+    def emit():
+        for ph in range(sw):
+            # t in [lo, hi): 0 <= t*sw + ph - pl < wd
+            lo, hi = _valid(b, b.sub(c64(ph), pl), wd, wq, c64(sw))
+            base = _gep(b, plane, b.mul(c64(ph), b.mul(hp, wq)))
+            with _For(b, hp, f"pr{ph}") as r:
+                ih = b.sub(r, pt)
+                dst = _gep(b, base, b.mul(r, wq))
+                inside = b.icmp_unsigned("<", ih, h)
+                with b.if_else(inside) as (then, other):
+                    with then:
+                        _zero(b, dst, c64(0), lo, f"pza{ph}")
+                        src = _gep(b, xin, b.add(b.mul(ih, wd), b.sub(b.add(b.mul(lo, c64(sw)), c64(ph)), pl)))
+                        dlo = _gep(b, dst, lo)
+                        with _For(b, b.sub(hi, lo), f"pcp{ph}") as q:
+                            b.store(b.load(_gep(b, src, b.mul(q, c64(sw)) if sw > 1 else q), typ=F32),
+                                    _gep(b, dlo, q))
+                        _zero(b, dst, hi, wq, f"pzb{ph}")
+                    with other:
+                        _zero(b, dst, c64(0), wq, f"pz{ph}")
+    if cond is None:
+        emit()
+    else:
+        with b.if_then(cond):
+            emit()
 
 
 def _prefer_transposed(mg: int, p: int, mr: int, nr: int) -> bool:
@@ -224,26 +295,73 @@ def _prefer_transposed(mg: int, p: int, mr: int, nr: int) -> bool:
     return eff(p, mg) > 1.15 * eff(mg, p)
 
 
+def _helper_fn(k: KernelBuilder, name: str, args: list[tuple[str, ir.Type]], body) -> ir.Function:
+    """A module-level function (sizes as run-time arguments, so one copy serves every kernel of the
+    module and LLVM compiles it once); ``body(b, args_by_name)`` emits its code."""
+    def build(mod):
+        fn = ir.Function(mod, ir.FunctionType(VOID, [t for _, t in args]), name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")
+        for a, (nm, t) in zip(fn.args, args):
+            a.name = nm
+            if t == PTR:
+                a.add_attribute("noalias")  # every pointer argument is a buffer of its own
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        body(b, {nm: a for a, (nm, _) in zip(fn.args, args)})
+        b.ret_void()
+        return fn
+    return k.services.helper(name, build)
+
+
+def _gep(b: ir.IRBuilder, ptr, i):
+    return b.gep(ptr, [i], inbounds=True, source_etype=F32)
+
+
 def _transpose_out(k: KernelBuilder, ct, yp, p: int, mg: int, bp, boff) -> None:
     """``Y[ch, q] = C^T[q, ch] (+ bias[boff + ch])`` for ``mg`` channels and ``p`` pixels."""
-    b = k.b
-    with k.loop(mg, "tch") as ch:
-        bias = k.load(bp, b.add(boff, ch)) if bp is not None else None
-        row = k.at(yp, b.mul(ch, c64(p)))
-        src = k.at(ct, ch)
-        with k.loop(p, "tq") as q:
-            v = k.load(src, b.mul(q, c64(mg)))
-            k.store(b.fadd(v, bias) if bias is not None else v, row, q)
+    def body(b, a):
+        with _For(b, a["mg"], "tch") as ch:
+            bias = b.load(_gep(b, a["bias"], ch), typ=F32)
+            row = _gep(b, a["y"], b.mul(ch, a["p"]))
+            src = _gep(b, a["ct"], ch)
+            with _For(b, a["p"], "tq") as q:
+                v = b.load(_gep(b, src, b.mul(q, a["mg"])), typ=F32)
+                b.store(b.fadd(v, bias), _gep(b, row, q))
+    fn = _helper_fn(k, "kiln_conv_transpose_out", [("ct", PTR), ("y", PTR), ("bias", PTR), ("p", I64),
+                                                   ("mg", I64)], body)
+    if bp is None:
+        bp, boff = k.weight(_zeros(mg)), c64(0)
+    k.b.call(fn, [ct, yp, k.at(bp, boff), c64(p), c64(mg)])
 
 
-def fill_bias(k: KernelBuilder, yp, ybase, bp, m: int, p: int) -> None:
-    """``Y[m, :] = bias[m]`` for the ``m`` channel rows (``p`` long) from element ``ybase``."""
-    b = k.b
-    with k.loop(m, "bch") as ch:
-        v = k.load(bp, ch)
-        row = k.at(yp, b.add(ybase, b.mul(ch, c64(p))))
-        with k.loop(p, "bpx") as q:
-            k.store(v, row, q)
+_ZEROS: dict[int, np.ndarray] = {}
+
+
+def _zeros(n: int) -> np.ndarray:
+    """A zero bias of ``n`` channels (one array per size, shared by the kernels of a process)."""
+    if n not in _ZEROS:
+        _ZEROS[n] = np.zeros(n, np.float32)
+    return _ZEROS[n]
+
+
+#: floats written per parallel task of the bias fill at least
+FILL_MIN = 1 << 16
+
+
+def fill_bias(k: KernelBuilder, y, bias, rows: int, m: int, p: int) -> None:
+    """``Y[r, :] = bias[r % m]`` for the ``rows`` channel rows (``p`` long) of the output value ``y``
+    (every image: ``rows = N * M``), split among the threads by rows."""
+    def body(b, a):
+        with _span(b, a["r0"], a["r1"], "bch") as r:
+            v = b.load(_gep(b, a["bias"], b.urem(r, a["m"])), typ=F32)
+            row = _gep(b, a["y"], b.mul(r, a["p"]))
+            with _For(b, a["p"], "bpx") as q:
+                b.store(v, _gep(b, row, q))
+    fn = _helper_fn(k, "kiln_conv_fill_bias", [("y", PTR), ("bias", PTR), ("r0", I64), ("r1", I64),
+                                               ("m", I64), ("p", I64)], body)
+    with k.parallel_for(rows, min_per_task=-(-FILL_MIN // p)) as (lo, hi):
+        k.b.call(fn, [k.ptr(y), k.ptr(bias), lo, hi, c64(m), c64(p)])
 
 
 def _fill_zero(k: KernelBuilder, ptr, start, stop, name: str) -> None:
