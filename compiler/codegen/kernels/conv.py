@@ -300,7 +300,10 @@ def _helper_fn(k: KernelBuilder, name: str, args: list[tuple[str, ir.Type]], bod
     module and LLVM compiles it once); ``body(b, args_by_name)`` emits its code."""
     def build(mod):
         fn = ir.Function(mod, ir.FunctionType(VOID, [t for _, t in args]), name)
-        fn.linkage = "internal"
+        # not internal: LLVM would otherwise specialize it for the constants its few call sites
+        # pass (unrolling the loops again); linkonce_odr + hidden: one copy per library
+        fn.linkage = "linkonce_odr"
+        fn.visibility = "hidden"
         fn.attributes.add("nounwind")
         fn.attributes.add("noinline")
         for a, (nm, t) in zip(fn.args, args):
@@ -457,7 +460,7 @@ def _valid(b: ir.IRBuilder, off, size, out, stride):
 def _build_im2col(module: ir.Module, sw: int) -> ir.Function:
     names = ("cs", "cg", "h", "wd", "kh", "kw", "oh", "ow", "sh", "dh", "dw", "pt", "pl")
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR] + [I64] * len(names)), f"kiln_im2col_s{sw}")
-    fn.linkage = "internal"
+    fn.linkage = "linkonce_odr"  # not specialized for its call sites (see _helper_fn)
     fn.attributes.add("nounwind")
     for a, nm in zip(fn.args, ("x", "col") + names):
         a.name = nm
