@@ -92,3 +92,16 @@ def test_conv_im2col_by_row_blocks(monkeypatch):
     conv(t, (1, 2, 9, 9), 4, (3, 3), pads=(4, 1, 5, 1), dilations=(2, 1), group=2)
     conv(t, (1, 3, 4, 4), 2, (5, 5), pads=(3, 3, 3, 3), strides=(3, 3))
     t.run()
+
+
+def test_conv_parallel_paths():
+    """Shapes big enough that im2col, the bias fill and depthwise planes run split among threads."""
+    t = Bench()
+    conv(t, (1, 16, 40, 40), 24, (3, 3), pads=(1, 1, 1, 1))                          # im2col by channels
+    conv(t, (1, 12, 41, 43), 16, (3, 3), pads=(1, 1, 1, 1), strides=(2, 2))           # phased, by channels
+    conv(t, (1, 3, 64, 64), 8, (7, 7), pads=(3, 3, 3, 3), strides=(2, 2), bias=False)  # stem-like
+    conv(t, (2, 16, 36, 36), 64, (1, 1))                                               # bias fill, 2 images
+    conv(t, (1, 40, 38, 38), 40, (3, 3), group=40, pads=(1, 1, 1, 1))                 # depthwise planes
+    conv(t, (2, 24, 33, 33), 48, (3, 3), group=24, pads=(1, 1, 1, 1), strides=(2, 2))  # multiplier 2, batch 2
+    conv(t, (1, 96, 30, 30), 96, (3, 3), group=96)                                     # unpadded, in place
+    t.run()

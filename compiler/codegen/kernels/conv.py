@@ -32,6 +32,9 @@ from .base import F32, I64, PTR, VOID, KernelBuilder, KernelGroup, Lowering, c64
 from .linalg import call_sgemm
 
 
+#: col elements per parallel task of im2col at least
+IM2COL_MIN = 1 << 15
+
 #: the largest im2col matrix (bytes) made at once; a larger one is made by blocks of output rows
 COL_BUDGET = 16 << 20
 
@@ -118,15 +121,28 @@ class Conv(Lowering):
         else:
             wp, wstride, wt = k.ptr(w), mg * kk, (1 if trans else 0)
         col = None if direct else k.scratch(kk * (block * ow if chunked else p) * 4)
+        col_slot = len(k.slots) - 1
         # strided windows: the padded input split by column phase first, then contiguous row copies
         phased = not direct and not chunked and sw > 1
         if phased:
             hp = (oh - 1) * sh + (kh - 1) * dh + 1
             wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
             planes = k.scratch(cg * sw * hp * wq * 4)
+            planes_slot = len(k.slots) - 1
         ctr = k.scratch(p * mg * 4) if trans else None
         if bias is not None and not trans:
             fill_bias(k, y, bias, n * m, m, p)
+        # one image and group: the col matrix made by channels split among the threads
+        single = n * g == 1 and not direct and not chunked
+        if single:
+            with k.parallel_for(cg, min_per_task=max(1, -(-IM2COL_MIN // (kh * kw * p)))) as (lo, hi):
+                xt, colt = k.ptr(x), k._slot_ptr(col_slot)  # the kernel's scratch slots, seen by the task
+                if phased:
+                    im2col_phased(k, xt, c64(0), k._slot_ptr(planes_slot), colt, hi, h, wd, kh, kw, oh, ow,
+                                  sh, sw, dh, dw, pt, pl, hp, wq, c0=lo)
+                else:
+                    im2col(k, k.at(xt, k.b.mul(lo, c64(h * wd))), c64(0), k.at(colt, k.b.mul(lo, c64(kh * kw * p))),
+                           k.b.sub(hi, lo), h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
         b = k.b
         with k.loop(n, "img") as img:
             ybase = b.mul(img, c64(m * p))
@@ -141,6 +157,8 @@ class Conv(Lowering):
                 else:
                     if direct:
                         src = k.at(xp, xbase)
+                    elif single:
+                        src = col  # made above, by all threads
                     elif phased:
                         im2col_phased(k, xp, xbase, planes, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,
                                       pt, pl, hp, wq)
@@ -407,29 +425,41 @@ def im2col(k: KernelBuilder, xp, xbase, col, cg, h, wd, kh, kw, oh, ow, sh, sw, 
 
 
 def im2col_phased(k: KernelBuilder, xp, xbase, planes, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,
-                  pt, pl, hp, wq) -> None:
+                  pt, pl, hp, wq, c0=None) -> None:
     """im2col for a width stride > 1: each channel is first padded and split by column phase
-    (``pad_plane``), after which every (tap, output row) is one contiguous copy of ``OW`` floats."""
-    b = k.b
-    p = oh * ow
-    chan = sw * hp * wq
-    with k.loop(cg, "pc") as ci:
-        pad_plane(k, k.at(xp, b.add(xbase, b.mul(ci, c64(h * wd)))), k.at(planes, b.mul(ci, c64(chan))),
-                  h, wd, hp, wq, pt, pl, sw)
-    with k.loop(cg * kh * kw, "prow") as row:
-        ci = b.udiv(row, c64(kh * kw))
-        tap = b.urem(row, c64(kh * kw))
-        ki, kj = b.udiv(tap, c64(kw)), b.urem(tap, c64(kw))
-        cj = b.mul(kj, c64(dw))
-        off = b.add(b.add(b.mul(ci, c64(chan)), b.mul(b.urem(cj, c64(sw)), c64(hp * wq))),
-                    b.add(b.mul(ki, c64(dh * wq)), b.udiv(cj, c64(sw))))
-        src = k.at(planes, off)
-        dst = k.at(col, b.mul(row, c64(p)))
-        with k.loop(oh, "por") as r:
-            s_row = k.at(src, b.mul(r, c64(sh * wq)))
-            d_row = k.at(dst, b.mul(r, c64(ow)))
-            with k.loop(ow, "poc") as q:
-                k.store(k.load(s_row, q), d_row, q)
+    (``pad_plane``), after which every (tap, output row) is one contiguous copy of ``OW`` floats.
+    Channels [c0, cg) only when ``c0`` (an i64 value) is given (``cg`` then an i64 value too)."""
+    names = ("c0", "c1", "h", "wd", "kh", "kw", "oh", "ow", "sh", "dh", "dw", "pt", "pl", "hp", "wq")
+
+    def body(b, a):
+        hp, wq, oh, ow, kh, kw = a["hp"], a["wq"], a["oh"], a["ow"], a["kh"], a["kw"]
+        chan = b.mul(c64(sw), b.mul(hp, wq))
+        plane = b.mul(a["h"], a["wd"])
+        p = b.mul(oh, ow)
+        with _span(b, a["c0"], a["c1"], "pc") as ci:
+            pad_plane_rt(b, _gep(b, a["x"], b.mul(ci, plane)), _gep(b, a["planes"], b.mul(ci, chan)),
+                         a["h"], a["wd"], hp, wq, a["pt"], a["pl"], sw)
+        taps = b.mul(kh, kw)
+        with _span(b, b.mul(a["c0"], taps), b.mul(a["c1"], taps), "prow") as row:
+            ci = b.udiv(row, taps)
+            tap = b.urem(row, taps)
+            ki, kj = b.udiv(tap, kw), b.urem(tap, kw)
+            cj = b.mul(kj, a["dw"])
+            off = b.add(b.add(b.mul(ci, chan), b.mul(b.urem(cj, c64(sw)), b.mul(hp, wq))),
+                        b.add(b.mul(b.mul(ki, a["dh"]), wq), b.udiv(cj, c64(sw))))
+            src = _gep(b, a["planes"], off)
+            dst = _gep(b, a["col"], b.mul(row, p))
+            step = b.mul(a["sh"], wq)
+            with _For(b, oh, "por") as r:
+                s_row = _gep(b, src, b.mul(r, step))
+                d_row = _gep(b, dst, b.mul(r, ow))
+                with _For(b, ow, "poc") as q:
+                    b.store(b.load(_gep(b, s_row, q), typ=F32), _gep(b, d_row, q))
+
+    fn = _helper_fn(k, f"kiln_im2col_phased_s{sw}", [("x", PTR), ("planes", PTR), ("col", PTR)]
+                    + [(nm, I64) for nm in names], body)
+    vals = (c64(0) if c0 is None else c0, cg, h, wd, kh, kw, oh, ow, sh, dh, dw, pt, pl, hp, wq)
+    k.b.call(fn, [k.at(xp, xbase), planes, col] + [v if isinstance(v, ir.Value) else c64(v) for v in vals])
 
 
 @contextmanager
