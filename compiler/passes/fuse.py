@@ -1,0 +1,235 @@
+"""Operator fusion: groups of nodes become one ``kiln.Kernel`` node each (a node holding the ops one
+native kernel computes; ``compiler/ir/ops/kernel.py``).
+
+Rules, in order of each group's first node (``plan_fusion``):
+
+* **epilogue**: a GEMM or convolution (pattern out-elementwise-fusable) takes the chain of
+  elementwise ops after it: bias, folded BatchNorm scale/shift, activation, residual add;
+* **elementwise**: a chain of elementwise/broadcast ops becomes one loop.
+
+A chain grows from its last node ``cur`` to the first user of ``cur``'s result that is a fusable
+elementwise op producing the same shape (side operands may broadcast into it). Other users of
+``cur``'s result are outside the group: the value becomes one more result of the kernel (a
+multi-output kernel). A consumer is refused when it would create a cycle (one of its other
+operands is computed from the group's results outside the group), when it is not fusable (its
+pattern, or the backend has no loop for it), when it broadcasts the chain to a larger shape, or at
+the size limit. ``plan_fusion`` returns, for every pair of adjacent nodes, whether they were fused
+and why (``kiln dump --explain-fusion`` prints it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..ir.graph import Graph, Node, Value
+from ..ir.ops.base import Pattern
+from ..ir.ops.kernel import Kernel
+from ..ir.types import DType, TensorType
+from .manager import Pass
+
+
+@dataclass
+class Decision:
+    """Whether ``consumer`` joined ``producer``'s kernel, and why (or why not)."""
+
+    producer: Node
+    consumer: Node
+    fused: bool
+    reason: str
+
+    def text(self, names: dict[int, str] | None = None) -> str:
+        def d(n):
+            return (names or {}).get(id(n), n.describe())
+        verdict = "fused" if self.fused else "not fused"
+        return f"{d(self.producer)} -> {d(self.consumer)}: {verdict}: {self.reason}"
+
+
+@dataclass
+class FusionGroup:
+    nodes: list[Node]
+    kind: str
+
+
+def default_fusable(node: Node) -> bool:
+    """Elementwise float32 ops the CPU backend computes in a loop (its scalar op table)."""
+    from ..codegen.llvm.elementwise import SCALAR_OPS
+    from ..ir.ops.shape import Identity
+
+    return type(node.op) in SCALAR_OPS and not isinstance(node.op, Identity) and len(node.outputs) == 1 and all(
+        v is None or (isinstance(v.type, TensorType) and v.type.dtype is DType.f32 and v.type.is_static)
+        for v in list(node.inputs) + list(node.outputs))
+
+
+def _anchor(node: Node) -> bool:
+    out = node.outputs[0] if node.outputs else None
+    return (node.op.pattern is Pattern.OUT_ELEMWISE_FUSABLE and len(node.outputs) == 1 and out is not None
+            and isinstance(out.type, TensorType) and out.type.dtype is DType.f32 and out.type.is_static)
+
+
+def _reaches(sources: set[int], target: Node, order: dict[int, int]) -> bool:
+    """Whether ``target`` is computed (transitively) from a node in ``sources`` (ids)."""
+    stack, seen = [target], set()
+    lo = min(order[s] for s in sources)
+    while stack:
+        n = stack.pop()
+        for v in n.inputs:
+            p = v.producer if v is not None else None
+            if p is None or id(p) in seen or order.get(id(p), -1) < lo:
+                continue
+            if id(p) in sources:
+                return True
+            seen.add(id(p))
+            stack.append(p)
+    return False
+
+
+def plan_fusion(graph: Graph, max_ops: int = 32,
+                fusable: Callable[[Node], bool] = default_fusable) -> tuple[list[FusionGroup], list[Decision]]:
+    """The groups to fuse (two nodes or more) and a decision for every adjacent pair."""
+    order = {id(n): i for i, n in enumerate(graph.nodes)}
+    taken: set[int] = set()
+    groups: list[FusionGroup] = []
+    decisions: list[Decision] = []
+    for start in graph.nodes:
+        if id(start) in taken:
+            continue
+        if _anchor(start):
+            kind = "epilogue"
+        elif fusable(start):
+            kind = "elementwise"
+        else:
+            for v in start.outputs:
+                for u in v.users:
+                    decisions.append(Decision(start, u, False, f"{start.op.name} does not fuse with what follows "
+                                                               f"(pattern {start.op.pattern.name.lower()})"))
+            continue
+        members = [start]
+        ids = {id(start)}
+        cur = start
+        while True:
+            out = cur.outputs[0]
+            users = [u for u in out.users if id(u) not in ids]
+            if not users:
+                break
+            nxt = None
+            for u in users:  # the first fusable user in schedule order continues the chain
+                why = _refusal(u, out, ids, members, max_ops, fusable, taken, order)
+                if why is None and nxt is None:
+                    nxt = u
+                    decisions.append(Decision(cur, u, True, f"{kind} chain"))
+                else:
+                    decisions.append(Decision(cur, u, False, why or "another user of the same result continues "
+                                                                    "the chain (this one reads the kernel's result)"))
+            if nxt is None:
+                break
+            members.append(nxt)
+            ids.add(id(nxt))
+            cur = nxt
+        if len(members) > 1:
+            groups.append(FusionGroup(members, kind))
+            taken |= ids
+    return groups, decisions
+
+
+def _refusal(u: Node, out: Value, ids: set[int], members: list[Node], max_ops: int, fusable, taken: set[int],
+             order) -> str | None:
+    if id(u) in taken:
+        return "the consumer is already in another kernel"
+    if not fusable(u):
+        if u.op.pattern <= Pattern.BROADCAST:
+            return f"{u.op.name} has no fused loop code for its operand types"
+        return f"{u.op.name} is not elementwise (pattern {u.op.pattern.name.lower()})"
+    if tuple(u.outputs[0].shape) != tuple(out.shape):
+        return f"{u.op.name} broadcasts the result to a larger shape {list(u.outputs[0].shape)}"
+    if len(members) >= max_ops:
+        return f"the kernel has reached max_fused_ops={max_ops}"
+    for v in u.inputs:
+        p = v.producer if v is not None else None
+        if p is not None and id(p) not in ids and _reaches(ids, p, order):
+            return (f"cycle: its operand from {p.describe()} is computed from the kernel's own results outside "
+                    f"the kernel")
+    return None
+
+
+def outline(graph: Graph, group: FusionGroup, index: int) -> Node:
+    """Replace the group's nodes by one ``kiln.Kernel`` node holding them (see the module docstring)."""
+    members = group.nodes
+    ids = {id(n) for n in members}
+    body = Graph(f"kernel{index}")
+    mapping: dict[int, Value] = {}
+    outer_inputs: list[Value] = []
+    for n in members:
+        for v in n.inputs:
+            if v is None or id(v) in mapping or (v.producer is not None and id(v.producer) in ids):
+                continue
+            if v.const is not None:
+                mapping[id(v)] = body.add_constant(v.const, name=v.name)
+            else:
+                mapping[id(v)] = body.add_input(v.name or f"in{len(outer_inputs)}", v.type)
+                outer_inputs.append(v)
+    outs: list[Value] = []
+    for n in members:
+        clone = body.add_node(n.op, [None if v is None else mapping[id(v)] for v in n.inputs], name=n.name,
+                              num_outputs=len(n.outputs))
+        for v, c in zip(n.outputs, clone.outputs):
+            mapping[id(v)] = c
+            if any(not (isinstance(u, Node) and id(u) in ids) for u, _ in v.uses):
+                outs.append(v)
+    body.set_outputs([mapping[id(v)] for v in outs], [f"r{k}" for k in range(len(outs))])
+    op = Kernel(body=body, kind=group.kind)
+    last = members[-1]
+    node = graph.add_node(op, outer_inputs, name=f"{members[0].name or members[0].op.name}+{len(members) - 1}",
+                          before=last)
+    for v, r in zip(outs, node.outputs):
+        r.name = v.name
+        v.replace_all_uses_with(r)
+    for n in reversed(members):
+        graph.remove(n)
+    return node
+
+
+def _toposort(graph: Graph) -> None:
+    """Restore a topological node order (stable: nodes keep their relative order where they can)."""
+    pos = {id(n): i for i, n in enumerate(graph.nodes)}
+    indeg = {id(n): 0 for n in graph.nodes}
+    users: dict[int, list[Node]] = {id(n): [] for n in graph.nodes}
+    for n in graph.nodes:
+        preds = {id(v.producer) for v in n.inputs if v is not None and v.producer is not None and
+                 id(v.producer) in pos}
+        indeg[id(n)] = len(preds)
+        for p in preds:
+            users[p].append(n)
+    import heapq
+
+    ready = [(pos[id(n)], id(n), n) for n in graph.nodes if indeg[id(n)] == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, _, n = heapq.heappop(ready)
+        out.append(n)
+        for u in users[id(n)]:
+            indeg[id(u)] -= 1
+            if indeg[id(u)] == 0:
+                heapq.heappush(ready, (pos[id(u)], id(u), u))
+    if len(out) != len(graph.nodes):  # pragma: no cover - plan_fusion refuses cycles
+        raise RuntimeError("fusion left a cycle in the graph")
+    graph.nodes[:] = out
+
+
+class FuseKernels(Pass):
+    """Group nodes into kernels (see the module docstring); each group becomes one ``kiln.Kernel``."""
+
+    name = "fuse"
+
+    def __init__(self, max_ops: int = 32, fusable: Callable[[Node], bool] = default_fusable):
+        self.max_ops = max_ops
+        self.fusable = fusable
+        self.decisions: list[Decision] = []
+
+    def run(self, graph: Graph) -> bool:
+        groups, self.decisions = plan_fusion(graph, self.max_ops, self.fusable)
+        for i, g in enumerate(groups):
+            outline(graph, g, i)
+        if groups:
+            _toposort(graph)
+        return bool(groups)

@@ -1,0 +1,142 @@
+"""The fusion pass: structure (the kiln.Kernel nodes it makes), numbers (the interpreter agrees before
+and after) and refusals (shared producer, cycle, pattern, broadcast, limit), each with its reason."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.ir.interpreter import interpret
+from compiler.ir.parser import parse
+from compiler.ir.printer import external_weights, print_graph
+from compiler.ir.verify import verify
+from compiler.passes.fuse import FuseKernels, plan_fusion
+
+RNG = np.random.default_rng(0)
+
+
+def _feeds(g):
+    return {v.name: RNG.standard_normal([int(d) for d in v.shape]).astype(np.float32) for v in g.inputs}
+
+
+def _fuse(text, weights=None, **kw):
+    g = parse(text, weights)
+    feeds = _feeds(g)
+    before = interpret(g, feeds)
+    p = FuseKernels(**kw)
+    changed = p.run(g)
+    verify(g)
+    after = interpret(g, feeds)
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k])
+    return g, p, changed
+
+
+EPILOGUE = """graph @g(%x: f32[1,4,6,6]) -> (y: f32[1,8,6,6]) {
+  %w = const f32[8,4,3,3]
+  %b = const f32[8]
+  %s = const f32[8,1,1]
+  %0 = Conv(%x, %w, %b) {pads=[1, 1, 1, 1]} : f32[1,8,6,6]
+  %1 = Mul(%0, %s) : f32[1,8,6,6]
+  %2 = Relu(%1) : f32[1,8,6,6]
+  return y=%2
+}"""
+W = {"w": RNG.standard_normal((8, 4, 3, 3)).astype(np.float32), "b": RNG.standard_normal(8).astype(np.float32),
+     "s": RNG.standard_normal((8, 1, 1)).astype(np.float32)}
+
+
+def test_conv_epilogue_becomes_one_kernel():
+    g, p, changed = _fuse(EPILOGUE, W)
+    assert changed
+    assert [n.op.name for n in g.nodes] == ["Kernel"]
+    k = g.nodes[0].op
+    assert k.kind == "epilogue" and k.members() == ["Conv", "Mul", "Relu"]
+    text = print_graph(g)
+    assert "kiln.Kernel(%x)" in text and 'kind="epilogue"' in text
+    assert print_graph(parse(text, external_weights(g))) == text  # the printed kernel parses back
+    assert [d.fused for d in p.decisions] == [True, True]
+
+
+def test_elementwise_chain_and_multi_output():
+    g, p, _ = _fuse("""graph @g(%x: f32[4,8], %y: f32[4,8]) -> (a: f32[4,8], b: f32[4,8]) {
+  %0 = Add(%x, %y) : f32[4,8]
+  %1 = Tanh(%0) : f32[4,8]
+  %2 = Mul(%1, %x) : f32[4,8]
+  return a=%2, b=%0
+}""")
+    assert [n.op.name for n in g.nodes] == ["Kernel"]
+    node = g.nodes[0]
+    assert node.op.kind == "elementwise" and node.op.members() == ["Add", "Tanh", "Mul"]
+    assert len(node.outputs) == 2  # %0 is needed outside too: a multi-output kernel
+
+
+def test_refuses_a_cycle():
+    # %1 joins %0's kernel; %3 reads %0's result through %2 (outside): fusing %3 would make a cycle
+    g, p, _ = _fuse("""graph @g(%x: f32[4,8]) -> (y: f32[4,8]) {
+  %0 = Relu(%x) : f32[4,8]
+  %1 = Neg(%0) : f32[4,8]
+  %2 = ReduceSum(%0) {keepdims=1} : f32[1,1]
+  %3 = Add(%1, %2) : f32[4,8]
+  return y=%3
+}""")
+    why = [d for d in p.decisions if not d.fused and d.consumer.op.name == "Add"]
+    assert why and why[0].reason.startswith("cycle: its operand from ReduceSum node")
+
+
+def test_refuses_non_elementwise_and_broadcast_and_limit():
+    text = """graph @g(%x: f32[4,8], %z: f32[2,4,8]) -> (y: f32[2,4,8], s: f32[4,1]) {
+  %0 = Relu(%x) : f32[4,8]
+  %1 = Sigmoid(%0) : f32[4,8]
+  %2 = Add(%1, %z) : f32[2,4,8]
+  %ax = const i64[1] dense<[1]>
+  %3 = ReduceSum(%1, %ax) {keepdims=1} : f32[4,1]
+  return y=%2, s=%3
+}"""
+    g, p, _ = _fuse(text)
+    reasons = {d.consumer.op.name: d.reason for d in p.decisions if not d.fused}
+    assert reasons["Add"].startswith("Add broadcasts the result to a larger shape")
+    assert "ReduceSum is not elementwise (pattern reduce)" in reasons["ReduceSum"]
+    g, p, _ = _fuse(text, max_ops=1)
+    assert all(n.op.name != "Kernel" for n in g.nodes)
+    assert any("max_fused_ops=1" in d.reason for d in p.decisions)
+
+
+def test_shared_producer_stays_a_kernel_result():
+    """A result with two users inside and outside: the first continues the chain; the second reads the
+    kernel's result (never recomputed)."""
+    _, p, _ = _fuse("""graph @g(%x: f32[4,8]) -> (a: f32[4,8], b: f32[4,8]) {
+  %0 = Exp(%x) : f32[4,8]
+  %1 = Neg(%0) : f32[4,8]
+  %2 = Abs(%0) : f32[4,8]
+  return a=%1, b=%2
+}""")
+    fused = [(d.producer.op.name, d.consumer.op.name) for d in p.decisions if d.fused]
+    assert fused == [("Exp", "Neg")]
+    refused = [d for d in p.decisions if not d.fused]
+    assert refused[0].consumer.op.name == "Abs" and "reads the kernel's result" in refused[0].reason
+
+
+def test_nothing_to_fuse_is_an_honest_no_change():
+    g, p, changed = _fuse("""graph @g(%x: f32[4,8]) -> (y: f32[4,1]) {
+  %ax = const i64[1] dense<[1]>
+  %0 = ReduceSum(%x, %ax) {keepdims=1} : f32[4,1]
+  return y=%0
+}""")
+    assert changed is False and plan_fusion(g)[0] == []
+
+
+@pytest.mark.parametrize("spec", ["zoo:efficientnet_block?resolution=16", "zoo:mlp"])
+def test_zoo_models_fuse_without_changing_numbers(spec):
+    from compiler.models import load_graph
+    from compiler.passes.manager import PassManager, Verify
+    from compiler.passes.options import CompileOptions
+    from compiler.passes.pipeline import pipeline
+
+    g = load_graph(spec)
+    PassManager(pipeline(CompileOptions(opt_level=1)), [Verify()]).run(g)
+    feeds = {v.name: RNG.standard_normal([int(d) for d in v.shape]).astype(np.float32) for v in g.inputs}
+    before = interpret(g, feeds)
+    assert FuseKernels().run(g)
+    verify(g)
+    after = interpret(g, feeds)
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k])
