@@ -39,8 +39,9 @@ class Kernel(_ControlFlow):
         if not self.kind or not self.kind.replace("-", "").replace("_", "").isalnum():
             raise self.fail(f"kind must be a word, got {self.kind!r}")
 
-    @property
-    def pattern(self) -> Pattern:  # type: ignore[override]
+    def group_pattern(self) -> Pattern:
+        """The pattern of the fused group: the largest of its members' (the op's own ``pattern``
+        stays opaque: a kernel does not fuse further)."""
         return max((n.op.pattern for n in self.body.nodes), default=Pattern.OPAQUE)
 
     def infer(self, ins):
