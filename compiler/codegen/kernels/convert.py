@@ -19,7 +19,7 @@ from llvmlite import ir
 from ...ir.ops import elementwise as ew
 from ...ir.types import DType
 from .base import I8, I32, I64, LLVM_TYPES, KernelBuilder, KernelGroup, Lowering, strides_of
-from .data import _add, _mul, _val, broadcast_strides, merge_dims, nest, shape_of, static_reason
+from .data import _add, _mul, _val, broadcast_strides, merge_dims, shape_of, split_runs, static_reason
 
 FLOAT_TYPES = (DType.f32, DType.f64)
 UNSIGNED = (DType.u8, DType.bool)
@@ -63,23 +63,23 @@ def emit_map(k: KernelBuilder, out, ins, fn: Callable[[ir.IRBuilder, list], ir.V
         return
     strides = [strides_of(ysh)] + [broadcast_strides(shape_of(x), ysh) for x in ins]
     shp, strides = merge_dims(ysh, strides)
-    ptrs = [k.ptr(out)] + [k.ptr(x) for x in ins]
     tys = [LLVM_TYPES[v.type.dtype] for v in [out] + list(ins)]
-    b = k.b
 
-    def body(offs):
+    def body(ptrs, offs):
         vals = [k.load(p, _val(o), t) for p, o, t in zip(ptrs[1:], offs[1:], tys[1:])]
-        k.store(fn(b, vals), ptrs[0], _val(offs[0]))
+        k.store(fn(k.b, vals), ptrs[0], _val(offs[0]))
 
     if not shp:
-        body([0] * len(ptrs))
+        body([k.ptr(v) for v in [out] + list(ins)], [0] * (len(ins) + 1))
         return
 
-    def inner(offs):
-        with k.loop(shp[-1], name="e") as i:
-            body([_add(b, o, _mul(b, i, s[-1])) for o, s in zip(offs, strides)])
+    def run(offs, n):  # one run of the innermost axis (big maps: split among the threads)
+        ptrs = [k.ptr(v) for v in [out] + list(ins)]
+        b = k.b
+        with k.loop(n, name="e") as i:
+            body(ptrs, [_add(b, o, _mul(b, i, s[-1])) for o, s in zip(offs, strides)])
 
-    nest(k, shp, strides, [0] * len(ptrs), inner, depth=len(shp) - 1)
+    split_runs(k, shp, strides, [0] * (len(ins) + 1), sum(v.type.dtype.itemsize for v in [out] + list(ins)), run)
 
 
 class _Map(Lowering):

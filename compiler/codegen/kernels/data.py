@@ -134,34 +134,96 @@ def nest(k: KernelBuilder, shape: Sequence[int], strides: Sequence[Sequence[int]
 # Strided copies
 # ---------------------------------------------------------------------------------------------
 
-def copy(k: KernelBuilder, ety: ir.Type, size: int, shape: Sequence[int], dst: ir.Value, dst_strides,
-         dst_off, src: ir.Value, src_strides, src_off) -> None:
-    """dst[dst_off + sum(i*dst_strides)] = src[src_off + sum(i*src_strides)] over ``shape``."""
+#: bytes of data a parallel task moves at least (a thread hand-off costs some 10-50 us); copies of
+#: less than twice this run on the calling thread
+PAR_BYTES = 1 << 18
+#: elements of a piece of a long run (runs are cut so that a big copy of few runs still splits)
+PIECE_BYTES = 1 << 16
+
+
+def _p(k: KernelBuilder, v):
+    """The buffer of a graph value (asked for where the code runs: inside a parallel task too), or
+    ``v`` itself when it already is a pointer."""
+    return k.ptr(v) if isinstance(v, Value) else v
+
+
+def unflatten(b: ir.IRBuilder, flat: ir.Value, dims: Sequence[int]) -> list:
+    """The indices (outermost first) of the row-major flat index ``flat`` over ``dims``."""
+    idx = []
+    for j, d in enumerate(reversed(list(dims))):
+        if j == len(dims) - 1:
+            idx.append(flat)
+        else:
+            idx.append(b.urem(flat, c64(d)))
+            flat = b.udiv(flat, c64(d))
+    return list(reversed(idx))
+
+
+def split_runs(k: KernelBuilder, shp: Sequence[int], strides: Sequence[Sequence[int]], bases: Sequence,
+               bytes_per_elem: int, body: Callable[[list, object], None], split: bool = True) -> None:
+    """``body(offsets, n)`` for every run of the last axis of the nest ``shp`` (offsets: each side's
+    element offset of the run's first element; n: its length, an int or an i64 value). When the nest
+    moves at least 2 * ``PAR_BYTES``, runs are cut into pieces (of about ``PIECE_BYTES``) and the
+    pieces split among the kernel's threads; ``body`` must then take its pointers inside (``_p``)."""
+    shp = [int(d) for d in shp]
+    run, outer = shp[-1], int(np.prod(shp[:-1], dtype=np.int64))
+    if not split or outer * run * bytes_per_elem < 2 * PAR_BYTES:
+        nest(k, shp, strides, bases, lambda offs: body(offs, run), depth=len(shp) - 1)
+        return
+    piece = min(run, max(1, PIECE_BYTES // max(bytes_per_elem, 1)))
+    nch = -(-run // piece)
+    per = max(1, -(-PAR_BYTES // (piece * bytes_per_elem)))
+    with k.parallel_for(outer * nch, per) as (lo, hi):
+        b = k.b
+        with k.loop(b.sub(hi, lo), "item") as t:
+            item = b.add(lo, t)
+            o, c = (item, None) if nch == 1 else (b.udiv(item, c64(nch)), b.urem(item, c64(nch)))
+            idx = unflatten(b, o, shp[:-1]) if shp[:-1] else []
+            offs = list(bases)
+            for i, d in zip(idx, range(len(shp) - 1)):
+                offs = [_add(b, off, _mul(b, i, int(st[d]))) for off, st in zip(offs, strides)]
+            n = run
+            if c is not None:
+                start = b.mul(c, c64(piece))
+                offs = [_add(b, off, _mul(b, start, int(st[-1]))) for off, st in zip(offs, strides)]
+                n = b.select(b.icmp_signed("<", c64(run - piece), start), b.sub(c64(run), start), c64(piece))
+            body(offs, n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Strided copies
+# ---------------------------------------------------------------------------------------------
+
+def copy(k: KernelBuilder, ety: ir.Type, size: int, shape: Sequence[int], dst, dst_strides,
+         dst_off, src, src_strides, src_off, split: bool = True) -> None:
+    """dst[dst_off + sum(i*dst_strides)] = src[src_off + sum(i*src_strides)] over ``shape``; dst and
+    src are graph values (or pointers, with ``split=False``). Big copies are split among the threads."""
     if any(int(d) == 0 for d in shape):
         return
     shp, (ds, ss) = merge_dims(shape, [dst_strides, src_strides])
     if not shp:
-        k.store(k.load(src, _val(src_off), ety), dst, _val(dst_off))
+        k.store(k.load(_p(k, src), _val(src_off), ety), _p(k, dst), _val(dst_off))
         return
-    r = len(shp)
     if ds[-1] == 1 and ss[-1] == 1:  # contiguous runs
-        run = shp[-1] * size
+        def body(offs, n):
+            memcpy(k, k.at(_p(k, dst), _val(offs[0]), ety), k.at(_p(k, src), _val(offs[1]), ety),
+                   n * size if isinstance(n, int) else k.b.mul(n, c64(size)))
 
-        def body(offs):
-            memcpy(k, k.at(dst, _val(offs[0]), ety), k.at(src, _val(offs[1]), ety), run)
-
-        nest(k, shp, [ds, ss], [dst_off, src_off], body, depth=r - 1)
+        split_runs(k, shp, [ds, ss], [dst_off, src_off], size, body, split)
         return
     if ds[-1] == 1 and ss[-1] != 0:
         j = _tile_axis(shp, ds, ss)
         if j is not None:
-            _transpose_tiled(k, ety, size, shp, ds, ss, dst, dst_off, src, src_off, j)
+            _transpose_tiled(k, ety, size, shp, ds, ss, dst, dst_off, src, src_off, j, split)
             return
 
-    def body(offs):
-        k.store(k.load(src, _val(offs[1]), ety), dst, _val(offs[0]))
+    def body(offs, n):
+        d, s_ = _p(k, dst), _p(k, src)
+        with k.loop(n, name="e") as i:
+            k.store(k.load(s_, _val(_add(k.b, offs[1], _mul(k.b, i, ss[-1]))), ety), d,
+                    _val(_add(k.b, offs[0], _mul(k.b, i, ds[-1]))))
 
-    nest(k, shp, [ds, ss], [dst_off, src_off], body)
+    split_runs(k, shp, [ds, ss], [dst_off, src_off], 2 * size, body, split)
 
 
 def _tile_axis(shp, ds, ss) -> int | None:
@@ -173,31 +235,51 @@ def _tile_axis(shp, ds, ss) -> int | None:
     return None
 
 
-def _transpose_tiled(k, ety, size, shp, ds, ss, dst, dst_off, src, src_off, j) -> None:
+def _transpose_tiled(k, ety, size, shp, ds, ss, dst, dst_off, src, src_off, j, split=True) -> None:
     """Loops over the other axes outside, then T x T tiles of (axis j, last axis): reads of a tile
-    touch T source lines, writes T destination lines, both stay in L1."""
+    touch T source lines, writes T destination lines, both stay in L1. Big transposes split the
+    (other axes, tile row, tile column) triples among the threads."""
     t = max(8, 64 // size)
     outer = [a for a in range(len(shp) - 1) if a != j]
     R, C = shp[j], shp[-1]
-    f, b = k.f, k.b
+
+    def tile(d0, s0, rb, cb):
+        b = k.b
+        dp, sp = _p(k, dst), _p(k, src)
+        rn = k.f.min(c64(t), b.sub(c64(R), rb))
+        cn = k.f.min(c64(t), b.sub(c64(C), cb))
+        with _For(b, rn, "r", loop_md(k, ("llvm.loop.unroll.disable",))) as r:
+            rr = b.add(rb, r)
+            drow = _add(b, d0, b.mul(rr, c64(ds[j])))
+            srow = _add(b, s0, b.mul(rr, c64(ss[j])))
+            with _For(b, cn, "c", loop_md(k, ("llvm.loop.vectorize.enable", False))) as c:
+                cc = b.add(cb, c)
+                v = k.load(sp, b.add(_val(srow), b.mul(cc, c64(ss[-1]))), ety)
+                k.store(v, dp, b.add(_val(drow), cc))
+
+    odims = [shp[a] for a in outer]
+    nrb, ncb = -(-R // t), -(-C // t)
+    total = int(np.prod(shp, dtype=np.int64))
+    if split and total * size >= 2 * PAR_BYTES:
+        per = max(1, -(-PAR_BYTES // (t * t * size)))
+        with k.parallel_for(int(np.prod(odims, dtype=np.int64)) * nrb * ncb, per) as (lo, hi):
+            b = k.b
+            with k.loop(b.sub(hi, lo), "tile") as q:
+                idx = unflatten(b, b.add(lo, q), odims + [nrb, ncb])
+                d0, s0 = dst_off, src_off
+                for i, a in zip(idx, outer):
+                    d0, s0 = _add(b, d0, _mul(b, i, ds[a])), _add(b, s0, _mul(b, i, ss[a]))
+                tile(d0, s0, b.mul(idx[-2], c64(t)), b.mul(idx[-1], c64(t)))
+        return
 
     def tiles(offs):
         d0, s0 = offs
+        f = k.f
         with f.loop(0, c64(R), t, name="rb") as rb:
-            rn = f.min(c64(t), b.sub(c64(R), rb))
             with f.loop(0, c64(C), t, name="cb") as cb:
-                cn = f.min(c64(t), b.sub(c64(C), cb))
-                with _For(b, rn, "r", loop_md(k, ("llvm.loop.unroll.disable",))) as r:
-                    rr = b.add(rb, r)
-                    drow = _add(b, d0, b.mul(rr, c64(ds[j])))
-                    srow = _add(b, s0, b.mul(rr, c64(ss[j])))
-                    with _For(b, cn, "c", loop_md(k, ("llvm.loop.vectorize.enable", False))) as c:
-                        cc = b.add(cb, c)
-                        v = k.load(src, b.add(_val(srow), b.mul(cc, c64(ss[-1]))), ety)
-                        k.store(v, dst, b.add(_val(drow), cc))
+                tile(d0, s0, rb, cb)
 
-    nest(k, [shp[a] for a in outer], [[ds[a] for a in outer], [ss[a] for a in outer]], [dst_off, src_off],
-         tiles)
+    nest(k, odims, [[ds[a] for a in outer], [ss[a] for a in outer]], [dst_off, src_off], tiles)
 
 
 def loop_md(k: KernelBuilder, *options: tuple) -> ir.MDValue:
@@ -214,18 +296,24 @@ def loop_md(k: KernelBuilder, *options: tuple) -> ir.MDValue:
     return loop_id
 
 
-def fill(k: KernelBuilder, ety: ir.Type, dst: ir.Value, n: int, value: ir.Value | np.ndarray) -> None:
-    """dst[0:n] = value (a NumPy scalar of the element type, or a loaded value)."""
+def fill(k: KernelBuilder, ety: ir.Type, dst, n: int, value: ir.Value | np.ndarray) -> None:
+    """dst[0:n] = value (a NumPy scalar of the element type, or a loaded value); dst a graph value
+    (or a pointer). A big fill with a constant whose bytes are all alike is split among the threads."""
     if n <= 0:
         return
     if isinstance(value, np.ndarray | np.generic):
         raw = np.asarray(value).reshape(()).tobytes()
         if len(set(raw)) == 1:
-            memset(k, dst, raw[0], n * len(raw))
+            size = len(raw)
+            split_runs(k, [n], [[1]], [0], size,
+                       lambda offs, m: memset(k, k.at(_p(k, dst), _val(offs[0]), ety), raw[0],
+                                              m * size if isinstance(m, int) else k.b.mul(m, c64(size))),
+                       split=isinstance(dst, Value))
             return
         value = llvm_const(ety, value)
+    ptr = _p(k, dst)
     with k.loop(n, name="fill") as i:
-        k.store(value, dst, i)
+        k.store(value, ptr, i)
 
 
 def llvm_const(ety: ir.Type, value) -> ir.Constant:
@@ -270,7 +358,7 @@ class Concat(_Copy):
         for x in n.inputs:
             xs = shape_of(x)
             if 0 not in xs:
-                copy(k, ety, size, xs, k.ptr(y), ys, off * ys[a], k.ptr(x), strides_of(xs), 0)
+                copy(k, ety, size, xs, y, ys, off * ys[a], x, strides_of(xs), 0)
             off += xs[a]
 
 
@@ -292,7 +380,7 @@ class Split(_Copy):
         for y in n.outputs:
             ysh = shape_of(y)
             if any(y is o for o in group.outputs):
-                copy(k, ety, size, ysh, k.ptr(y), strides_of(ysh), 0, k.ptr(x), xs, off * xs[a])
+                copy(k, ety, size, ysh, y, strides_of(ysh), 0, x, xs, off * xs[a])
             off += ysh[a]
 
 
@@ -318,7 +406,7 @@ class Slice(_Copy):
             off += s * xs[a]
             src_st[a] = xs[a] * st
         ysh = shape_of(y)
-        copy(k, ety, size, ysh, k.ptr(y), strides_of(ysh), 0, k.ptr(x), src_st, off)
+        copy(k, ety, size, ysh, y, strides_of(ysh), 0, x, src_st, off)
 
 
 class Transpose(_Copy):
@@ -331,7 +419,7 @@ class Transpose(_Copy):
         perm = n.op._perm(x.type.rank)
         xs = strides_of(shape_of(x))
         ysh = shape_of(y)
-        copy(k, ety, size, ysh, k.ptr(y), strides_of(ysh), 0, k.ptr(x), [xs[p] for p in perm], 0)
+        copy(k, ety, size, ysh, y, strides_of(ysh), 0, x, [xs[p] for p in perm], 0)
 
 
 class Expand(_Copy):
@@ -342,7 +430,7 @@ class Expand(_Copy):
         x, y = n.inputs[0], n.outputs[0]
         ety, size = LLVM_TYPES[x.type.dtype], x.type.dtype.itemsize
         ysh = shape_of(y)
-        copy(k, ety, size, ysh, k.ptr(y), strides_of(ysh), 0, k.ptr(x), broadcast_strides(shape_of(x), ysh), 0)
+        copy(k, ety, size, ysh, y, strides_of(ysh), 0, x, broadcast_strides(shape_of(x), ysh), 0)
 
 
 class Tile(_Copy):
@@ -365,7 +453,7 @@ class Tile(_Copy):
             shape += [r, d]
             ds += [d * yst, yst]
             ss += [0, xst]
-        copy(k, ety, size, shape, k.ptr(y), ds, 0, k.ptr(x), ss, 0)
+        copy(k, ety, size, shape, y, ds, 0, x, ss, 0)
 
 
 class ConstantOfShape(Lowering):
@@ -377,7 +465,7 @@ class ConstantOfShape(Lowering):
     def emit(self, k, group):
         n = group.node
         y = n.outputs[0]
-        fill(k, LLVM_TYPES[y.type.dtype], k.ptr(y), y.type.numel, n.op.fill.astype(y.type.dtype.np))
+        fill(k, LLVM_TYPES[y.type.dtype], y, y.type.numel, n.op.fill.astype(y.type.dtype.np))
 
 
 class Pad(_Copy):
@@ -424,14 +512,14 @@ class Pad(_Copy):
                 dst_off += (a + lo) * yst
                 interior = interior and lo <= 0 and hi <= 0
             if not interior:  # some padding: fill everything, then copy the kept part
-                fill(k, ety, k.ptr(y), y.type.numel, fv)
-            copy(k, ety, size, shape, k.ptr(y), ys, dst_off, k.ptr(x), xs, src_off)
+                fill(k, ety, y, y.type.numel, fv)
+            copy(k, ety, size, shape, y, ys, dst_off, x, xs, src_off)
             return
         # reflect / edge / wrap: a source index table per padded axis
         if y.type.numel == 0:
             return
         if not ysh:  # a scalar: nothing to pad
-            copy(k, ety, size, [], k.ptr(y), [], 0, k.ptr(x), [], 0)
+            copy(k, ety, size, [], y, [], 0, x, [], 0)
             return
         tables, offs = [], []
         for i, (d, (lo, hi)) in enumerate(zip(xsh, widths)):
@@ -498,21 +586,23 @@ class Gather(_Copy):
         if y.type.numel == 0:
             return
         c = const_array(idx)
-        b = k.b
-        dptr, yptr = k.ptr(data), k.ptr(y)
+        norm = None
         if c is not None:
             norm = c.astype(np.int64).reshape(-1)
             norm = np.where(norm < 0, norm + dim, norm)
             if m == 1 or (m > 1 and np.all(np.diff(norm) == 1)):  # one slice: a strided copy
-                copy(k, ety, size, [outer, m * inner], yptr, [m * inner, 1], 0, dptr, [dim * inner, 1],
+                copy(k, ety, size, [outer, m * inner], y, [m * inner, 1], 0, data, [dim * inner, 1],
                      int(norm[0]) * inner)
                 return
-            iptr, ity = k.weight(norm), I64
-        else:
-            iptr, ity = k.ptr(idx), LLVM_TYPES[idx.type.dtype]
-        with k.loop(outer, name="o") as o:
-            obase = b.mul(o, c64(dim * inner))
-            with k.loop(m, name="j") as j:
+        # one run of ``inner`` elements per (outer, index) pair: the pairs split among the threads
+        with k.parallel_for(outer * m, max(1, -(-PAR_BYTES // (inner * size + 8)))) as (lo, hi):
+            b = k.b
+            dptr, yptr = k.ptr(data), k.ptr(y)
+            iptr, ity = (k.weight(norm), I64) if c is not None else (k.ptr(idx), LLVM_TYPES[idx.type.dtype])
+            with k.loop(b.sub(hi, lo), name="q") as t:
+                q = b.add(lo, t)
+                o, j = b.udiv(q, c64(m)), b.urem(q, c64(m))
+                obase = b.mul(o, c64(dim * inner))
                 v = k.load(iptr, j, ity)
                 if ity != I64:
                     v = b.sext(v, I64)
@@ -520,7 +610,7 @@ class Gather(_Copy):
                     v = b.select(b.icmp_signed("<", v, c64(0)), b.add(v, c64(dim)), v)
                     ok = b.icmp_unsigned("<", v, c64(dim))
                     v = b.select(ok, v, c64(0))
-                dst = b.add(b.mul(b.add(b.mul(o, c64(m)), j), c64(inner)), c64(0))
+                dst = b.mul(q, c64(inner))
                 src = b.add(obase, b.mul(v, c64(inner)))
                 if inner == 1:
                     val = k.load(dptr, src, ety)

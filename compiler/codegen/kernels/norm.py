@@ -31,7 +31,12 @@ from ...ir.ops import conv as cv
 from ...ir.ops import norm as nm
 from ..llvm.elementwise import fmax
 from .base import KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
-from .reduce import map_row, reduce_row, splat, vload, vstore
+from .reduce import PAR_MIN_WORK, map_row, par_loop, reduce_row, splat, vload, vstore
+
+#: work per element of a softmax row (three passes and an exp), in the units of ``PAR_MIN_WORK``
+SOFTMAX_COST = 4
+#: the most scratch bytes a softmax along an inner axis uses to split its outer loop among threads
+SOFTMAX_SCRATCH = 8 << 20
 
 
 def _isfinite_or_zero(k: KernelBuilder, m: ir.Value) -> ir.Value:
@@ -60,16 +65,16 @@ class Softmax(Lowering):
 
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         node = group.node
-        b = k.b
         x, y = node.inputs[0], node.outputs[0]
         shape = [int(d) for d in x.shape]
         a = node.op.axis % len(shape)
         O, A, I = math.prod(shape[:a]), shape[a], math.prod(shape[a + 1:])
         log = isinstance(node.op, nm.LogSoftmax)
-        xp, yp = k.ptr(x), k.ptr(y)
         exp = k.math.exp
         if I == 1:
-            with k.loop(O, "row") as r:
+            with par_loop(k, O, SOFTMAX_COST * A, "row") as r:  # rows split among the threads
+                b = k.b
+                xp, yp = k.ptr(x), k.ptr(y)
                 base = b.mul(r, c64(A))
                 m = reduce_row(k, A, lambda i, w: vload(k, xp, b.add(base, i), w), "max")
                 shift = _isfinite_or_zero(k, m)
@@ -84,8 +89,16 @@ class Softmax(Lowering):
                     map_row(k, A, lambda i: vstore(k, b.fdiv(vload(k, yp, b.add(base, i)), s), yp,
                                                    b.add(base, i)), "y")
             return
-        mp, sp = k.scratch(4 * I), k.scratch(4 * I)
-        with k.loop(O, "o") as o:
+        # the running max and sum of each outer index (scratch vectors of I floats): one pair per
+        # outer index when the outer loop is split among the threads, else one pair for all
+        split = O >= 2 and O * A * I * SOFTMAX_COST >= 2 * PAR_MIN_WORK and 8 * O * I <= SOFTMAX_SCRATCH
+        nvec = O if split else 1
+        with par_loop(k, O, SOFTMAX_COST * A * I, "o", split=split) as o:
+            b = k.b
+            xp, yp = k.ptr(x), k.ptr(y)
+            mp, sp = k.scratch(4 * I * nvec), k.scratch(4 * I * nvec)
+            if split:
+                mp, sp = k.at(mp, b.mul(o, c64(I))), k.at(sp, b.mul(o, c64(I)))
             base = b.mul(o, c64(A * I))
             map_row(k, I, lambda i: vstore(k, cf32(-math.inf), mp, i), "init")
 
@@ -164,25 +177,23 @@ class LayerNorm(Lowering):
 
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         node = group.node
-        b = k.b
         x, y = node.inputs[0], node.outputs[0]
         scale, bias = (list(node.inputs[1:]) + [None])[:2]
         shape = [int(d) for d in x.shape]
         a = node.op.axis % len(shape)
         R, D = math.prod(shape[:a]), math.prod(shape[a:])
-        xp, yp = k.ptr(x), k.ptr(y)
-
-        def pointer(v):
-            if v is None:
-                return None
-            kind, arr = _trailing(v, x, a)
-            return k.ptr(v) if kind == "ptr" else k.weight(arr)
-
-        sp, bp = pointer(scale), pointer(bias)
-        mean_out = k.ptr(node.outputs[1]) if len(node.outputs) > 1 and node.outputs[1].uses else None
-        inv_out = k.ptr(node.outputs[2]) if len(node.outputs) > 2 and node.outputs[2].uses else None
+        # Scale and B: their own buffers, or constants expanded to the normalized block (made once)
+        params = [None if v is None else _trailing(v, x, a) for v in (scale, bias)]
+        want_mean = len(node.outputs) > 1 and node.outputs[1].uses
+        want_inv = len(node.outputs) > 2 and node.outputs[2].uses
         nD = cf32(float(D))
-        with k.loop(R, "row") as r:
+        with par_loop(k, R, 3 * D, "row") as r:  # rows split among the threads
+            b = k.b
+            xp, yp = k.ptr(x), k.ptr(y)
+            sp, bp = [None if p is None else k.ptr(v) if p[0] == "ptr" else k.weight(p[1])
+                      for v, p in zip((scale, bias), params)]
+            mean_out = k.ptr(node.outputs[1]) if want_mean else None
+            inv_out = k.ptr(node.outputs[2]) if want_inv else None
             base = b.mul(r, c64(D))
             mean = b.fdiv(reduce_row(k, D, lambda i, w: vload(k, xp, b.add(base, i), w), "sum"), nD)
 
@@ -241,19 +252,20 @@ class Lrn(Lowering):
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         node = group.node
         op = node.op
-        b = k.b
         x, y = node.inputs[0], node.outputs[0]
         shape = [int(d) for d in x.shape]
         N, C, S = shape[0], shape[1], math.prod(shape[2:])
         before = (op.size - 1) // 2
-        xp, yp = k.ptr(x), k.ptr(y)
-        tp = k.scratch(4 * S)
         alpha = cf32(float(np.float32(op.alpha / op.size)))
         bias = cf32(float(np.float32(op.bias)))
         beta = float(np.float32(op.beta))
-        with k.loop(N * C, "nc") as nc:
+        # planes split among the threads; each plane's sum of squares accumulates in its output plane
+        with par_loop(k, N * C, S * (op.size + 2), "nc") as nc:
+            b = k.b
+            xp, yp = k.ptr(x), k.ptr(y)
             c = b.urem(nc, c64(C))
             plane = b.mul(nc, c64(S))
+            tp = k.at(yp, plane)
             map_row(k, S, lambda i: vstore(k, cf32(0.0), tp, i), "zero")
             with k.loop(op.size, "j") as j:
                 cc = b.add(b.sub(c, c64(before)), j)

@@ -21,6 +21,10 @@ and propagates NaN like ``np.maximum``.
 Refused: other element types, MaxPool's Indices output, 3-D pools, kernels wider than 64.
 
 **Global pools** reduce each (n, c) plane with ``reduce_row`` (vector accumulators; see reduce.py).
+
+**Threads.** Windowed pools split the output rows of all planes among the kernel's threads, global
+pools the planes (``par_loop``: only kernels of 2 * ``PAR_MIN_WORK`` elements of work or more); each
+output is computed as on one thread, so results do not depend on the thread count.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from ...ir.ops import pool as P
 from ...ir.ops.conv import resolve_geometry
 from ..llvm.elementwise import fmax
 from .base import KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
-from .reduce import fadd, map_row, reduce_row, vload, vstore
+from .reduce import fadd, map_row, par_loop, reduce_row, vload, vstore
 
 MAX_KW = 64
 
@@ -81,64 +85,65 @@ class Pool(Lowering):
 
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         node = group.node
-        b = k.b
         x, y = node.inputs[0], node.outputs[0]
         H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw, peh, pew = pool_geometry(node)
         is_max = isinstance(node.op, P.MaxPool)
         ident, comb = (-math.inf, fmax) if is_max else (0.0, fadd)
-        xp, yp = k.ptr(x), k.ptr(y)
         NC = int(x.shape[0]) * int(x.shape[1])
-        cnt = None
+        counts = None
         if not is_max:
             counts = P._tap_counts((H, W), (ph, pw), (peh, pew), (OH, OW), (KH, KW), (sh, sw), (dh, dw),
                                    bool(node.op.count_include_pad))
-            cnt = k.weight(np.ascontiguousarray(counts.astype(np.float32).reshape(-1)))
+            counts = np.ascontiguousarray(counts.astype(np.float32).reshape(-1))
         # column ranges of each tap kw: ow with 0 <= ow*sw + kw*dw - pw < W
         lo = [min(OW, max(0, _ceil(pw - kw * dw, sw))) for kw in range(KW)]
         hi = [min(OW, max(0, _ceil(W + pw - kw * dw, sw))) for kw in range(KW)]
         a = max(lo)
         e = max(a, min(hi))  # interior: [a, e)
 
-        with k.loop(NC, "nc") as nc:
+        # the output rows of all planes are independent: split among the threads
+        with par_loop(k, NC * OH, OW * KH * KW + OW, "row") as row:
+            b = k.b
+            xp, yp = k.ptr(x), k.ptr(y)
+            cnt = None if counts is None else k.weight(counts)
+            nc, oh = b.udiv(row, c64(OH)), b.urem(row, c64(OH))
             xplane = b.mul(nc, c64(H * W))
-            yplane = b.mul(nc, c64(OH * OW))
-            with k.loop(OH, "oh") as oh:
-                yrow = b.add(yplane, b.mul(oh, c64(OW)))
-                map_row(k, OW, lambda i: vstore(k, cf32(ident), yp, b.add(yrow, i)), "init")
-                ih0 = b.sub(b.mul(oh, c64(sh)), c64(ph))
-                with k.loop(KH, "kh") as kh:
-                    ih = b.add(ih0, b.mul(kh, c64(dh)))
-                    with k.f.if_(b.icmp_unsigned("<", ih, c64(H)), "inside"):
-                        xrow = b.add(xplane, b.mul(ih, c64(W)))
+            yrow = b.mul(row, c64(OW))
+            map_row(k, OW, lambda i: vstore(k, cf32(ident), yp, b.add(yrow, i)), "init")
+            ih0 = b.sub(b.mul(oh, c64(sh)), c64(ph))
+            with k.loop(KH, "kh") as kh:
+                ih = b.add(ih0, b.mul(kh, c64(dh)))
+                with k.f.if_(b.icmp_unsigned("<", ih, c64(H)), "inside"):
+                    xrow = b.add(xplane, b.mul(ih, c64(W)))
 
-                        def interior(j):
-                            ow = b.add(j, c64(a))
-                            yi = b.add(yrow, ow)
-                            xi = b.add(xrow, b.mul(ow, c64(sw)))
-                            acc = vload(k, yp, yi)
-                            for kw in range(KW):
-                                acc = comb(b, acc, vload(k, xp, b.add(xi, c64(kw * dw - pw))))
-                            vstore(k, acc, yp, yi)
-
-                        if e > a:
-                            map_row(k, e - a, interior, "ow")
+                    def interior(j):
+                        ow = b.add(j, c64(a))
+                        yi = b.add(yrow, ow)
+                        xi = b.add(xrow, b.mul(ow, c64(sw)))
+                        acc = vload(k, yp, yi)
                         for kw in range(KW):
-                            for start, stop in ((lo[kw], min(hi[kw], a)), (max(lo[kw], e), hi[kw])):
-                                if stop <= start:
-                                    continue
+                            acc = comb(b, acc, vload(k, xp, b.add(xi, c64(kw * dw - pw))))
+                        vstore(k, acc, yp, yi)
 
-                                def border(j, start=start, kw=kw):
-                                    ow = b.add(j, c64(start))
-                                    yi = b.add(yrow, ow)
-                                    xi = b.add(xrow, b.add(b.mul(ow, c64(sw)), c64(kw * dw - pw)))
-                                    vstore(k, comb(b, vload(k, yp, yi), vload(k, xp, xi)), yp, yi)
+                    if e > a:
+                        map_row(k, e - a, interior, "ow")
+                    for kw in range(KW):
+                        for start, stop in ((lo[kw], min(hi[kw], a)), (max(lo[kw], e), hi[kw])):
+                            if stop <= start:
+                                continue
 
-                                map_row(k, stop - start, border, "edge")
-                if cnt is not None:
-                    crow = b.mul(oh, c64(OW))
-                    map_row(k, OW, lambda i: vstore(k, b.fdiv(vload(k, yp, b.add(yrow, i)),
-                                                               vload(k, cnt, b.add(crow, i))),
-                                                    yp, b.add(yrow, i)), "avg")
+                            def border(j, start=start, kw=kw):
+                                ow = b.add(j, c64(start))
+                                yi = b.add(yrow, ow)
+                                xi = b.add(xrow, b.add(b.mul(ow, c64(sw)), c64(kw * dw - pw)))
+                                vstore(k, comb(b, vload(k, yp, yi), vload(k, xp, xi)), yp, yi)
+
+                            map_row(k, stop - start, border, "edge")
+            if cnt is not None:
+                crow = b.mul(oh, c64(OW))
+                map_row(k, OW, lambda i: vstore(k, b.fdiv(vload(k, yp, b.add(yrow, i)),
+                                                           vload(k, cnt, b.add(crow, i))),
+                                                yp, b.add(yrow, i)), "avg")
 
 
 class GlobalPool(Lowering):
@@ -159,13 +164,13 @@ class GlobalPool(Lowering):
 
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         node = group.node
-        b = k.b
         x, y = node.inputs[0], node.outputs[0]
         S = math.prod(int(d) for d in x.shape[2:])
         NC = int(x.shape[0]) * int(x.shape[1])
         avg = isinstance(node.op, P.GlobalAveragePool)
-        xp, yp = k.ptr(x), k.ptr(y)
-        with k.loop(NC, "nc") as nc:
+        with par_loop(k, NC, S, "nc") as nc:  # planes split among the threads
+            b = k.b
+            xp, yp = k.ptr(x), k.ptr(y)
             base = b.mul(nc, c64(S))
             v = reduce_row(k, S, lambda i, w: vload(k, xp, b.add(base, i), w), "sum" if avg else "max")
             if avg:

@@ -16,6 +16,7 @@ dropped): the last run decides the innermost loop. ``[..., R]``: each contiguous
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Callable
 
 from llvmlite import ir
@@ -129,6 +130,29 @@ def reduce_row(k: KernelBuilder, n: int, chunk: Chunk, kind: str) -> ir.Value:
     return out
 
 
+#: elements of work a parallel task gets at least (a thread hand-off costs some 10-50 us; below this
+#: many elements a kernel runs on the calling thread)
+PAR_MIN_WORK = 1 << 16
+
+
+def par_min(work_per_iter: int, min_work: int = PAR_MIN_WORK) -> int:
+    """Iterations per parallel task at least, for iterations of ``work_per_iter`` elements each."""
+    return max(1, -(-min_work // max(int(work_per_iter), 1)))
+
+
+@contextmanager
+def par_loop(k: KernelBuilder, count: int, work_per_iter: int, name: str = "p", min_work: int = PAR_MIN_WORK,
+             split: bool = True):
+    """``for i < count`` with the iterations split among the kernel's threads (``k.parallel_for``) when
+    there are at least 2 * ``min_work`` elements of work (never with ``split=False``); yields i. As
+    with ``parallel_for``, the body must take its pointers (``k.ptr``/``k.weight``/``k.scratch``)
+    inside the block."""
+    per = par_min(work_per_iter, min_work) if split else max(int(count), 1)
+    with k.parallel_for(count, per) as (lo, hi):
+        with k.loop(k.b.sub(hi, lo), name) as j:
+            yield k.b.add(lo, j)
+
+
 def map_row(k: KernelBuilder, n, body: Callable[[ir.Value], None], name: str = "i",
             interleave: int | None = None) -> None:
     """``for i < n: body(i)`` (scalar code that LLVM vectorizes)."""
@@ -187,13 +211,31 @@ def merge_runs(shape, axes) -> list[tuple[int, bool]]:
     return runs
 
 
-def emit_reduction(k: KernelBuilder, xp: ir.Value, yp: ir.Value, shape, axes, kind: str, mean: bool) -> None:
-    """y (the kept axes, row-major) = reduction of x (``shape``) over ``axes``."""
-    b = k.b
+def emit_reduction(k: KernelBuilder, x, y, shape, axes, kind: str, mean: bool) -> None:
+    """y (the kept axes, row-major) = reduction of x (``shape``) over ``axes``; x and y are the group's
+    values. When the outermost run is kept, its indices (independent blocks of outputs) are split among
+    the threads; every output is reduced in the same order either way."""
     runs = merge_runs(shape, axes) or [(1, False)]
+    if len(runs) > 1 and not runs[0][1]:
+        n0 = runs[0][0]
+        xs0, ys0 = math.prod(d for d, _ in runs[1:]), math.prod(d for d, red in runs[1:] if not red)
+        with par_loop(k, n0, xs0, "r0") as i0:
+            b = k.b
+            _reduce_block(k, k.ptr(x), k.ptr(y), runs, kind, mean, b.mul(i0, c64(xs0)), b.mul(i0, c64(ys0)),
+                          skip=1)
+        return
+    _reduce_block(k, k.ptr(x), k.ptr(y), runs, kind, mean, c64(0), c64(0))
+
+
+def _reduce_block(k: KernelBuilder, xp, yp, runs, kind: str, mean: bool, x0, y0, skip: int = 0) -> None:
+    """The reduction over ``runs[skip:]`` of the block of x at element x0 into y at element y0."""
+    b = k.b
     ident, comb = KINDS[kind]
-    nout = math.prod(d for d, red in runs if not red)
     nred = math.prod(d for d, red in runs if red)
+    only_last_reduced = runs[-1][1] and sum(red for _, red in runs) == 1
+    runs = runs[skip:]
+    xp, yp = k.at(xp, x0), k.at(yp, y0)
+    nout = math.prod(d for d, red in runs if not red)
     xstr, ystr = [], []
     s = 1
     for d, red in reversed(runs):
@@ -205,7 +247,6 @@ def emit_reduction(k: KernelBuilder, xp: ir.Value, yp: ir.Value, shape, axes, ki
         ystr.append(0 if red else s)
         s *= 1 if red else d
     ystr.reverse()
-    only_last_reduced = runs[-1][1] and sum(red for _, red in runs) == 1
     if not only_last_reduced:
         map_row(k, nout, lambda i: vstore(k, cf32(ident), yp, i), "init")
     last, last_red = runs[-1]
@@ -257,9 +298,10 @@ class Reduce(Lowering):
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         n = group.node
         x, y = n.inputs[0], n.outputs[0]
-        emit_reduction(k, k.ptr(x), k.ptr(y), [int(d) for d in x.shape], set(reduce_axes(n)),
+        emit_reduction(k, x, y, [int(d) for d in x.shape], set(reduce_axes(n)),
                        self.KIND[type(n.op)], isinstance(n.op, rd.ReduceMean))
 
 
-__all__ = ["Reduce", "V", "VEC", "emit_reduction", "hreduce", "map_row", "nested", "offset", "reduce_row",
+__all__ = ["PAR_MIN_WORK", "Reduce", "V", "VEC", "emit_reduction", "hreduce", "map_row", "nested", "offset",
+           "par_loop", "par_min", "reduce_row",
            "splat", "vload", "vstore"]
