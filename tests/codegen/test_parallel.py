@@ -285,7 +285,8 @@ def test_reductions_split(axes, keep):
     g = _graph(shape, build)
     ins = {"x": RNG.standard_normal(shape).astype(np.float32)}
     assert _uses_parallel(g) == (0 not in axes)  # the outermost kept axes are split
-    _same_any_threads(g, ins, rtol=1e-5, atol=1e-5)
+    # sums of ~900 normal values (magnitude ~30) in float32: 1e-5 absolute is below their rounding
+    _same_any_threads(g, ins, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("dt", [DType.f32, DType.i8, DType.f64])
