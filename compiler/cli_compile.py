@@ -118,9 +118,21 @@ def cmd_compile(args) -> int:
               f"(passes {timings['passes']:.2f}, codegen {timings['codegen']:.2f}, "
               f"LLVM + link {timings['llvm_and_link']:.2f})")
         print(f"  {summary['kernels']} kernels, {summary['views']} views, {len(summary['fallback'])} fallback node(s)")
-        print(f"  weights {_mib(m['weights_bytes'])}, arena {_mib(m['arena_bytes'])} (lower bound "
-              f"{_mib(m['lower_bound_bytes'])}, naive {_mib(m['naive_bytes'])})")
+        print(f"  {memory_line(m)}")
     return 0
+
+
+def memory_line(mem: dict) -> str:
+    """The memory figures in one line (docs/memory.md): arena against its lower bound and naive."""
+    lb, arena, naive = mem["lower_bound_bytes"], mem["arena_bytes"], mem["naive_bytes"]
+    over = f"{arena / lb:.3f}" if lb else "1.000"
+    saved = f"{naive / arena:.1f}" if arena else "-"
+    line = (f"weights {_mib(mem['weights_bytes'])} (mapped); arena {_mib(arena)} = {over} x lower bound "
+            f"{_mib(lb)}; naive {_mib(naive)} = {saved} x arena (kernel scratch planned in the arena too: "
+            f"{_mib(mem.get('scratch_bytes', 0))} over all kernels)")
+    if "in_place" in mem:
+        line += f"; {mem['in_place']} kernel(s) in place"
+    return line
 
 
 def summarize(manifest: dict, path: str) -> dict:
@@ -225,11 +237,7 @@ def cmd_inspect(args) -> int:
         print(f"input    {i['name']}: {i['dtype']}{i['shape']}")
     for o in m["outputs"]:
         print(f"output   {o['name']}: {o['type']}")
-    mem = m["memory"]
-    lb = mem["lower_bound_bytes"]
-    ratio = f" = {mem['arena_bytes'] / lb:.3f} x lower bound" if lb else ""
-    print(f"memory   weights {_mib(mem['weights_bytes'])}; arena {_mib(mem['arena_bytes'])}{ratio} "
-          f"(lower bound {_mib(lb)}, naive {_mib(mem['naive_bytes'])}, scratch {_mib(mem['scratch_bytes'])})")
+    print(f"memory   {memory_line(m['memory'])}")
     ks = m["kernels"]
     flops = sum(k["flops"] for k in ks)
     print(f"kernels  {len(ks)} ({m['views']} view ops need none), {flops / 1e9:.3f} GFLOP in all")

@@ -125,8 +125,6 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
 
 
 def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, times: dict) -> dict:
-    from .codegen.plan import lower_bound
-
     graph = prog.graph
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     inputs = []
@@ -167,7 +165,6 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
     fallback = [{"op": s.group.node.op.name, "node": s.group.node.name or "", "index": index[id(s.group.node)],
                  "reason": s.reason} for s in prog.fallback_steps]
     views = sum(1 for s in prog.steps if s.native and s.alias)
-    naive = sum(b.size for b in prog.buffers)
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "kiln_version": __version__,
         "model": model_name, "opt_level": opt_level,
@@ -176,9 +173,7 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
         "inputs": inputs, "outputs": outputs,
         "plan": prog.runtime_plan(),
         "kernels": kernels, "views": views, "fallback": fallback,
-        "memory": {"arena_bytes": prog.arena_bytes, "lower_bound_bytes": lower_bound(prog.buffers),
-                   "naive_bytes": naive, "weights_bytes": prog.weights_bytes,
-                   "scratch_bytes": sum(s.scratch_bytes for s in prog.steps)},
+        "memory": prog.memory_summary(),
         "nodes": len(graph.nodes),
         "compile_seconds": {k: round(v, 4) for k, v in times.items()},
     }

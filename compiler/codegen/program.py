@@ -70,6 +70,8 @@ class Step:
     scratch_bytes: int = 0
     slots: list = field(default_factory=list)
     slot_places: list = field(default_factory=list)
+    #: (output index, input index) pairs of the group computed in place (one buffer)
+    in_place: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -90,6 +92,25 @@ class Program:
     gemm_cfg: object = None
     #: the library must link ``native/parallel.c`` (``kiln_parallel_for``)
     uses_parallel: bool = False
+    #: the sum of every arena buffer's aligned size before any reuse (= the arena with reuse off)
+    naive_bytes: int = 0
+
+    def memory_summary(self) -> dict:
+        """The memory figures (manifest, ``kiln compile``/``inspect``, docs/memory.md), all from the
+        buffers the planner placed, each kernel's scratch included (``scratch_bytes`` is their sum):
+        ``arena_bytes`` (allocated per caller), ``lower_bound_bytes`` (most bytes live at one step of
+        this schedule: no plan can use less), ``naive_bytes`` (every buffer its own memory),
+        ``weights_bytes`` (memory-mapped, outside the arena), ``in_place`` (kernels writing over an
+        input) and the ratios arena/lower bound and naive/arena."""
+        from .plan import lower_bound
+
+        lb = lower_bound(self.buffers, ALIGN)
+        return {"arena_bytes": self.arena_bytes, "lower_bound_bytes": lb, "naive_bytes": self.naive_bytes,
+                "weights_bytes": self.weights_bytes,
+                "scratch_bytes": sum(_align(s.scratch_bytes) for s in self.steps if s.scratch_bytes),
+                "in_place": sum(len(s.in_place) for s in self.steps),
+                "arena_over_lower_bound": round(self.arena_bytes / lb, 4) if lb else 1.0,
+                "naive_over_arena": round(self.naive_bytes / self.arena_bytes, 4) if self.arena_bytes else 1.0}
 
     @property
     def fallback_steps(self) -> list[Step]:
@@ -146,11 +167,13 @@ def form_groups(graph: Graph) -> list[KernelGroup]:
     return [KernelGroup.of([n]) for n in graph.nodes]
 
 
-def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_memory: bool = True) -> Program:
+def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_memory: bool = True,
+                  in_place: bool = True) -> Program:
     """Lower ``graph`` (after the pipeline) to a ``Program`` for ``target`` (see the module docstring).
 
     With ``fallback=False`` a group without a native lowering is an error naming the op, the node
-    and the reason. ``reuse_memory=False`` gives every value arena memory of its own (debugging).
+    and the reason. ``reuse_memory=False`` gives every value arena memory of its own (debugging; no
+    in-place reuse either); ``in_place=False`` only turns off kernels writing over their inputs.
     """
     from ..errors import UnsupportedError
 
@@ -190,12 +213,59 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
         if st.native and st.alias:
             root[id(st.group.node.outputs[0])] = st.group.node.inputs[0]
 
+    # liveness: a value's buffer lives from the step that writes it to the last step that reads it
+    # or a view of it (graph outputs: to the end)
+    last = len(steps)
+    live_end: dict[int, int] = {}
+    for st in steps:
+        for v in st.group.inputs:
+            live_end[id(root_of(v))] = max(live_end.get(id(root_of(v)), -1), st.index)
+    for v in graph.outputs:
+        live_end[id(root_of(v))] = last
+
+    # in-place reuse: an output takes the buffer of an input that dies in this kernel
+    owner: dict[int, Value] = {}      # value -> the value whose arena buffer it shares
+    owner_end: dict[int, int] = {}    # that buffer's last step so far
+    owner_start: dict[int, int] = {}
+    arena_kind = {id(v) for v in native_values.values()
+                  if id(v) not in input_index and id(v) not in root and v.const is None and _bufferable(v)
+                  and v.producer is not None}
+    for st in steps:
+        for n in st.group.nodes:
+            for v in n.outputs:
+                if id(v) in arena_kind:
+                    owner_start[id(v)] = st.index
+                    owner_end[id(v)] = max(live_end.get(id(v), st.index), st.index)
+        if not (in_place and reuse_memory and st.native and not st.alias):
+            continue
+        low, _ = lowering_for(st.group)
+        ins = st.group.inputs
+        for k_out, j_in in low.in_place(st.group):
+            if k_out in st.in_place or j_in in st.in_place.values():
+                continue
+            o, v = st.group.outputs[k_out], ins[j_in]
+            r = root_of(v)
+            if id(o) not in arena_kind or id(r) not in arena_kind or id(r) in input_index:
+                continue
+            rep = owner.get(id(r), r)
+            if owner_end[id(rep)] != st.index or owner_start[id(rep)] >= st.index:
+                continue  # the input's buffer is read later (or a graph output)
+            if any(u is not v and root_of(u) is r for u in ins):
+                continue  # another operand views the same buffer: two pointers to one address
+            if o.type.nbytes != r.type.nbytes:
+                continue
+            owner[id(o)] = rep
+            owner_end[id(rep)] = max(owner_end[id(rep)], owner_end.pop(id(o)))
+            owner_start.pop(id(o))
+            st.in_place[k_out] = j_in
+
     # 3. kernels
     for st in steps:
         if not st.native or st.alias:
             continue
         name = f"k{st.index}_{'_'.join(st.group.ops)}"
         k = KernelBuilder(services, name, st.group)
+        k.in_place = dict(st.in_place)
         low, _ = lowering_for(st.group)
         low.emit(k, st.group)
         k.finish()
@@ -225,29 +295,33 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
                 add_weight(id(s.array), s.array)
 
     # 5. the arena: every other value native code touches, and each kernel's scratch
-    last = len(steps)
-    live_end: dict[int, int] = {}
-    for st in steps:
-        for v in st.group.inputs:
-            live_end[id(root_of(v))] = max(live_end.get(id(root_of(v)), -1), st.index)
-    for v in graph.outputs:
-        live_end[id(root_of(v))] = last
     buffers: list[Buffer] = []
     arena_value: dict[int, Buffer] = {}
+    naive = 0
+    outputs = {id(root_of(v)) for v in graph.outputs}
     for st in steps:
         for n in st.group.nodes:
             for v in n.outputs:
-                if id(v) not in native_values or id(v) in root:
+                if id(v) not in arena_kind:
                     continue
-                if not _bufferable(v):
-                    continue
-                end = live_end.get(id(v), st.index)
-                buf = Buffer(f"%{n.name or n.op.name}:{v.index}", v.type.nbytes or 0, st.index, max(end, st.index))
-                buffers.append(buf)
+                naive += _align(max(v.type.nbytes or 0, 1))
+                label = f"%{n.name or n.op.name}:{v.index}"
+                if id(v) in owner:  # in place: the input's buffer, living on
+                    buf = arena_value[id(owner[id(v)])]
+                    buf.end = max(buf.end, owner_end[id(owner[id(v)])])
+                    buf.values.append(label)
+                    if id(v) in outputs:
+                        buf.kind = "output"
+                else:
+                    end = owner_end[id(v)]
+                    buf = Buffer(label, v.type.nbytes or 0, st.index, end,
+                                 kind="output" if id(v) in outputs else "value")
+                    buffers.append(buf)
                 arena_value[id(v)] = buf
         if st.scratch_bytes:
-            buf = Buffer(f"scratch of {st.kernel}", st.scratch_bytes, st.index, st.index)
+            buf = Buffer(f"scratch of {st.kernel}", st.scratch_bytes, st.index, st.index, kind="scratch")
             buffers.append(buf)
+            naive += _align(st.scratch_bytes)
             arena_value[-(st.index + 1)] = buf
     arena_bytes = plan_arena(buffers, ALIGN, reuse=reuse_memory)
     for key, buf in arena_value.items():
@@ -280,7 +354,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
             segments.append([])
     if not segments[-1] and len(segments) > 1:
         segments.pop()
-    prog = Program("", steps, segments, places, weights, wbytes, arena_bytes, buffers, graph)
+    prog = Program("", steps, segments, places, weights, wbytes, arena_bytes, buffers, graph, naive_bytes=naive)
     if not any(st.native and not st.alias for st in steps):
         prog.segments = segments = []  # nothing to run natively: no library at all
     for j, seg in enumerate(segments):

@@ -219,6 +219,10 @@ class KernelBuilder:
         self._ptrs: dict[int, ir.Value] = {}
         self._trampolines: list[ir.Function] = []
         self.scratch_bytes = 0
+        #: (output index, input index) pairs of ``group`` the program builder gave one buffer (the
+        #: lowering offered them in ``Lowering.in_place``): the kernel must ask ``ptr`` for the input
+        #: only and write the output through it, since two slots of one address break ``noalias``
+        self.in_place: dict[int, int] = {}
 
     # -- buffers -------------------------------------------------------------------------------
     def _slot_ptr(self, j: int) -> ir.Value:
@@ -358,6 +362,12 @@ class Lowering:
 
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         raise NotImplementedError
+
+    def in_place(self, group: KernelGroup) -> list[tuple[int, int]]:
+        """(output index, input index) pairs of ``group`` that ``emit`` can compute in place: the
+        output written over the input's buffer (same size). The program builder applies a pair when
+        the input dies in this kernel and tells ``emit`` through ``k.in_place``. Default: none."""
+        return []
 
 
 def dtype_reason(values: Sequence[Value | None], allowed=(DType.f32,)) -> str | None:

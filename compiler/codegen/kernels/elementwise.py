@@ -41,9 +41,19 @@ class Elementwise(Lowering):
     #: elements per parallel task at least (smaller kernels run on the calling thread)
     PARALLEL_MIN = 1 << 15
 
+    def in_place(self, group: KernelGroup) -> list[tuple[int, int]]:
+        """Any output may overwrite an input of its shape and type (each point reads all its inputs
+        before it writes), in order of preference; the program builder picks at most one input per
+        output and one output per input."""
+        return [(k, j) for k, o in enumerate(group.outputs) for j, v in enumerate(group.inputs)
+                if v.const is None and tuple(v.shape) == tuple(o.shape) and v.type.dtype is o.type.dtype]
+
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        # emit_elementwise numbers the inputs it takes pointers for (group inputs less inlined scalars)
+        ptr_inputs = [j for j, v in enumerate(group.inputs) if not _is_inlined(v, True)]
+        in_place = {out: ptr_inputs.index(j) for out, j in k.in_place.items()}
         kern = emit_elementwise(k.module, group.nodes, f"{k.name}.loop", outputs=group.outputs,
-                                math_lib=k.math)
+                                math_lib=k.math, in_place=in_place)
         fn = k.module.globals[kern.name]
         fn.linkage = "internal"
         n = group.outputs[0].type.numel
@@ -54,8 +64,8 @@ class Elementwise(Lowering):
             b = k.b
             args = [b.gep(k.ptr(v), [b.mul(begin, c64(kern.loops.strides[j][0]))], inbounds=True, source_etype=F32)
                     for j, v in enumerate(kern.inputs)]
-            args += [b.gep(k.ptr(v), [b.mul(begin, c64(inner))], inbounds=True, source_etype=F32)
-                     for v in kern.outputs]
+            args += [b.gep(k.ptr(kern.outputs[o]), [b.mul(begin, c64(inner))], inbounds=True, source_etype=F32)
+                     for o in kern.pointer_outputs]
             b.call(fn, args + [b.mul(b.sub(end, begin), c64(inner))])
 
 
