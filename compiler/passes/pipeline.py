@@ -2,7 +2,7 @@
 
     -O0  infer-shapes
     -O1  + fold-constants · canonicalize · eliminate-common-subexpressions · eliminate-dead
-    -O2  + fold-batchnorm · fold-scale-bias, then clean up again          (the default)
+    -O2  + fold-batchnorm · fold-scale-bias, then clean up again · schedule-memory   (the default)
     -O3  as -O2 (later issues add aggressive rewrites here)
 
 Later issues append fusion, quantization, device splitting, memory planning and lowering.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .manager import Pass
 from .options import CompileOptions
+from .schedule import ScheduleForMemory
 from .simplify.canonicalize import Canonicalize
 from .simplify.cse import EliminateCommonSubexpressions
 from .simplify.dce import EliminateDead
@@ -26,7 +27,8 @@ def pipeline(opts: CompileOptions) -> list[Pass]:
                    EliminateCommonSubexpressions(), EliminateDead()]
     if opts.opt_level >= 2:
         passes += [FoldBatchNorm(), FoldScaleBias(), FoldConstants(opts.fold_limit_bytes),
-                   Canonicalize(max_rounds=opts.max_rewrite_rounds), EliminateDead()]
+                   Canonicalize(max_rounds=opts.max_rewrite_rounds), EliminateDead(),
+                   ScheduleForMemory()]  # last: a topological order with a lower peak of live bytes
     return passes
 
 

@@ -80,7 +80,7 @@ def test_check_names_a_planted_wrong_pass(cnn, capsys):
     code = main(["dump", cnn, "--check", "--extra-pass", "tests.cli.planted:SkewFirstWeights"])
     out = capsys.readouterr().out
     assert code == 1
-    assert "FAIL: pass 11 'planted-wrong-pass' changed the outputs beyond tolerance" in out
+    assert "FAIL: pass 12 'planted-wrong-pass' changed the outputs beyond tolerance" in out
     assert "<-- first pass beyond tolerance" in out
 
 
