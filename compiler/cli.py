@@ -17,6 +17,7 @@ examples:
   kiln dump model.onnx --print-after-all --dump-dir stages/   # stages/NN-<pass>.kir + summary.txt
   kiln dump model.onnx --dump-dir stages/ --format dot        # Graphviz per stage (SVG with graphviz)
   kiln dump model.onnx --check                      # which pass changes the outputs?
+  kiln dump light:resnet50 --memory-plan plan.svg   # the arena plan: offset x schedule step
   kiln run stages/05-fold-batchnorm.kir             # run one dumped stage
 """
 
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="print the pass summary (and --check report) as JSON")
     d.add_argument("--list-passes", action="store_true", help="list the passes of -O N and exit")
     d.add_argument("--output", "-o", metavar="FILE", help="write the final IR here instead of printing it")
+    d.add_argument("--memory-plan", metavar="FILE.svg",
+                   help="build the program (no LLVM compile) and draw its arena plan, offset x schedule step, "
+                        "as an SVG (docs/memory.md)")
     d.set_defaults(func=cmd_dump)
     return p
 
@@ -242,19 +246,39 @@ def cmd_dump(args) -> int:
         else:
             DumpIR(os.path.dirname(os.path.abspath(args.output)) or ".", args.format).write(0, "final", graph)
         print(f"wrote {args.output}", file=sys.stderr)
+    if args.memory_plan:
+        write_memory_plan(graph, args.memory_plan, args.model)
     if args.json:
         doc = {"passes": result.to_json()}
         if checker:
             doc["check"] = checker.report.to_json()
         print(json.dumps(doc, indent=2))
     else:
-        if not (args.print_after_all or args.print_after or args.output or args.dump_dir or checker):
+        if not (args.print_after_all or args.print_after or args.output or args.dump_dir or checker
+                or args.memory_plan):
             sys.stdout.write(print_graph(graph))
         if args.dump_dir or checker:
             print(result.summary())
         if checker:
             print(checker.report.text())
     return 1 if checker and checker.report.first_bad else 0
+
+
+def write_memory_plan(graph, path: str, title: str) -> dict:
+    """Build ``graph``'s program for this CPU and write its arena plan as an SVG; returns the figures."""
+    from .codegen.llvm.target import host_target
+    from .codegen.plan import plan_svg
+    from .codegen.program import build_program
+
+    prog = build_program(graph, host_target())
+    figures = prog.memory_summary()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(plan_svg(prog.buffers, prog.arena_bytes, figures, title=title))
+    lb = figures["lower_bound_bytes"]
+    print(f"wrote {path}: {len(prog.buffers)} buffers, arena {figures['arena_bytes']} B = "
+          f"{figures['arena_over_lower_bound']:.3f} x lower bound {lb} B, naive {figures['naive_bytes']} B",
+          file=sys.stderr)
+    return figures
 
 
 def main(argv=None) -> int:
