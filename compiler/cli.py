@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--verify", action="store_true", help="run the IR verifier after every pass")
     d.add_argument("--json", action="store_true", help="print the pass summary (and --check report) as JSON")
     d.add_argument("--list-passes", action="store_true", help="list the passes of -O N and exit")
+    d.add_argument("--explain-fusion", action="store_true",
+                   help="say, for each pair of adjacent ops, whether the fuse pass put them in one kernel and "
+                        "why not (pattern, shared producer, cycle, limit)")
     d.add_argument("--output", "-o", metavar="FILE", help="write the final IR here instead of printing it")
     d.add_argument("--memory-plan", metavar="FILE.svg",
                    help="build the program (no LLVM compile) and draw its arena plan, offset x schedule step, "
@@ -200,6 +203,20 @@ def load_pass(spec: str):
     return p
 
 
+def explain_fusion(passes) -> None:
+    """Every pair of adjacent nodes the fusion pass looked at: fused, or why not."""
+    from .passes.fuse import FuseKernels
+
+    fuse = next((p for p in passes if isinstance(p, FuseKernels)), None)
+    if fuse is None:
+        raise KilnError("--explain-fusion: the pipeline has no fuse pass (it runs at -O2 and -O3; was it disabled?)")
+    fused = [d for d in fuse.decisions if d.fused]
+    refused = [d for d in fuse.decisions if not d.fused]
+    print(f"fusion: {len(fused)} pair(s) fused, {len(refused)} adjacent pair(s) left apart")
+    for d in fuse.decisions:
+        print(("  fused      " if d.fused else "  not fused  ") + d.text().split(": ", 1)[0] + ": " + d.reason)
+
+
 def cmd_dump(args) -> int:
     import json
     import os
@@ -248,6 +265,8 @@ def cmd_dump(args) -> int:
         print(f"wrote {args.output}", file=sys.stderr)
     if args.memory_plan:
         write_memory_plan(graph, args.memory_plan, args.model)
+    if args.explain_fusion:
+        explain_fusion(passes)
     if args.json:
         doc = {"passes": result.to_json()}
         if checker:
@@ -255,7 +274,7 @@ def cmd_dump(args) -> int:
         print(json.dumps(doc, indent=2))
     else:
         if not (args.print_after_all or args.print_after or args.output or args.dump_dir or checker
-                or args.memory_plan):
+                or args.memory_plan or args.explain_fusion):
             sys.stdout.write(print_graph(graph))
         if args.dump_dir or checker:
             print(result.summary())

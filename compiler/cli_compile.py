@@ -53,6 +53,8 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     c.add_argument("--strict", action="store_true",
                    help="fail if any node has no native code instead of running it in the interpreter")
     c.add_argument("--verify", action="store_true", help="run the IR verifier after every pass")
+    c.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
+                   help="skip this pass (repeatable; e.g. --disable-pass fuse; see `kiln dump --list-passes`)")
     c.add_argument("--json", action="store_true", help="print the compile summary as JSON")
     c.set_defaults(func=cmd_compile)
 
@@ -105,7 +107,8 @@ def cmd_compile(args) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FallbackWarning)
         exe = compile(args.model, args.opt_level, _shapes(args.input_shape), output=args.output,
-                      target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings)
+                      target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings,
+                      disabled_passes=args.disable_pass)
     summary = summarize(exe.manifest, args.output)
     summary["compile_seconds"] = {k: round(v, 3) for k, v in timings.items()}
     if args.json:
@@ -117,7 +120,7 @@ def cmd_compile(args) -> int:
         print(f"compiled {args.model} -> {args.output} in {timings['total']:.2f} s "
               f"(passes {timings['passes']:.2f}, codegen {timings['codegen']:.2f}, "
               f"LLVM + link {timings['llvm_and_link']:.2f})")
-        print(f"  {summary['kernels']} kernels, {summary['views']} views, {len(summary['fallback'])} fallback node(s)")
+        print(f"  {summary['kernels']} kernel(s), {summary['views']} view(s), {len(summary['fallback'])} fallback node(s)")
         print(f"  {memory_line(m)}")
     return 0
 

@@ -56,6 +56,9 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     if isinstance(model, Graph) and opts.input_shapes:
         pass  # InferShapes applies them
     t1 = time.perf_counter()
+    from .passes.pipeline import all_pass_names
+
+    opts.check_pass_names(all_pass_names())
     passes = [p for p in pipeline(opts) if p.name not in opts.disabled_passes]
     PassManager(passes, [Verify()] if verify else []).run(graph)
     t2 = time.perf_counter()
@@ -63,7 +66,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     prog = build_program(graph, target, fallback=fallback)
     t3 = time.perf_counter()
     if prog.fallback_steps:
-        ops = sorted({s.group.node.op.name for s in prog.fallback_steps})
+        ops = sorted({s.node.op.name for s in prog.fallback_steps})
         warnings.warn(f"{len(prog.fallback_steps)} node(s) run in the reference interpreter (no native code): "
                       f"{', '.join(ops)}; `kiln inspect` lists them with reasons", FallbackWarning, stacklevel=3)
     owner = None
@@ -162,7 +165,7 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
             kernels.append({"name": st.kernel, "ops": st.group.ops, "lowering": st.lowering,
                             "nodes": [n.name or "" for n in st.group.nodes], "flops": int(flops),
                             "bytes": int(bytes_), "scratch_bytes": st.scratch_bytes})
-    fallback = [{"op": s.group.node.op.name, "node": s.group.node.name or "", "index": index[id(s.group.node)],
+    fallback = [{"op": s.node.op.name, "node": s.node.name or "", "index": index[id(s.node)],
                  "reason": s.reason} for s in prog.fallback_steps]
     views = sum(1 for s in prog.steps if s.native and s.alias)
     return {

@@ -34,6 +34,7 @@ from .kernels import KernelBuilder, KernelGroup, Services, lowering_for
 from .kernels.base import ALIGN, I32, PTR, VOID, c64
 from .llvm.elementwise import new_module
 from .llvm.target import Target
+from .llvm.toolchain import CodegenError
 from .plan import Buffer, plan_arena
 
 
@@ -72,6 +73,9 @@ class Step:
     slot_places: list = field(default_factory=list)
     #: (output index, input index) pairs of the group computed in place (one buffer)
     in_place: dict = field(default_factory=dict)
+    #: the graph node (a ``kiln.Kernel`` for a fused group): its inputs and results are the values
+    #: the step reads and writes in the graph (``group`` holds the body's own values)
+    node: Node | None = None
 
 
 @dataclass
@@ -131,7 +135,7 @@ class Program:
                 if st.index in seg_start:
                     out.append({"native": self.segment_name(seg_start[st.index])})
                 continue
-            n = st.group.node
+            n = st.node
             refs = []
             for pos, v in enumerate(n.inputs):
                 if v is None:
@@ -163,8 +167,9 @@ def _bufferable(v: Value) -> bool:
 
 
 def form_groups(graph: Graph) -> list[KernelGroup]:
-    """The kernel groups in schedule order: one node each (the fusion pass makes larger ones)."""
-    return [KernelGroup.of([n]) for n in graph.nodes]
+    """The kernel groups in schedule order: one per node; a ``kiln.Kernel`` node (made by the fusion
+    pass) stands for the group of the nodes in its body."""
+    return [KernelGroup.of_node(n) for n in graph.nodes]
 
 
 def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_memory: bool = True,
@@ -182,21 +187,21 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
 
     # 1. groups and their lowerings
     steps: list[Step] = []
-    for i, group in enumerate(form_groups(graph)):
+    for i, (node, group) in enumerate(zip(graph.nodes, form_groups(graph))):
         low, why = (None, "its op holds a subgraph (control flow)") if _has_subgraph(group) else lowering_for(group)
         if low is None:
             if not fallback:
                 raise UnsupportedError(f"{group.describe()}: no native code: {why} (strict mode: fallback=False)")
-            steps.append(Step(i, group, native=False, reason=why))
+            steps.append(Step(i, group, native=False, reason=why, node=node))
         else:
-            steps.append(Step(i, group, native=True, lowering=type(low).__name__, alias=low.alias))
+            steps.append(Step(i, group, native=True, lowering=type(low).__name__, alias=low.alias, node=node))
 
     # 2. places
     places: dict[int, Place] = {}
     native_values: dict[int, Value] = {}
     for st in steps:
         if st.native:
-            for v in st.group.inputs + tuple(o for n in st.group.nodes for o in n.outputs):
+            for v in _reads(st) + list(st.node.outputs):
                 native_values[id(v)] = v
     input_index = {id(v): k for k, v in enumerate(graph.inputs)}
     for key, v in native_values.items():
@@ -218,7 +223,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     last = len(steps)
     live_end: dict[int, int] = {}
     for st in steps:
-        for v in st.group.inputs:
+        for v in _reads(st):
             live_end[id(root_of(v))] = max(live_end.get(id(root_of(v)), -1), st.index)
     for v in graph.outputs:
         live_end[id(root_of(v))] = last
@@ -231,11 +236,10 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
                   if id(v) not in input_index and id(v) not in root and v.const is None and _bufferable(v)
                   and v.producer is not None}
     for st in steps:
-        for n in st.group.nodes:
-            for v in n.outputs:
-                if id(v) in arena_kind:
-                    owner_start[id(v)] = st.index
-                    owner_end[id(v)] = max(live_end.get(id(v), st.index), st.index)
+        for v in st.node.outputs:
+            if id(v) in arena_kind:
+                owner_start[id(v)] = st.index
+                owner_end[id(v)] = max(live_end.get(id(v), st.index), st.index)
         if not (in_place and reuse_memory and st.native and not st.alias):
             continue
         low, _ = lowering_for(st.group)
@@ -243,14 +247,14 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
         for k_out, j_in in low.in_place(st.group):
             if k_out in st.in_place or j_in in st.in_place.values():
                 continue
-            o, v = st.group.outputs[k_out], ins[j_in]
+            o, v = st.group.outer_of(st.group.outputs[k_out]), st.group.outer_of(ins[j_in])
             r = root_of(v)
             if id(o) not in arena_kind or id(r) not in arena_kind or id(r) in input_index:
                 continue
             rep = owner.get(id(r), r)
             if owner_end[id(rep)] != st.index or owner_start[id(rep)] >= st.index:
                 continue  # the input's buffer is read later (or a graph output)
-            if any(u is not v and root_of(u) is r for u in ins):
+            if any(u is not v and root_of(u) is r for u in map(st.group.outer_of, ins)):
                 continue  # another operand views the same buffer: two pointers to one address
             if o.type.nbytes != r.type.nbytes:
                 continue
@@ -300,24 +304,24 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     naive = 0
     outputs = {id(root_of(v)) for v in graph.outputs}
     for st in steps:
-        for n in st.group.nodes:
-            for v in n.outputs:
-                if id(v) not in arena_kind:
-                    continue
-                naive += _align(max(v.type.nbytes or 0, 1))
-                label = f"%{n.name or n.op.name}:{v.index}"
-                if id(v) in owner:  # in place: the input's buffer, living on
-                    buf = arena_value[id(owner[id(v)])]
-                    buf.end = max(buf.end, owner_end[id(owner[id(v)])])
-                    buf.values.append(label)
-                    if id(v) in outputs:
-                        buf.kind = "output"
-                else:
-                    end = owner_end[id(v)]
-                    buf = Buffer(label, v.type.nbytes or 0, st.index, end,
-                                 kind="output" if id(v) in outputs else "value")
-                    buffers.append(buf)
-                arena_value[id(v)] = buf
+        n = st.node
+        for v in n.outputs:
+            if id(v) not in arena_kind:
+                continue
+            naive += _align(max(v.type.nbytes or 0, 1))
+            label = f"%{n.name or n.op.name}:{v.index}"
+            if id(v) in owner:  # in place: the input's buffer, living on
+                buf = arena_value[id(owner[id(v)])]
+                buf.end = max(buf.end, owner_end[id(owner[id(v)])])
+                buf.values.append(label)
+                if id(v) in outputs:
+                    buf.kind = "output"
+            else:
+                end = owner_end[id(v)]
+                buf = Buffer(label, v.type.nbytes or 0, st.index, end,
+                             kind="output" if id(v) in outputs else "value")
+                buffers.append(buf)
+            arena_value[id(v)] = buf
         if st.scratch_bytes:
             buf = Buffer(f"scratch of {st.kernel}", st.scratch_bytes, st.index, st.index, kind="scratch")
             buffers.append(buf)
@@ -341,7 +345,12 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     for st in steps:
         for sl in st.slots:
             if sl.kind == "value":
-                st.slot_places.append(places.get(id(sl.value)) or places[id(root_of(sl.value))])
+                place = places.get(id(sl.value)) or places.get(id(root_of(sl.value)))
+                if place is None:
+                    raise CodegenError(f"{st.group.describe()}: the lowering {st.lowering} asked for {sl.value}, "
+                                       f"which has no buffer (a value inside a fused kernel: use KernelBuilder.share "
+                                       f"or scratch)")
+                st.slot_places.append(place)
             elif sl.kind == "weight":
                 st.slot_places.append(Place("weight", weight_at[id(sl.array)]))
             else:
@@ -363,6 +372,11 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     prog.uses_gemm, prog.gemm_cfg = services.uses_gemm, services.gemm_cfg
     prog.uses_parallel = services.uses_parallel
     return prog
+
+
+def _reads(st: Step) -> list[Value]:
+    """The graph values a step reads (a fused kernel's body constants are its own)."""
+    return [v for v in st.node.inputs if v is not None]
 
 
 def _has_subgraph(group: KernelGroup) -> bool:

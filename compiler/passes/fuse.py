@@ -232,4 +232,5 @@ class FuseKernels(Pass):
             outline(graph, g, i)
         if groups:
             _toposort(graph)
+            graph.remove_unused_constants()  # the kernels' bodies hold the constants they read
         return bool(groups)

@@ -25,6 +25,8 @@ class CompileOptions:
     verify: bool = False
     #: the rewrite driver gives up after this many rounds over the graph (loop guard)
     max_rewrite_rounds: int = 50
+    #: the fusion pass puts at most this many ops in one kernel
+    max_fused_ops: int = 32
 
     def __post_init__(self):
         if self.opt_level not in (0, 1, 2, 3):
@@ -33,6 +35,8 @@ class CompileOptions:
         object.__setattr__(self, "input_shapes", {k: tuple(v) for k, v in dict(self.input_shapes).items()})
         if self.fold_limit_bytes < 0:
             raise OptionError("fold_limit_bytes must be >= 0")
+        if self.max_fused_ops < 1:
+            raise OptionError(f"max_fused_ops must be >= 1, got {self.max_fused_ops}")
 
     @classmethod
     def valid_names(cls) -> list[str]:

@@ -2,13 +2,15 @@
 
     -O0  infer-shapes
     -O1  + fold-constants · canonicalize · eliminate-common-subexpressions · eliminate-dead
-    -O2  + fold-batchnorm · fold-scale-bias, then clean up again · schedule-memory   (the default)
+    -O2  + fold-batchnorm · fold-scale-bias, then clean up again · fuse · schedule-memory  (the default)
     -O3  as -O2 (later issues add aggressive rewrites here)
 
-Later issues append fusion, quantization, device splitting, memory planning and lowering.
+``fuse`` groups nodes into ``kiln.Kernel`` nodes (one native kernel each); later issues add
+quantization and device splitting.
 """
 from __future__ import annotations
 
+from .fuse import FuseKernels
 from .manager import Pass
 from .options import CompileOptions
 from .schedule import ScheduleForMemory
@@ -28,6 +30,7 @@ def pipeline(opts: CompileOptions) -> list[Pass]:
     if opts.opt_level >= 2:
         passes += [FoldBatchNorm(), FoldScaleBias(), FoldConstants(opts.fold_limit_bytes),
                    Canonicalize(max_rounds=opts.max_rewrite_rounds), EliminateDead(),
+                   FuseKernels(max_ops=opts.max_fused_ops),  # kiln.Kernel nodes: one native kernel each
                    ScheduleForMemory()]  # last: a topological order with a lower peak of live bytes
     return passes
 

@@ -14,7 +14,8 @@ arena memory, graph outputs live to the end) and tries:
 
 It keeps the order with the lowest peak, and the current one unless another is strictly lower,
 so it never makes the peak worse and running it twice changes nothing. Graphs holding control flow
-(subgraphs may read outer values that are not node inputs) are left as they are.
+(subgraphs may read outer values that are not node inputs) are left as they are; fused kernels
+(``kiln.Kernel``, whose bodies read only their inputs) are scheduled like any node.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from typing import Sequence
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import shape as sh
 from ..ir.ops.base import graph_fields
+from ..ir.ops.kernel import Kernel
 from ..ir.types import TensorType
 from .manager import Pass
 
@@ -137,7 +139,7 @@ class ScheduleForMemory(Pass):
         self.report: dict[str, int] = {}
 
     def run(self, graph: Graph) -> bool:
-        if any(graph_fields(type(n.op)) for n in graph.nodes):
+        if any(graph_fields(type(n.op)) and not isinstance(n.op, Kernel) for n in graph.nodes):
             self.report = {"refused": 1}
             return False  # bodies may read outer values that are not node inputs
         model = _Model(graph)

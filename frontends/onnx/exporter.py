@@ -8,6 +8,7 @@ from onnx import helper, numpy_helper
 
 from compiler.errors import UnsupportedError
 from compiler.ir.graph import Graph, Value
+from compiler.ir.ops.kernel import Kernel
 from compiler.ir.types import DType, OptionalType, SequenceType, TensorType
 
 #: the lowest opset an exported model declares: every op's IR form is valid from here on
@@ -97,7 +98,8 @@ def _captures(op) -> int:
 def export_model(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
     """An ONNX model computing the same as ``graph`` (checked by onnx.checker in the tests).
 
-    A control-flow body becomes a GraphProto attribute; its capture inputs (the IR's explicit form of
+    A fused ``kiln.Kernel`` is written as the nodes of its body, inline. A control-flow body becomes
+    a GraphProto attribute; its capture inputs (the IR's explicit form of
     the outer values a body reads) become references to the outer values' names again, as ONNX
     requires. Names are unique across the model and its subgraphs."""
     names: dict[Value, str] = {}
@@ -124,6 +126,16 @@ def export_model(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
     def export_nodes(g: Graph) -> list[onnx.NodeProto]:
         nodes = []
         for n in g.nodes:
+            if isinstance(n.op, Kernel):  # a fused kernel: ONNX has none, so its nodes go inline
+                body = n.op.body
+                for inner, v in zip(body.inputs, n.inputs):
+                    names[inner] = name_of(v)
+                for inner, v in zip(body.outputs, n.outputs):
+                    names.setdefault(inner, name_of(v))
+                nodes += [helper.make_node("Constant", [], [name_of(c)], value=_array_to_tensor(c.const, name_of(c)))
+                          for c in body.constants]
+                nodes += export_nodes(body)
+                continue
             if n.op.domain:
                 domains[n.op.domain] = max(domains.get(n.op.domain, 1), n.op.since)
             caps = _captures(n.op)

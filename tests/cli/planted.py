@@ -10,10 +10,11 @@ class SkewFirstWeights(Pass):
     name = "planted-wrong-pass"
 
     def run(self, graph):
-        weights = [c for c in graph.constants if c.dtype.is_float]
+        # the graph's constants and those of fused kernels' bodies (where -O2 moves the weights)
+        weights = [(g, c) for g in [graph] + graph.subgraphs() for c in g.constants if c.dtype.is_float]
         if not weights:
             return False
-        c = max(weights, key=lambda c: c.const.size)
-        c.replace_all_uses_with(graph.add_constant(c.const * c.const.dtype.type(1.01), name=c.name))
-        graph.remove_unused_constants()
+        g, c = max(weights, key=lambda gc: gc[1].const.size)
+        c.replace_all_uses_with(g.add_constant(c.const * c.const.dtype.type(1.01), name=c.name))
+        g.remove_unused_constants()
         return True

@@ -86,7 +86,8 @@ def _check_model(spec):
     assert all(p.where in offsets for p in prog.places.values() if p.kind == "arena")
     for st in prog.steps:
         for k, j in st.in_place.items():
-            assert prog.places[id(st.group.outputs[k])] == prog.places[id(st.group.inputs[j])]
+            g = st.group
+            assert prog.places[id(g.outer_of(g.outputs[k]))] == prog.places[id(g.outer_of(g.inputs[j]))]
 
 
 @pytest.mark.parametrize("spec", SUITE)
@@ -178,7 +179,8 @@ def test_in_place_never_changes_results(tmp_path):
 @pytest.mark.slow
 def test_in_place_never_changes_a_suite_models_results(tmp_path):
     g = load_graph("light:squeezenet")
-    PassManager(pipeline(CompileOptions())).run(g)
+    # unfused, so that the Relus are kernels of their own and run in place
+    PassManager([p for p in pipeline(CompileOptions()) if p.name != "fuse"]).run(g)
     x = np.random.default_rng(0).standard_normal([int(d) for d in g.inputs[0].shape]).astype(np.float32)
     feeds = {g.inputs[0].name: x}
     prog = build_program(g, host_target())

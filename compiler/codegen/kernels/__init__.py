@@ -8,17 +8,22 @@ from __future__ import annotations
 from .base import KernelBuilder, KernelGroup, Lowering, Services
 from .convert import LOWERINGS as CONVERT_LOWERINGS
 from .data import LOWERINGS as DATA_LOWERINGS
-from .elementwise import Elementwise, View
 from .conv import Conv
+from .elementwise import Elementwise, View
+from .epilogue import Epilogue
 from .linalg import Gemm, MatMul
 from .norm import LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
 from .reduce import Reduce
 
 #: every lowering, in the order they are consulted
-ALL: tuple[Lowering, ...] = (View(), Elementwise(), Gemm(), MatMul(), Conv(), Pool(), GlobalPool(), Reduce(), Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS, *CONVERT_LOWERINGS)
+_GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
+ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), Softmax(),
+                             LayerNorm(), Lrn(), *DATA_LOWERINGS, *CONVERT_LOWERINGS,
+                             Epilogue((_GEMM, _MATMUL, _CONV)))
 
-LOWERINGS: dict[type, Lowering] = {op: low for low in ALL for op in low.ops}
+#: op class -> the first lowering that takes it alone (Epilogue, last, also lists the ops it fuses)
+LOWERINGS: dict[type, Lowering] = {op: low for low in reversed(ALL) for op in low.ops}
 
 
 def lowering_for(group: KernelGroup) -> tuple[Lowering | None, str | None]:
@@ -28,12 +33,13 @@ def lowering_for(group: KernelGroup) -> tuple[Lowering | None, str | None]:
     if not candidates:
         missing = sorted(k.__name__ for k in kinds if k not in LOWERINGS)
         return None, f"no native lowering for {', '.join(missing) or 'this combination of ops'}"
-    reason = None
+    reasons = []
     for low in candidates:
         reason = low.check(group)
         if reason is None:
             return low, None
-    return None, reason
+        reasons.append(reason)
+    return None, reasons[0]  # the first candidate's: the most specific lowering for the group
 
 
 __all__ = ["ALL", "LOWERINGS", "KernelBuilder", "KernelGroup", "Lowering", "Services", "lowering_for"]

@@ -74,9 +74,29 @@ class KernelGroup:
     nodes: tuple[Node, ...]
     inputs: tuple[Value, ...]
     outputs: tuple[Value, ...]
+    #: for the body of a ``kiln.Kernel`` node: id(body input or result) -> the graph's value there
+    #: (``KernelBuilder.ptr`` resolves through it, so lowerings only ever see body values)
+    outer: dict = field(default_factory=dict)
 
     @staticmethod
-    def of(nodes: Sequence[Node]) -> "KernelGroup":
+    def of_node(node: Node) -> "KernelGroup":
+        """The group a graph node stands for: the body of a ``kiln.Kernel``, else the node alone."""
+        from ...ir.ops.kernel import Kernel
+
+        if not isinstance(node.op, Kernel):
+            return KernelGroup.of([node])
+        body = node.op.body
+        group = KernelGroup.of(body.nodes, outputs=body.outputs)
+        outer = {id(b): o for b, o in zip(body.inputs, node.inputs)}
+        outer.update({id(b): o for b, o in zip(body.outputs, node.outputs)})
+        return KernelGroup(group.nodes, group.inputs, group.outputs, outer)
+
+    def outer_of(self, v: Value) -> Value:
+        """The graph's value for a value of the group (itself unless the group is a kernel body)."""
+        return self.outer.get(id(v), v)
+
+    @staticmethod
+    def of(nodes: Sequence[Node], outputs: Sequence[Value] | None = None) -> "KernelGroup":
         nodes = tuple(nodes)
         inside = {id(n) for n in nodes}
         produced = {id(v) for n in nodes for v in n.outputs}
@@ -85,9 +105,10 @@ class KernelGroup:
             for v in n.inputs:
                 if v is not None and id(v) not in produced and all(v is not u for u in ins):
                     ins.append(v)
-        outs = [v for n in nodes for v in n.outputs
-                if any(not (isinstance(u, Node) and id(u) in inside) for u, _ in v.uses)]
-        return KernelGroup(nodes, tuple(ins), tuple(outs or [nodes[-1].outputs[0]]))
+        if outputs is None:
+            outputs = [v for n in nodes for v in n.outputs
+                       if any(not (isinstance(u, Node) and id(u) in inside) for u, _ in v.uses)]
+        return KernelGroup(nodes, tuple(ins), tuple(outputs or [nodes[-1].outputs[0]]))
 
     @property
     def node(self) -> Node:
@@ -218,6 +239,7 @@ class KernelBuilder:
         self._slot_of: dict[int, int] = {}
         self._ptrs: dict[int, ir.Value] = {}
         self._trampolines: list[ir.Function] = []
+        self._alias: dict[int, Value] = {}
         self.scratch_bytes = 0
         #: (output index, input index) pairs of ``group`` the program builder gave one buffer (the
         #: lowering offered them in ``Lowering.in_place``): the kernel must ask ``ptr`` for the input
@@ -239,11 +261,19 @@ class KernelBuilder:
         if all(value is not v for v in self.group.inputs + self.group.outputs) and \
                 all(value is not o for n in self.group.nodes for o in n.outputs):
             raise ValueError(f"{value} is not read or written by {self.group.describe()}")
+        while id(value) in self._alias:
+            value = self._alias[id(value)]
+        value = self.group.outer_of(value)
         key = id(value)
         if key not in self._slot_of:
             self._slot_of[key] = len(self.slots)
             self.slots.append(Slot("value", value=value))
         return self._slot_ptr(self._slot_of[key])
+
+    def share(self, value: Value, with_value: Value) -> None:
+        """Let ``value`` (a result computed inside the group) live in ``with_value``'s buffer: e.g. a
+        GEMM writes its result where its epilogue then computes the group's output in place."""
+        self._alias[id(value)] = with_value
 
     def weight(self, array: np.ndarray) -> ir.Value:
         """Compile-time data (e.g. a pre-packed weight): stored in the artifact, read-only."""

@@ -28,7 +28,7 @@ def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target |
     services = Services(module, target, config_for_target(target))
     plan = []
     for i, node in enumerate(graph.nodes):
-        group = KernelGroup.of([node])
+        group = KernelGroup.of_node(node)
         low, why = lowering_for(group)
         if low is None:
             raise NotImplementedError(f"{node.describe()}: {why}")
@@ -61,10 +61,13 @@ def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target |
                 env[group.node.outputs[0]] = env[x].reshape([int(d) for d in group.node.outputs[0].shape])
                 continue
             for v in group.outputs:
-                env[v] = _aligned(np.empty([int(d) for d in v.shape], v.type.dtype.np))
+                env[group.outer_of(v)] = _aligned(np.empty([int(d) for d in v.shape], v.type.dtype.np))
             ptrs = []
             for s in k.slots:
-                if s.kind == "value":
+                if s.kind == "value" and s.value.const is not None:  # also a kernel body's constants
+                    arr = env.setdefault(s.value, np.ascontiguousarray(s.value.const))
+                    ptrs.append(arr.ctypes.data)
+                elif s.kind == "value":
                     arr = env[s.value] if s.value in env else env.setdefault(
                         s.value, _aligned(np.empty([int(d) for d in s.value.shape], s.value.type.dtype.np)))
                     ptrs.append(arr.ctypes.data)
