@@ -30,6 +30,9 @@ class GemmConfig:
     tasks_per_thread: int = 2  # dynamic scheduling granularity (more: better balance, more packing)
     max_threads: int = 64
     pool_spin: int = 300  # sched_yield polls of an idle pool thread before it sleeps on its condvar
+    #: use the artifact's shared thread pool (``kiln_parallel_for``, codegen/native/parallel.c) instead
+    #: of a pool of the GEMM's own: one set of threads for every kernel of a model
+    external_pool: bool = False
     cpu: str = ""  # LLVM target cpu ("" = generic)
     features: str = ""  # LLVM target features, e.g. "+avx2,+fma"
 

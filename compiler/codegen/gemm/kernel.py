@@ -540,17 +540,81 @@ class _GemmEmitter(PoolEmitter):
         for n, _ in self.ctx_fields:
             b.store(vals[n], self.field_ptr(b, ctx, n))
         slots = f.alloca(I8P, 2, name="slots")
-        with f.if_(b.not_(b.call(alloc, [ctx, slots])), "nomem"):
-            b.call(free, [b.bitcast(ctx, I8P)])
-            b.ret(ir.Constant(I32, 1))
-            b.position_at_end(f.block("unreachable"))
+
+        def own_buffers():  # the calling thread's packing buffers (none: C is unchanged, return 1)
+            with f.if_(b.not_(b.call(alloc, [ctx, slots])), "nomem"):
+                b.call(free, [b.bitcast(ctx, I8P)])
+                b.ret(ir.Constant(I32, 1))
+                b.position_at_end(f.block("unreachable"))
+
+        if self.cfg.external_pool:
+            self._run_on_shared_pool(f, ctx, slots, T, ntasks, alloc, run, free, own_buffers)
+        else:
+            own_buffers()
+            self._run_on_own_pool(f, ctx, slots, T, run, free, worker)
+        yield_ = _declare(self.mod, "sched_yield", I32, [])
+        # every task is taken; wait for those other threads still compute (never for a thread
+        # that has not started: it finds no task and just releases the context)
+        wait, waited = f.block("wait"), f.block("waited")
+        b.branch(wait)
+        b.position_at_end(wait)
+        d = b.load_atomic(self.field_ptr(b, ctx, "done"), "seq_cst", 8)
+        fin = b.icmp_signed(">=", d, ntasks)
+        spin = f.block("spin")
+        b.cbranch(fin, waited, spin)
+        b.position_at_end(spin)
+        b.call(yield_, [])
+        b.branch(wait)
+        b.position_at_end(waited)
+        if not self.cfg.external_pool:
+            with f.if_(b.load(self._posted), "unpost"):  # late pool threads now find no job
+                b.call(self.f_lock, [self._mutex(b)])
+                b.store(ir.Constant(I8P, None), self.g_job)
+                b.call(self.f_unlock, [self._mutex(b)])
+        b.call(release, [ctx])
+        b.ret(ir.Constant(I32, 0))
+        return fn
+
+    def _run_on_shared_pool(self, f, ctx, slots, T, ntasks, alloc, run, free, own_buffers):
+        """Each of T chunks of ``kiln_parallel_for`` (one per thread) runs the task loop with packing
+        buffers of its own; a chunk that cannot allocate leaves its tasks to the others, and should
+        tasks be left at the end the caller takes them with buffers of its own (when even those
+        cannot be had, it returns 1 with C partly computed)."""
+        b = f.b
+        pf = _declare(self.mod, "kiln_parallel_for", VOID, [I8P, I8P, I64, I32])
+        name = f"{self.p}.pooltask"
+        task = self.mod.globals.get(name)
+        if task is None:
+            task = _new_fn(self.mod, name, VOID, [(I8P, "ctx"), (I64, "begin"), (I64, "end")])
+            tf = _Fn(task)
+            tctx = tf.b.bitcast(task.args[0], self.ctx_ty.as_pointer())
+            tslots = tf.alloca(I8P, 2, name="slots")
+            with tf.if_(tf.b.call(alloc, [tctx, tslots]), "ok"):
+                a = tf.b.bitcast(tf.b.load(tf.b.gep(tslots, [c64(0)])), FP)
+                bb = tf.b.bitcast(tf.b.load(tf.b.gep(tslots, [c64(1)])), FP)
+                tf.b.call(run, [tctx, a, bb])
+                tf.b.call(free, [tf.b.bitcast(a, I8P)])
+                tf.b.call(free, [tf.b.bitcast(bb, I8P)])
+            tf.b.ret_void()
+        b.call(pf, [b.bitcast(task, I8P), b.bitcast(ctx, I8P), T, b.trunc(T, I32)])  # T = 1: inline
+        left = b.icmp_signed("<", b.load_atomic(self.field_ptr(b, ctx, "next"), "seq_cst", 8), ntasks)
+        with f.if_(left, "leftover"):
+            own_buffers()
+            abuf = b.bitcast(b.load(b.gep(slots, [c64(0)])), FP)
+            bbuf = b.bitcast(b.load(b.gep(slots, [c64(1)])), FP)
+            b.call(run, [ctx, abuf, bbuf])
+            b.call(free, [b.bitcast(abuf, I8P)])
+            b.call(free, [b.bitcast(bbuf, I8P)])
+
+    def _run_on_own_pool(self, f, ctx, slots, T, run, free, worker):
+        b = f.b
+        one = c64(1)
         wfn_ty = ir.FunctionType(I8P, [I8P])
         create = _declare(self.mod, "pthread_create", I32,
                           [I64.as_pointer(), I8P, wfn_ty.as_pointer(), I8P])
         detach = _declare(self.mod, "pthread_detach", I32, [I64])
-        yield_ = _declare(self.mod, "sched_yield", I32, [])
         tid = f.alloca(I64, name="tid")
-        posted = f.alloca(I1, name="posted")
+        posted = self._posted = f.alloca(I1, name="posted")
         b.store(ir.Constant(I1, 0), posted)
         # post the job to the pool (unless single-threaded, or the pool is busy with another
         # caller's job: then this thread computes every task itself)
@@ -585,26 +649,6 @@ class _GemmEmitter(PoolEmitter):
         b.call(run, [ctx, abuf, bbuf])
         b.call(free, [b.bitcast(abuf, I8P)])
         b.call(free, [b.bitcast(bbuf, I8P)])
-        # every task is taken; wait for those other threads still compute (never for a thread
-        # that has not started: it finds no task and just releases the context)
-        wait, waited = f.block("wait"), f.block("waited")
-        b.branch(wait)
-        b.position_at_end(wait)
-        d = b.load_atomic(self.field_ptr(b, ctx, "done"), "seq_cst", 8)
-        fin = b.icmp_signed(">=", d, ntasks)
-        spin = f.block("spin")
-        b.cbranch(fin, waited, spin)
-        b.position_at_end(spin)
-        b.call(yield_, [])
-        b.branch(wait)
-        b.position_at_end(waited)
-        with f.if_(b.load(posted), "unpost"):  # late pool threads now find no job
-            b.call(self.f_lock, [self._mutex(b)])
-            b.store(ir.Constant(I8P, None), self.g_job)
-            b.call(self.f_unlock, [self._mutex(b)])
-        b.call(release, [ctx])
-        b.ret(ir.Constant(I32, 0))
-        return fn
 
     def emit_pack_api(self, pack_a, pack_b):
         MR, NR, p = self.MR, self.NR, self.p

@@ -158,6 +158,8 @@ class Services:
         if self._sgemm is None:
             self._sgemm = ir.Function(self.module, _sgemm_type(), "kiln_sgemm")
             self.uses_gemm = True
+            if self.gemm_cfg.external_pool:  # its threads are the artifact's pool: link parallel.c
+                self.uses_parallel = True
         return self._sgemm
 
     def parallel_for(self) -> ir.Function:

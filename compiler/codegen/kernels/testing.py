@@ -25,7 +25,7 @@ def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target |
                 nthreads: int = 2) -> dict[str, np.ndarray]:
     target = target or host_target()
     module = new_module("bench", target)
-    services = Services(module, target, config_for_target(target))
+    services = Services(module, target, config_for_target(target, external_pool=True))
     plan = []
     for i, node in enumerate(graph.nodes):
         group = KernelGroup.of_node(node)
