@@ -131,7 +131,8 @@ def main(argv=None) -> int:
         f"# Kiln vs ONNX Runtime and PyTorch, {threads} thread{'s' if threads != 1 else ''}",
         "",
         f"{started:%Y-%m-%d %H:%M} UTC, Kiln {git_commit()}, {cpu_name()}. Median latency per engine over "
-        "interleaved rounds (each round runs every engine once, in rotating order), after warm-up. "
+        "interleaved rounds (each round gives every engine a turn: untimed calls for 0.1 s, then 3 timed "
+        "calls; rotating order), after warm-up. "
         "Kiln/X = Kiln's median / X's median: below 1, Kiln is faster. Only ratios from one run mean much.",
         "",
     ]

@@ -15,9 +15,10 @@
 3. checks that every peer agrees with Kiln on every output (max abs error relative to the peer's
    largest magnitude must be within ``rtol``, or the abs error within ``atol``): a ``BenchError``
    otherwise, so a wrong fast number is never reported;
-4. measures interleaved rounds: each round runs every engine once, in an order that rotates from
-   round to round, so drift on a shared machine hits every engine alike; each call starts after a
-   20 ms pause, so threads the previous engine left spinning do not slow it;
+4. measures interleaved rounds: each round runs every engine in turn, in an order that rotates
+   from round to round, so drift on a shared machine hits every engine alike; an engine's turn is
+   untimed calls for ``SETTLE_SECONDS`` (so threads the previous engine left spinning do not slow
+   it) and then ``BLOCK`` timed calls;
 5. measures the machine's sgemm peak in the same process, right after the rounds (Kiln's GEMM and NumPy's OpenBLAS,
    ``size``³ float32, best of a few runs, same threads); ``peak_gflops`` is the faster of the two.
 
@@ -308,9 +309,12 @@ def _stats(times: list[float]) -> dict:
             "mean_ms": statistics.fmean(ms), "runs": len(ms)}
 
 
-#: pause before each timed call: ONNX Runtime's and OpenBLAS's threads keep spinning for a while
-#: after a call (as Kiln's pools briefly do), which would slow whichever engine runs next on 2 cores
-SETTLE_SECONDS = 0.02
+#: an engine's turn in a round: untimed calls for SETTLE_SECONDS (at least one), then BLOCK timed
+#: calls. ONNX Runtime's threads keep spinning for tens of ms after a call (measured: 20-60 ms of
+#: CPU), as OpenBLAS's and, briefly, Kiln's do, which on 2 cores slows whichever engine runs next
+#: (Kiln's SqueezeNet: 14 ms right after ORT, 8.8 ms with ORT's spinning turned off)
+SETTLE_SECONDS = 0.1
+BLOCK = 3
 
 
 def measure(engines: Sequence[Engine], runs: int | None, warmup: int, budget: float = BUDGET_SECONDS) -> int:
@@ -334,10 +338,14 @@ def measure(engines: Sequence[Engine], runs: int | None, warmup: int, budget: fl
         for r in range(runs):
             k = r % n
             for e in list(engines[k:]) + list(engines[:k]):
-                time.sleep(SETTLE_SECONDS)  # the previous engine's spinning threads go idle first
-                t0 = time.perf_counter()
-                e.call()
-                e.times.append(time.perf_counter() - t0)
+                start = time.perf_counter()
+                e.call()  # untimed while the previous engine's threads may still be spinning
+                while time.perf_counter() - start < SETTLE_SECONDS:
+                    e.call()
+                for _ in range(BLOCK):
+                    t0 = time.perf_counter()
+                    e.call()
+                    e.times.append(time.perf_counter() - t0)
     finally:
         if gc_was:
             gc.enable()

@@ -367,7 +367,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     if not any(st.native and not st.alias for st in steps):
         prog.segments = segments = []  # nothing to run natively: no library at all
     for j, seg in enumerate(segments):
-        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg])
+        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg], services.uses_parallel)
     prog.llvm_ir = str(module)
     prog.uses_gemm, prog.gemm_cfg = services.uses_gemm, services.gemm_cfg
     prog.uses_parallel = services.uses_parallel
@@ -385,13 +385,17 @@ def _has_subgraph(group: KernelGroup) -> bool:
     return any(graph_fields(type(n.op)) for n in group.nodes)
 
 
-def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step]) -> None:
+def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool: bool = False) -> None:
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, PTR, I32]), name)
     fn.attributes.add("nounwind")
     inputs, weights, arena, nthreads = fn.args
     for a, n in zip(fn.args, ("inputs", "weights", "arena", "nthreads")):
         a.name = n
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    if wake_pool:  # threads asleep since the last call start polling while the first kernels run
+        wake = module.globals.get("kiln_parallel_wake") or ir.Function(
+            module, ir.FunctionType(VOID, [I32]), "kiln_parallel_wake")
+        b.call(wake, [nthreads])
     width = max([len(st.slots) for st in steps] + [1])
     table = b.alloca(PTR, c64(width), name="slots")
     input_ptrs: dict[int, ir.Value] = {}

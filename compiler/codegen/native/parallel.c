@@ -3,6 +3,7 @@
  *
  *   void kiln_parallel_for(void (*task)(void *ctx, int64_t begin, int64_t end), void *ctx,
  *                          int64_t n, int32_t nthreads);
+ *   void kiln_parallel_wake(int32_t nthreads);   (a forward pass starts: get the threads polling)
  *
  * runs task(ctx, b, e) over [0, n) cut into about 4 chunks per thread, on the calling thread and up
  * to nthreads - 1 pool threads, and returns when every chunk is done. Chunks are taken from an
@@ -71,6 +72,35 @@ static void *pool_worker(void *unused) {
     return 0;
 }
 
+static void start_threads(int32_t nthreads) { /* pool_mu held */
+    while (pool_threads < nthreads - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, pool_worker, 0);
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            break; /* fewer threads: the caller still does all remaining chunks */
+        pool_threads++;
+    }
+}
+
+/* Wake the pool without a job: called when a forward pass starts, so that threads asleep since the
+ * last call are polling again by the time the first parallel loop is posted (a sleeping thread takes
+ * tens to hundreds of microseconds to wake on a virtual machine). */
+void kiln_parallel_wake(int32_t nthreads) {
+    if (nthreads <= 1)
+        return;
+    if (nthreads > KILN_MAX_THREADS)
+        nthreads = KILN_MAX_THREADS;
+    pthread_mutex_lock(&pool_mu);
+    start_threads(nthreads);
+    atomic_fetch_add(&pool_generation, 1);
+    pthread_cond_broadcast(&pool_wake);
+    pthread_mutex_unlock(&pool_mu);
+}
+
 void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
     if (n <= 0)
         return;
@@ -93,17 +123,7 @@ void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
     atomic_init(&j.active, 0);
 
     pthread_mutex_lock(&pool_mu);
-    while (pool_threads < nthreads - 1) {
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&t, &attr, pool_worker, 0);
-        pthread_attr_destroy(&attr);
-        if (rc != 0)
-            break; /* fewer threads: the caller still does all remaining chunks */
-        pool_threads++;
-    }
+    start_threads(nthreads);
     pool_job = &j;
     atomic_fetch_add(&pool_generation, 1);
     pthread_cond_broadcast(&pool_wake);
