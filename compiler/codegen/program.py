@@ -183,7 +183,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     from ..errors import UnsupportedError
 
     module = new_module("kiln_model", target)
-    services = Services(module, target, config_for_target(target, external_pool=True))
+    services = Services(module, target, config_for_target(target, external_pool=True, par_min_flops=5e5))
 
     # 1. groups and their lowerings
     steps: list[Step] = []
