@@ -196,6 +196,23 @@ def _sgemm_type() -> ir.FunctionType:
     return emit_gemm(ir.Module("signature"), PRESETS["sse"]).function_type
 
 
+def _body_function(module: ir.Module, name: str, extra: list[tuple[ir.Type, str]]) -> ir.Function:
+    """``void name(ptr noalias s0, ..., s{MAX_NOALIAS-1}, ptr slots, extra...)``: where a kernel's (or a
+    parallel task's) code goes; internal and always inlined into its caller, which passes the slot
+    pointers (LLVM keeps their ``noalias`` as alias scopes when it inlines)."""
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * (MAX_NOALIAS + 1) + [t for t, _ in extra]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    fn.attributes.add("alwaysinline")
+    for j, a in enumerate(fn.args[:MAX_NOALIAS]):
+        a.name = f"s{j}"
+        a.add_attribute("noalias")
+    fn.args[MAX_NOALIAS].name = "slots"
+    for a, (_, n) in zip(fn.args[MAX_NOALIAS + 1:], extra):
+        a.name = n
+    return fn
+
+
 class KernelBuilder:
     """One kernel function under construction (see the module docstring).
 
@@ -223,14 +240,7 @@ class KernelBuilder:
         wrapper.attributes.add("noinline")
         wrapper.args[0].name, wrapper.args[1].name = "slots", "nthreads"
         self.wrapper = wrapper
-        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * (MAX_NOALIAS + 1) + [I32]), name + ".body")
-        fn.linkage = "internal"
-        fn.attributes.add("nounwind")
-        fn.attributes.add("alwaysinline")
-        for j, a in enumerate(fn.args[:MAX_NOALIAS]):
-            a.name = f"s{j}"
-            a.add_attribute("noalias")
-        fn.args[MAX_NOALIAS].name, fn.args[-1].name = "slots", "nthreads"
+        fn = _body_function(self.module, name + ".body", [(I32, "nthreads")])
         self.fn = fn
         self.f = _Fn(fn)  # its "entry" block loads slot pointers past MAX_NOALIAS, then branches to "body"
         self._body = fn.append_basic_block("body")
@@ -306,16 +316,8 @@ class KernelBuilder:
         """
         outer = (self.fn, self.f, self.b, self.nthreads, self._ptrs, self._body)
         idx = sum(1 for g in self.module.globals if g.startswith(f"{self.name}.task"))
-        task = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * (MAX_NOALIAS + 1) + [I32, I64, I64]),
-                           f"{self.name}.task{idx}")
-        task.linkage = "internal"
-        task.attributes.add("nounwind")
-        task.attributes.add("alwaysinline")
-        for j, a in enumerate(task.args[:MAX_NOALIAS]):
-            a.name = f"s{j}"
-            a.add_attribute("noalias")
-        slots_arg, nth, begin, end = task.args[MAX_NOALIAS:]
-        slots_arg.name, nth.name, begin.name, end.name = "slots", "nthreads", "begin", "end"
+        task = _body_function(self.module, f"{self.name}.task{idx}", [(I32, "nthreads"), (I64, "begin"), (I64, "end")])
+        begin, end = task.args[-2:]
         self.fn, self.f = task, _Fn(task)
         self._body = task.append_basic_block("body")
         self.b = self.f.b
