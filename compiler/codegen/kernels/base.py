@@ -252,6 +252,7 @@ class KernelBuilder:
         self._ptrs: dict[int, ir.Value] = {}
         self._trampolines: list[ir.Function] = []
         self._alias: dict[int, Value] = {}
+        self._slot_of_ptr: dict[int, int] = {}  # id(pointer value) -> its slot (for again())
         self.scratch_bytes = 0
         #: (output index, input index) pairs of ``group`` the program builder gave one buffer (the
         #: lowering offered them in ``Lowering.in_place``): the kernel must ask ``ptr`` for the input
@@ -261,12 +262,23 @@ class KernelBuilder:
     # -- buffers -------------------------------------------------------------------------------
     def _slot_ptr(self, j: int) -> ir.Value:
         if j < MAX_NOALIAS:
-            return self.fn.args[j]
-        if j not in self._ptrs:
-            eb = ir.IRBuilder(self.fn.entry_basic_block)
-            addr = eb.gep(self.fn.args[MAX_NOALIAS], [c64(j)], source_etype=PTR)
-            self._ptrs[j] = eb.load(addr, typ=PTR, name=f"slot{j}")
-        return self._ptrs[j]
+            ptr = self.fn.args[j]
+        else:
+            if j not in self._ptrs:
+                eb = ir.IRBuilder(self.fn.entry_basic_block)
+                addr = eb.gep(self.fn.args[MAX_NOALIAS], [c64(j)], source_etype=PTR)
+                self._ptrs[j] = eb.load(addr, typ=PTR, name=f"slot{j}")
+            ptr = self._ptrs[j]
+        self._slot_of_ptr[id(ptr)] = j
+        return ptr
+
+    def again(self, ptr: ir.Value) -> ir.Value:
+        """The buffer a pointer from ``ptr``/``weight``/``scratch`` stands for, in the function being
+        built now: e.g. inside ``parallel_for`` for scratch asked for before the block."""
+        j = self._slot_of_ptr.get(id(ptr))
+        if j is None:
+            raise ValueError("again() takes a pointer that ptr(), weight() or scratch() returned")
+        return self._slot_ptr(j)
 
     def ptr(self, value: Value) -> ir.Value:
         """The buffer of an input or output value of the group (dense row-major)."""
@@ -311,7 +323,8 @@ class KernelBuilder:
         The body goes into a function of its own: inside the block, ``k.b``, ``k.f``, ``k.fn`` and
         ``k.nthreads`` (1: no nested parallelism) are the task's, and ``k.ptr``/``k.weight``/``k.scratch``
         give the task's pointers. So the body must not use LLVM values made before the block (ask
-        ``k.ptr`` again inside), and scratch memory is shared by all tasks: partition it by index.
+        ``k.ptr`` again inside, or ``k.again(p)`` for a pointer got before), and scratch memory is
+        shared by all tasks: partition it by index.
         With ``count < 2 * min_per_task`` the loop runs on the calling thread (no block function).
         """
         outer = (self.fn, self.f, self.b, self.nthreads, self._ptrs, self._body)

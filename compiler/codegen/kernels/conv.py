@@ -121,14 +121,12 @@ class Conv(Lowering):
         else:
             wp, wstride, wt = k.ptr(w), mg * kk, (1 if trans else 0)
         col = None if direct else k.scratch(kk * (block * ow if chunked else p) * 4)
-        col_slot = len(k.slots) - 1
         # strided windows: the padded input split by column phase first, then contiguous row copies
         phased = not direct and not chunked and sw > 1
         if phased:
             hp = (oh - 1) * sh + (kh - 1) * dh + 1
             wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
             planes = k.scratch(cg * sw * hp * wq * 4)
-            planes_slot = len(k.slots) - 1
         ctr = k.scratch(p * mg * 4) if trans else None
         if bias is not None and not trans:
             fill_bias(k, y, bias, n * m, m, p)
@@ -136,9 +134,9 @@ class Conv(Lowering):
         single = n * g == 1 and not direct and not chunked
         if single:
             with k.parallel_for(cg, min_per_task=max(1, -(-IM2COL_MIN // (kh * kw * p)))) as (lo, hi):
-                xt, colt = k.ptr(x), k._slot_ptr(col_slot)  # the kernel's scratch slots, seen by the task
+                xt, colt = k.ptr(x), k.again(col)  # the kernel's scratch, seen by the task
                 if phased:
-                    im2col_phased(k, xt, c64(0), k._slot_ptr(planes_slot), colt, hi, h, wd, kh, kw, oh, ow,
+                    im2col_phased(k, xt, c64(0), k.again(planes), colt, hi, h, wd, kh, kw, oh, ow,
                                   sh, sw, dh, dw, pt, pl, hp, wq, c0=lo)
                 else:
                     im2col(k, k.at(xt, k.b.mul(lo, c64(h * wd))), c64(0), k.at(colt, k.b.mul(lo, c64(kh * kw * p))),
