@@ -152,16 +152,31 @@ class PassManager:
             self.instruments.insert(0, Verify())
 
     def run(self, graph: Graph) -> PipelineResult:
-        from ..ir.printer import print_graph
+        from ..ir.printer import external_weights, print_graph
 
         result = PipelineResult()
         for ins in self.instruments:
             ins.before_pipeline(graph)
         ran: list[str] = []
+        # With instruments, a failing pass is reported with the IR it was given: the pipeline's input is
+        # kept as text (once, not before every pass) and the passes before the failing one are replayed
+        # on a copy parsed from it (passes are deterministic).
+        start = (print_graph(graph), external_weights(graph)) if self.instruments else None
+
+        def given_ir(i: int) -> str:
+            if start is None:
+                return print_graph(graph)
+            try:
+                from ..ir.parser import parse
+
+                copy = parse(*start)
+                for q in self.passes[:i - 1]:
+                    q.run(copy)
+                return print_graph(copy)
+            except Exception as e:  # pragma: no cover - the report must not fail in turn
+                return f"(the IR before this pass could not be rebuilt: {type(e).__name__}: {e})"
+
         for i, p in enumerate(self.passes, start=1):
-            given = None
-            if self.instruments:
-                given = print_graph(graph)  # kept only to report a failure with the IR the pass was given
             before = len(graph.nodes)
             t0 = time.perf_counter()
             for ins in self.instruments:
@@ -169,13 +184,13 @@ class PassManager:
             try:
                 changed = bool(p.run(graph))
             except Exception as e:
-                raise PassError(p.name, ran, given if given is not None else print_graph(graph), e) from e
+                raise PassError(p.name, ran, given_ir(i), e) from e
             seconds = time.perf_counter() - t0
             try:
                 for ins in self.instruments:
                     ins.after_pass(p, i, graph, changed)
             except Exception as e:
-                raise PassError(p.name, ran, given or "", e) from e
+                raise PassError(p.name, ran, given_ir(i), e) from e
             result.records.append(PassRecord(i, p.name, changed, seconds, before, len(graph.nodes)))
             ran.append(p.name)
         return result
