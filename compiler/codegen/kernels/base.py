@@ -432,6 +432,18 @@ def dtype_reason(values: Sequence[Value | None], allowed=(DType.f32,)) -> str | 
     return None
 
 
+def unary_f32_reason(group: KernelGroup) -> str | None:
+    """Why a one-node group does not map a non-empty static float32 tensor to another (None if it does):
+    the common refusal of the row/plane lowerings (pooling, softmax, LRN, ...)."""
+    n = group.node
+    why = dtype_reason([n.inputs[0], n.outputs[0]])
+    if why:
+        return why
+    if n.inputs[0].type.numel == 0:
+        return "empty tensors are left to the interpreter"
+    return None
+
+
 def strides_of(shape: Sequence[int]) -> list[int]:
     out, s = [], 1
     for d in reversed(list(shape)):

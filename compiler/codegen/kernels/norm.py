@@ -30,7 +30,7 @@ from llvmlite import ir
 from ...ir.ops import conv as cv
 from ...ir.ops import norm as nm
 from ..llvm.elementwise import fmax
-from .base import KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
+from .base import KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason, unary_f32_reason
 from .reduce import PAR_MIN_WORK, map_row, par_loop, reduce_row, splat, vload, vstore
 
 #: work per element of a softmax row (three passes and an exp), in the units of ``PAR_MIN_WORK``
@@ -55,13 +55,7 @@ class Softmax(Lowering):
     ops = (nm.Softmax, nm.LogSoftmax)
 
     def check(self, group: KernelGroup) -> str | None:
-        n = group.node
-        why = dtype_reason([n.inputs[0], n.outputs[0]])
-        if why:
-            return why
-        if n.inputs[0].type.numel == 0:
-            return "empty tensors are left to the interpreter"
-        return None
+        return unary_f32_reason(group)
 
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         node = group.node
@@ -241,13 +235,7 @@ class Lrn(Lowering):
     ops = (cv.LRN,)
 
     def check(self, group: KernelGroup) -> str | None:
-        n = group.node
-        why = dtype_reason([n.inputs[0], n.outputs[0]])
-        if why:
-            return why
-        if n.inputs[0].type.numel == 0:
-            return "empty tensors are left to the interpreter"
-        return None
+        return unary_f32_reason(group)
 
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         node = group.node

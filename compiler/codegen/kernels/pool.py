@@ -35,7 +35,7 @@ import numpy as np
 from ...ir.ops import pool as P
 from ...ir.ops.conv import resolve_geometry
 from ..llvm.elementwise import fmax
-from .base import KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
+from .base import KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason, unary_f32_reason
 from .reduce import fadd, map_row, par_loop, reduce_row, vload, vstore
 
 MAX_KW = 64
@@ -152,12 +152,10 @@ class GlobalPool(Lowering):
     ops = (P.GlobalAveragePool, P.GlobalMaxPool)
 
     def check(self, group: KernelGroup) -> str | None:
-        n = group.node
-        why = dtype_reason([n.inputs[0], n.outputs[0]])
+        why = unary_f32_reason(group)
         if why:
             return why
-        if n.inputs[0].type.numel == 0:
-            return "empty tensors are left to the interpreter"
+        n = group.node
         if isinstance(n.op, P.GlobalAveragePool) and math.prod(n.inputs[0].shape[2:]) >= 1 << 24:
             return "averages over 2^24 or more elements (the count is not exact in float32)"
         return None
