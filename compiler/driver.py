@@ -33,7 +33,7 @@ class FallbackWarning(UserWarning):
 def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
             output: str | os.PathLike | None = None, target: Target | None = None, fallback: bool = True,
             nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),
-            timings: dict | None = None) -> Executable:
+            timings: dict | None = None, profile: bool = False) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
     this CPU (or ``target``) and return it loaded.
 
@@ -42,6 +42,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     ``model.kiln`` directory). ``fallback=False`` refuses nodes without native code instead of running
     them in the reference interpreter (with a ``FallbackWarning``). ``nthreads``: threads per run
     (default: the CPUs this process may use). ``timings``, if given, receives seconds per phase.
+    ``profile=True`` builds the forward pass with a clock read after every step
+    (``Executable.step_seconds``).
     """
     from .models import load_graph
     from .passes.manager import Verify
@@ -63,7 +65,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     PassManager(passes, [Verify()] if verify else []).run(graph)
     t2 = time.perf_counter()
     target = target or host_target()
-    prog = build_program(graph, target, fallback=fallback)
+    prog = build_program(graph, target, fallback=fallback, profile=profile)
     t3 = time.perf_counter()
     if prog.fallback_steps:
         ops = sorted({s.node.op.name for s in prog.fallback_steps})
@@ -124,10 +126,12 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
         else:
             with open(os.path.join(tmp, IR_TEXT), "w", encoding="utf-8") as f:
                 f.write(print_graph(graph))
-        finish_manifest(tmp, manifest_of(prog, target, model_name, opt_level, dict(times or {}, llvm=t_llvm)))
+        finish_manifest(tmp, manifest_of(prog, target, model_name, opt_level, dict(times or {}, llvm=t_llvm),
+                                         prog.profiled))
 
 
-def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, times: dict) -> dict:
+def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, times: dict,
+                profile: bool = False) -> dict:
     graph = prog.graph
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     inputs = []
@@ -162,7 +166,7 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
                     flops, bytes_ = flops + c.flops, bytes_ + c.bytes
                 except Exception:  # cost is informative only
                     pass
-            kernels.append({"name": st.kernel, "ops": st.group.ops, "lowering": st.lowering,
+            kernels.append({"name": st.kernel, "step": st.index, "ops": st.group.ops, "lowering": st.lowering,
                             "nodes": [n.name or "" for n in st.group.nodes], "flops": int(flops),
                             "bytes": int(bytes_), "scratch_bytes": st.scratch_bytes})
     fallback = [{"op": s.node.op.name, "node": s.node.name or "", "index": index[id(s.node)],
@@ -177,7 +181,7 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
         "plan": prog.runtime_plan(),
         "kernels": kernels, "views": views, "fallback": fallback,
         "memory": prog.memory_summary(),
-        "nodes": len(graph.nodes),
+        "nodes": len(graph.nodes), "profile": profile,
         "compile_seconds": {k: round(v, 4) for k, v in times.items()},
     }
 

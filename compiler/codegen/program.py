@@ -98,6 +98,8 @@ class Program:
     uses_parallel: bool = False
     #: the sum of every arena buffer's aligned size before any reuse (= the arena with reuse off)
     naive_bytes: int = 0
+    #: every step is timed (``build_program(profile=True)``)
+    profiled: bool = False
 
     def memory_summary(self) -> dict:
         """The memory figures (manifest, ``kiln compile``/``inspect``, docs/memory.md), all from the
@@ -173,12 +175,14 @@ def form_groups(graph: Graph) -> list[KernelGroup]:
 
 
 def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_memory: bool = True,
-                  in_place: bool = True) -> Program:
+                  in_place: bool = True, profile: bool = False) -> Program:
     """Lower ``graph`` (after the pipeline) to a ``Program`` for ``target`` (see the module docstring).
 
     With ``fallback=False`` a group without a native lowering is an error naming the op, the node
     and the reason. ``reuse_memory=False`` gives every value arena memory of its own (debugging; no
     in-place reuse either); ``in_place=False`` only turns off kernels writing over their inputs.
+    ``profile=True`` times every step (``kiln_profile_mark`` in ``native/parallel.c``; read with
+    ``kiln_profile_seconds(step index)``).
     """
     from ..errors import UnsupportedError
 
@@ -366,11 +370,14 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     prog = Program("", steps, segments, places, weights, wbytes, arena_bytes, buffers, graph, naive_bytes=naive)
     if not any(st.native and not st.alias for st in steps):
         prog.segments = segments = []  # nothing to run natively: no library at all
+    if profile and segments:
+        services.uses_parallel = True
     for j, seg in enumerate(segments):
-        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg], services.uses_parallel)
+        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg], services.uses_parallel, profile)
     prog.llvm_ir = str(module)
     prog.uses_gemm, prog.gemm_cfg = services.uses_gemm, services.gemm_cfg
     prog.uses_parallel = services.uses_parallel
+    prog.profiled = profile and bool(segments)
     return prog
 
 
@@ -385,7 +392,8 @@ def _has_subgraph(group: KernelGroup) -> bool:
     return any(graph_fields(type(n.op)) for n in group.nodes)
 
 
-def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool: bool = False) -> None:
+def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool: bool = False,
+                  profile: bool = False) -> None:
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, PTR, I32]), name)
     fn.attributes.add("nounwind")
     inputs, weights, arena, nthreads = fn.args
@@ -396,6 +404,11 @@ def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool
         wake = module.globals.get("kiln_parallel_wake") or ir.Function(
             module, ir.FunctionType(VOID, [I32]), "kiln_parallel_wake")
         b.call(wake, [nthreads])
+    mark = None
+    if profile:
+        mark = module.globals.get("kiln_profile_mark") or ir.Function(
+            module, ir.FunctionType(VOID, [I32]), "kiln_profile_mark")
+        b.call(mark, [ir.Constant(I32, -1)])
     width = max([len(st.slots) for st in steps] + [1])
     table = b.alloca(PTR, c64(width), name="slots")
     input_ptrs: dict[int, ir.Value] = {}
@@ -415,4 +428,6 @@ def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool
         for j, place in enumerate(st.slot_places):
             b.store(address(place), b.gep(table, [c64(j)], source_etype=PTR))
         b.call(module.globals[st.kernel], [b.bitcast(table, PTR), nthreads])
+        if mark is not None:
+            b.call(mark, [ir.Constant(I32, st.index)])
     b.ret_void()

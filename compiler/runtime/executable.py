@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, KilnError
 from .artifact import IR_TEXT, LIBRARY, WEIGHTS, ArtifactError, read_manifest
 
 
@@ -123,6 +123,19 @@ class Executable:
     @property
     def kernels(self) -> list[dict]:
         return self.manifest["kernels"]
+
+    def step_seconds(self, reset: bool = False) -> list[tuple[dict, float]]:
+        """(kernel, seconds) for every kernel of an artifact compiled with ``profile=True``: the time
+        spent in it over all runs since the last reset (``reset=True`` zeroes the counters after
+        reading). Fallback steps are not timed."""
+        if not self.manifest.get("profile"):
+            raise KilnError("this artifact was not compiled with profile=True: no step is timed")
+        read = self._lib.kiln_profile_seconds
+        read.argtypes, read.restype = [ctypes.c_int32], ctypes.c_double
+        res = [(k, read(k["step"])) for k in self.kernels]
+        if reset:
+            self._lib.kiln_profile_reset()
+        return res
 
     @property
     def fallback(self) -> list[dict]:

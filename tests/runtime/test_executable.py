@@ -302,3 +302,20 @@ def test_views_of_inputs_keep_their_shape():
     ref = interpret(g, {"x": x})
     np.testing.assert_array_equal(out["flat"], ref["flat"])
     np.testing.assert_array_equal(out["nz"], ref["nz"])
+
+
+def test_profiled_build_times_every_kernel(exe):
+    """``compile(profile=True)``: the same results, and each kernel's time accumulates over runs
+    (``step_seconds``); an artifact built without it says so instead of returning zeros."""
+    prof = compiler.compile(mlp_graph(), profile=True)
+    x = feeds()
+    np.testing.assert_array_equal(prof.run(x)["y"], exe.run(x)["y"])
+    prof.step_seconds(reset=True)
+    assert all(s == 0.0 for _, s in prof.step_seconds())
+    for _ in range(3):
+        prof.run(x)
+    rows = prof.step_seconds()
+    assert [k["name"] for k, _ in rows] == [k["name"] for k in prof.kernels] and len(rows) >= 2
+    assert all(s > 0.0 for _, s in rows)
+    with pytest.raises(compiler.errors.KilnError, match="profile=True"):
+        exe.step_seconds()

@@ -4,6 +4,9 @@
  *   void kiln_parallel_for(void (*task)(void *ctx, int64_t begin, int64_t end), void *ctx,
  *                          int64_t n, int32_t nthreads);
  *   void kiln_parallel_wake(int32_t nthreads);   (a forward pass starts: get the threads polling)
+ *   void kiln_profile_mark(int32_t step);        (profiling builds: step done; -1 when a pass starts)
+ *   double kiln_profile_seconds(int32_t step);   (seconds spent in step since the last reset)
+ *   void kiln_profile_reset(void);
  *
  * runs task(ctx, b, e) over [0, n) cut into about 4 chunks per thread, on the calling thread and up
  * to nthreads - 1 pool threads, and returns when every chunk is done. Chunks are taken from an
@@ -18,6 +21,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #define KILN_MAX_THREADS 64
 #define KILN_CHUNKS_PER_THREAD 4
@@ -137,4 +141,29 @@ void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
     while (atomic_load(&j.active) != 0) /* threads still in run_chunks: their last chunk */
         sched_yield();
     pthread_mutex_unlock(&pool_owner);
+}
+
+/* Per-step time of forward passes built with profile=True (build_program): the forward function
+ * calls kiln_profile_mark(-1) on entry and kiln_profile_mark(i) after step i's kernel, so step i is
+ * charged the time since the previous mark. One profiling caller at a time. */
+#define KILN_PROFILE_MAX 16384
+static struct timespec profile_last;
+static double profile_seconds[KILN_PROFILE_MAX];
+
+void kiln_profile_mark(int32_t step) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (step >= 0 && step < KILN_PROFILE_MAX)
+        profile_seconds[step] += (double)(now.tv_sec - profile_last.tv_sec) +
+                                 1e-9 * (double)(now.tv_nsec - profile_last.tv_nsec);
+    profile_last = now;
+}
+
+double kiln_profile_seconds(int32_t step) {
+    return step >= 0 && step < KILN_PROFILE_MAX ? profile_seconds[step] : 0.0;
+}
+
+void kiln_profile_reset(void) {
+    for (int i = 0; i < KILN_PROFILE_MAX; i++)
+        profile_seconds[i] = 0.0;
 }

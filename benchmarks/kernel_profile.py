@@ -1,0 +1,62 @@
+"""Where a compiled model spends its time: every kernel timed (``compile(..., profile=True)``).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/kernel_profile.py light:squeezenet [--runs 50] [--top 25]
+
+Prints the kernels by total time with their member ops, GFLOP/s and GB/s (from the ops' cost
+model), and the total against the wall time per run (the clock reads cost well under a µs a step).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main(argv=None) -> int:
+    from compiler import compile as kiln_compile
+    from compiler.models import load_graph
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="an ONNX path, light:NAME or zoo:NAME")
+    p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--top", type=int, default=30)
+    p.add_argument("-O", dest="opt", type=int, default=2)
+    p.add_argument("--disable-pass", action="append", default=[])
+    a = p.parse_args(argv)
+    exe = kiln_compile(a.model, a.opt, nthreads=a.threads, profile=True, disabled_passes=a.disable_pass)
+    graph = load_graph(a.model, {})
+    rng = np.random.default_rng(0)
+    feeds = {v.name: rng.standard_normal([int(d) for d in v.shape]).astype(v.type.dtype.np)
+             for v in graph.inputs if v.const is None}
+    for _ in range(5):
+        exe.run(feeds)
+    exe.step_seconds(reset=True)
+    t0 = time.perf_counter()
+    for _ in range(a.runs):
+        exe.run(feeds)
+    wall = (time.perf_counter() - t0) / a.runs
+    rows = sorted(exe.step_seconds(), key=lambda r: -r[1])
+    total = sum(s for _, s in rows) / a.runs
+    print(f"{a.model}: {wall * 1e3:.3f} ms per run, {total * 1e3:.3f} ms in {len(rows)} kernels")
+    print(f"{'ms':>8} {'%':>5} {'GF/s':>6} {'GB/s':>6}  kernel")
+    for k, s in rows[:a.top]:
+        t = s / a.runs
+        gf = k["flops"] / t / 1e9 if t else 0
+        gb = k["bytes"] / t / 1e9 if t else 0
+        print(f"{t * 1e3:8.3f} {100 * t / total:5.1f} {gf:6.1f} {gb:6.1f}  {k['lowering']}: {'+'.join(k['ops'])} "
+              f"[{','.join(n for n in k['nodes'] if n)[:60]}]")
+    by: dict[str, float] = {}
+    for k, s in rows:
+        by[k["lowering"]] = by.get(k["lowering"], 0) + s / a.runs
+    print("by lowering: " + ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(by.items(), key=lambda x: -x[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
