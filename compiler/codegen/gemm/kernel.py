@@ -30,6 +30,12 @@ The C ABI of the emitted functions (``prefix`` = ``kiln_sgemm`` by default; row-
         2 = pre-packed (lda/ldb ignored). beta == 0 never reads C; K == 0 or alpha == 0 only
         scales C (A and B are not read). nthreads <= 1: the calling thread only. Returns 0, or 1
         when the calling thread could not allocate its packing buffers (C is then unchanged).
+    int32 kiln_sgemm_ep(... the same ..., int32 nthreads, void (*ep)(void *epctx, int64 i0, int64 i1,
+                        int64 j0, int64 j1), void *epctx)
+        the same, then ep(epctx, i0, i1, j0, j1) on every block C[i0:i1, j0:j1] once it is final
+        (after its last K block, while it is in cache: at most MC rows by NR columns, from whichever
+        thread computed it; the blocks cover C exactly once). ep == NULL: no epilogue. Generated
+        kernels fuse bias, activations and residual adds into the GEMM this way (docs/fusion.md).
     int64 kiln_sgemm_packed_a_size(int64 M, int64 K)        floats needed by a packed A
     void  kiln_sgemm_pack_a(int32 ta, int64 M, int64 K, const float *A, int64 lda, float *Ap)
     int64 kiln_sgemm_packed_b_size(int64 K, int64 N)
@@ -71,9 +77,10 @@ class _GemmEmitter(PoolEmitter):
             ("C", FP), ("ldc", I64),
             ("tm", I64), ("tn", I64), ("tiles_n", I64), ("ntasks", I64), ("kstep", I64),
             ("abuf", I64), ("bbuf", I64), ("next", I64), ("done", I64), ("refs", I64),
-            ("helpers", I64), ("max_helpers", I64),
+            ("helpers", I64), ("max_helpers", I64), ("ep", I8P), ("epctx", I8P),
         ]
         self.ctx_index = {n: i for i, (n, _) in enumerate(self.ctx_fields)}
+        self.ep_type = ir.FunctionType(VOID, [I8P, I64, I64, I64, I64])  # ep(epctx, i0, i1, j0, j1)
         self.ctx_ty = ir.LiteralStructType([t for _, t in self.ctx_fields])
 
     # -- small vector helpers
@@ -364,6 +371,8 @@ class _GemmEmitter(PoolEmitter):
         g = {n: b.load(self.field_ptr(b, ctx, n)) for n, _ in self.ctx_fields
              if n not in ("next", "done", "refs", "helpers", "max_helpers")}
         K = g["K"]
+        has_ep = b.icmp_unsigned("!=", g["ep"], ir.Constant(I8P, None))
+        ep = b.bitcast(g["ep"], self.ep_type.as_pointer())
         with f.loop(j0, j1, cfg.NC, "jc") as jc:
             nc = f.min(c64(cfg.NC), b.sub(j1, jc))
             with f.loop(0, K, g["kstep"], "pc") as pc:
@@ -429,6 +438,11 @@ class _GemmEmitter(PoolEmitter):
                             has = b.icmp_signed("!=", b.and_(rem, c64(rows)), c64(0))
                             with f.if_(has, f"m{rows}"):
                                 tile(rows, mfull, b.and_(rem, c64(~(2 * rows - 1))))
+                        # the panel C[ic:ic+mc, jc+jr:+nr] is final after the last K block: epilogue
+                        last = b.icmp_signed(">=", b.add(pc, kc), K)
+                        with f.if_(b.and_(has_ep, last), "ep"):
+                            j = b.add(jc, jr)
+                            b.call(ep, [g["epctx"], ic, b.add(ic, mc), j, b.add(j, nr)])
         b.ret_void()
         return fn
 
@@ -453,15 +467,19 @@ class _GemmEmitter(PoolEmitter):
         return fn
 
     # -- public entry points -------------------------------------------------------------------
+    ARGS = [(I32, "ta"), (I32, "tb"), (I64, "M"), (I64, "N"), (I64, "K"), (F32, "alpha"), (FP, "A"),
+            (I64, "lda"), (FP, "B"), (I64, "ldb"), (F32, "beta"), (FP, "C"), (I64, "ldc"), (I32, "nthreads")]
+
     def emit_main(self, alloc, run, release, worker, scale):
+        """``{p}_ep`` (with an epilogue) and ``{p}``, which calls it without one."""
         cfg, MR, NR = self.cfg, self.MR, self.NR
-        fn = _new_fn(self.mod, self.p, I32, [
-            (I32, "ta"), (I32, "tb"), (I64, "M"), (I64, "N"), (I64, "K"), (F32, "alpha"), (FP, "A"),
-            (I64, "lda"), (FP, "B"), (I64, "ldb"), (F32, "beta"), (FP, "C"), (I64, "ldc"),
-            (I32, "nthreads")], internal=False)
+        fn = _new_fn(self.mod, f"{self.p}_ep", I32, self.ARGS + [(I8P, "ep"), (I8P, "epctx")], internal=False)
+        plain = _new_fn(self.mod, self.p, I32, self.ARGS, internal=False)
+        pb = _Fn(plain).b
+        pb.ret(pb.call(fn, list(plain.args) + [ir.Constant(I8P, None)] * 2))
         f = _Fn(fn)
         b = f.b
-        ta, tb, M, N, K, alpha, Ap, lda, Bp, ldb, beta, C, ldc, nth = fn.args
+        ta, tb, M, N, K, alpha, Ap, lda, Bp, ldb, beta, C, ldc, nth, ep, epctx = fn.args
         empty = b.or_(b.icmp_signed("<=", M, c64(0)), b.icmp_signed("<=", N, c64(0)))
         with f.if_(empty, "empty"):
             b.ret(ir.Constant(I32, 0))
@@ -469,6 +487,8 @@ class _GemmEmitter(PoolEmitter):
         scale_only = b.or_(b.icmp_signed("<=", K, c64(0)), b.fcmp_ordered("==", alpha, cf(0.0)))
         with f.if_(scale_only, "scale"):
             b.call(scale, [M, N, beta, C, ldc])
+            with f.if_(b.icmp_unsigned("!=", ep, ir.Constant(I8P, None)), "scale.ep"):
+                b.call(b.bitcast(ep, self.ep_type.as_pointer()), [epctx, c64(0), M, c64(0), N])
             b.ret(ir.Constant(I32, 0))
             b.position_at_end(f.block("unreachable"))
         one = c64(1)
@@ -525,7 +545,7 @@ class _GemmEmitter(PoolEmitter):
         bbuf = b.select(bpacked, one, b.select(bdirect, b.mul(c64(NR), kcb), bbuf))
         vals = dict(M=M, N=N, K=K, alpha=alpha, beta=beta, A=Ap, ars=ars, acs=acs, apacked=apacked,
                     B=Bp, brs=brs, bcs=bcs, bpacked=bpacked, bdirect=bdirect, C=C, ldc=ldc, tm=tm,
-                    tn=tn, tiles_n=tiles_n, ntasks=ntasks, abuf=abuf, bbuf=bbuf, kstep=kcb,
+                    tn=tn, tiles_n=tiles_n, ntasks=ntasks, abuf=abuf, bbuf=bbuf, kstep=kcb, ep=ep, epctx=epctx,
                     next=c64(0),
                     done=c64(0))
         malloc = _declare(self.mod, "malloc", I8P, [I64])
@@ -573,7 +593,7 @@ class _GemmEmitter(PoolEmitter):
                 b.call(self.f_unlock, [self._mutex(b)])
         b.call(release, [ctx])
         b.ret(ir.Constant(I32, 0))
-        return fn
+        return plain
 
     def _run_on_shared_pool(self, f, ctx, slots, T, ntasks, alloc, run, free, own_buffers):
         """Each of T chunks of ``kiln_parallel_for`` (one per thread) runs the task loop with packing

@@ -162,6 +162,15 @@ class Services:
                 self.uses_parallel = True
         return self._sgemm
 
+    def sgemm_ep(self) -> ir.Function:
+        """``int32 kiln_sgemm_ep(..., nthreads, ep, epctx)``: ``sgemm`` with an epilogue
+        ``void ep(void *epctx, i64 i0, i64 i1, i64 j0, i64 j1)`` called on each final block of C."""
+        self.sgemm()
+        if "kiln_sgemm_ep" not in self.module.globals:
+            t = _sgemm_type()
+            ir.Function(self.module, ir.FunctionType(t.return_type, list(t.args) + [PTR, PTR]), "kiln_sgemm_ep")
+        return self.module.globals["kiln_sgemm_ep"]
+
     def parallel_for(self) -> ir.Function:
         """``void kiln_parallel_for(void (*task)(void *ctx, i64 begin, i64 end), void *ctx, i64 n,
         i32 nthreads)`` (``codegen/native/parallel.c``, linked when used: ``uses_parallel``)."""

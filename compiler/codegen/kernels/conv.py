@@ -30,6 +30,7 @@ from ...ir.ops.base import OpError
 from ..llvm.elementwise import _For
 from .base import F32, I64, PTR, VOID, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
 from .linalg import call_sgemm
+from .tile_epilogue import TileEpilogue
 
 
 #: col elements per parallel task of im2col at least
@@ -89,7 +90,13 @@ class Conv(Lowering):
         del geo
         return None
 
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+    #: ``emit`` takes an ``epilogue`` (see ``Epilogue``)
+    takes_epilogue = True
+
+    def emit(self, k: KernelBuilder, group: KernelGroup, epilogue=None) -> bool:
+        """Emit the conv; with ``epilogue`` = (chain nodes, their values needed outside, the value
+        written over the result's buffer or None) also the chain, as a tile epilogue of the GEMM
+        when this conv's path allows (returns True; False: the caller emits the chain after)."""
         node = group.node
         op = node.op
         x, w = node.inputs[0], node.inputs[1]
@@ -102,7 +109,7 @@ class Conv(Lowering):
         bp = k.ptr(bias) if bias is not None else None
         if cg == 1 and g > 1:
             self._depthwise(k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
-            return
+            return False
         kk, p = cg * kh * kw, oh * ow
         cfg = k.services.gemm_cfg
         direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and oh == h and ow == wd
@@ -128,7 +135,17 @@ class Conv(Lowering):
             wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
             planes = k.scratch(cg * sw * hp * wq * 4)
         ctr = k.scratch(p * mg * 4) if trans else None
-        if bias is not None and not trans:
+        # bias and epilogue inside the GEMM, on each block of Y as it is finished (not for the
+        # transposed or blocked paths: their GEMMs do not write Y's layout)
+        te, fused = None, False
+        if not trans and not chunked and (bias is not None or epilogue is not None):
+            nodes, outputs, over = epilogue or ((), (), None)
+            fused = epilogue is not None and TileEpilogue.reason(y, nodes, 1) is None
+            if not fused:
+                nodes, outputs, over = (), (), None
+            if fused or bias is not None:
+                te = TileEpilogue(k, y, nodes, outputs, over, bias, row_axis=1)
+        if bias is not None and not trans and te is None:
             fill_bias(k, y, bias, n * m, m, p)
         # one image and group: the col matrix made by channels split among the threads
         single = n * g == 1 and not direct and not chunked
@@ -148,7 +165,8 @@ class Conv(Lowering):
                 xbase = b.mul(b.add(b.mul(img, c64(g)), gi), c64(cg * h * wd))
                 wg = k.at(wp, b.mul(gi, c64(wstride)))
                 cptr = k.at(yp, b.add(ybase, b.mul(gi, c64(mg * p))))
-                beta = 1.0 if bp is not None else 0.0
+                beta = 1.0 if bp is not None and te is None else 0.0
+                ep = te.call_args([img], b.mul(gi, c64(mg))) if te is not None else None
                 if chunked:
                     self._blocks(k, k.at(xp, xbase), col, wg, wt, cptr, beta, block, cg, kk,
                                  mg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
@@ -169,7 +187,8 @@ class Conv(Lowering):
                         call_sgemm(k, 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctr, mg)
                         _transpose_out(k, ctr, cptr, p, mg, bp, b.mul(gi, c64(mg)))
                     else:
-                        call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p)
+                        call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p, epilogue=ep)
+        return fused
 
     @staticmethod
     def _blocks(k, xg, col, wg, wt, cptr, beta, block, cg, kk, mg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,

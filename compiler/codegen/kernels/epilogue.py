@@ -50,11 +50,18 @@ class Epilogue(Lowering):
         saved = k.in_place
         try:
             k.in_place = {}
+            over = None
             if not own and any(v is final for v in tail.outputs):
                 k.share(a_out, final)
                 k.in_place = {list(tail.outputs).index(final): list(tail.inputs).index(a_out)}
-            low.emit(k, head)
-            self.chain.emit(k, tail)
+                over = final
+            if getattr(low, "takes_epilogue", False):  # the chain inside the anchor's GEMM, if it can
+                done = low.emit(k, head, epilogue=(tail.nodes, tail.outputs, over))
+            else:
+                low.emit(k, head)
+                done = False
+            if not done:
+                self.chain.emit(k, tail)
         finally:
             k.in_place = saved
 

@@ -15,7 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...ir.ops import linalg as la
-from .base import F32, I32, I64, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
+from .base import F32, I32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
 
 
 def _i32(v: int) -> ir.Constant:
@@ -24,15 +24,18 @@ def _i32(v: int) -> ir.Constant:
 
 def call_sgemm(k: KernelBuilder, ta: int, tb: int, m, n, kk, alpha: float,
                a: ir.Value, lda, b: ir.Value, ldb, beta: float, c: ir.Value, ldc,
-               nthreads: ir.Value | None = None) -> None:
-    """One ``kiln_sgemm`` call; sizes and leading dimensions are ints or i64 values."""
+               nthreads: ir.Value | None = None, epilogue: tuple[ir.Value, ir.Value] | None = None) -> None:
+    """One ``kiln_sgemm`` call; sizes and leading dimensions are ints or i64 values. ``epilogue``:
+    (function, context) run on each final block of C (``kiln_sgemm_ep``, see ``tile_epilogue``)."""
     def i64(v, ld=False):
         return v if isinstance(v, ir.Value) else c64(max(int(v), 1) if ld else int(v))
 
-    sg = k.services.sgemm()
-    k.b.call(sg, [_i32(ta), _i32(tb), i64(m), i64(n), i64(kk), cf32(alpha), a, i64(lda, True), b,
-                  i64(ldb, True), cf32(beta), c, i64(ldc, True),
-                  k.nthreads if nthreads is None else nthreads])
+    args = [_i32(ta), _i32(tb), i64(m), i64(n), i64(kk), cf32(alpha), a, i64(lda, True), b,
+            i64(ldb, True), cf32(beta), c, i64(ldc, True), k.nthreads if nthreads is None else nthreads]
+    if epilogue is None:
+        k.b.call(k.services.sgemm(), args)
+    else:
+        k.b.call(k.services.sgemm_ep(), args + [k.b.bitcast(v, PTR) for v in epilogue])
 
 
 def const_table(k: KernelBuilder, name: str, values: Sequence[int]) -> tuple[ir.GlobalVariable, ir.ArrayType]:

@@ -1,0 +1,175 @@
+"""Epilogues inside the GEMM: a bias and an elementwise chain applied to each block of C as soon as
+the GEMM has finished it, while the block is still in cache (``kiln_sgemm_ep``, docs/fusion.md).
+
+A lowering whose result is one GEMM per *call index* (a convolution: one per image and group) sees
+its output tensor ``S`` as C matrices: axis ``row_axis`` of ``S`` gives C's rows, the axes after it,
+flattened, C's columns, and the axes before it (with a first row) pick the call. Every operand of
+the epilogue (the bias, the chain's other inputs, the chain's outputs) is then addressed in a block
+``C[i0:i1, j0:j1]`` as ``base + i * row + j * col`` with ``col`` 0 (constant along a row, e.g. a
+per-channel scale) or 1 (laid out like ``S``, e.g. a residual). Operands that do not fit this form
+(broadcast over some columns' axes only) make ``TileEpilogue.reason`` refuse; the lowering then
+keeps its separate passes.
+
+Code: the chain is rebuilt on 1-D values (``[L]`` for a ``col = 1`` operand, ``[1]`` for ``col =
+0``) and emitted by ``emit_elementwise`` as a row function; the epilogue function
+``ep(ctx, i0, i1, j0, j1)`` calls it once per row of the block, with each operand's pointer
+computed from the base pointers in ``ctx``, which the kernel fills before each GEMM call.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from llvmlite import ir
+
+from ...ir import ops
+from ...ir.graph import Graph, Node, Value
+from ...ir.types import DType, TensorType
+from ..llvm.elementwise import _For, _is_inlined, emit_elementwise
+from .base import F32, I64, PTR, VOID, KernelBuilder, c64, strides_of
+
+#: the length of the synthetic rows (any size > 1: the row function takes its length at run time)
+_L = 16
+
+
+def _broadcast_strides(shape: Sequence[int], out: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a row-major tensor of ``shape`` read at the index of ``out`` (broadcast
+    dimensions: stride 0)."""
+    shape = (1,) * (len(out) - len(shape)) + tuple(int(d) for d in shape)
+    return tuple(0 if d == 1 and o != 1 else s for d, o, s in zip(shape, out, strides_of(shape)))
+
+
+class TileEpilogue:
+    """The epilogue of one GEMM-based kernel (see the module docstring).
+
+    ``nodes``: the chain (elementwise ops, in order) reading ``c`` (the GEMM's result, a value of
+    shape ``S``); ``bias``: a 1-D value added to each row of C first, or None. ``outputs``: the
+    chain's values needed outside, each written to its own buffer, except ``in_place``, which is
+    written over C: the kernel's final result when C is its buffer, or ``c`` itself (C + bias) when
+    the GEMM's result is needed outside too, or when the bias is the whole epilogue.
+    """
+
+    def __init__(self, k: KernelBuilder, c: Value, nodes: Sequence[Node], outputs: Sequence[Value],
+                 in_place: Value | None, bias: Value | None, row_axis: int):
+        self.k, self.c, self.row_axis = k, c, row_axis
+        if in_place is None and bias is not None:
+            in_place = c  # C + bias is the GEMM's result: written over C
+        shape = tuple(int(d) for d in c.shape)
+        self.shape = shape
+        g = Graph("epilogue")
+        synth: dict[int, Value] = {}
+        # operands: (the group's value, its strides over S, its synthetic 1-D input)
+        operands: list[tuple[Value, tuple[int, ...], Value]] = []
+
+        def operand(v: Value, strides: tuple[int, ...]) -> Value:
+            key = id(v)
+            if key not in synth:
+                if _is_inlined(v, True):
+                    synth[key] = g.add_constant(v.const.reshape([1]).astype("float32"))
+                else:
+                    col = self._col(strides)
+                    synth[key] = g.add_input(f"in{len(operands)}", TensorType(DType.f32, [_L] if col else [1]))
+                    operands.append((v, strides, synth[key]))
+            return synth[key]
+
+        full = tuple(strides_of(shape))
+        cv = cv_in = operand(c, full)
+        if bias is not None:
+            per_row = tuple(1 if a == row_axis else 0 for a in range(len(shape)))
+            cv = g.add(ops.elementwise.Add(), cv, operand(bias, per_row))
+        synth[id(c)] = cv
+        for n in nodes:
+            ins = [None if v is None else synth[id(v)] if id(v) in synth else
+                   operand(v, _broadcast_strides(v.shape, shape)) for v in n.inputs]
+            out = g.add(n.op, *ins)
+            synth[id(n.outputs[0])] = out
+        # what the row function writes: first the value written over C (if any), then the others
+        outs = ([in_place] if in_place is not None else []) + [v for v in outputs if v is not in_place]
+        nodes_ = list(g.nodes)
+        in_place_map = {0: _pointer_inputs(nodes_).index(cv_in)} if in_place is not None else {}
+        self.kern = emit_elementwise(k.module, nodes_, f"{k.name}.eprow", outputs=[synth[id(v)] for v in outs],
+                                     math_lib=k.math, in_place=in_place_map)
+        row_fn = k.module.globals[self.kern.name]
+        row_fn.linkage = "internal"
+        # the order of the row function's pointers: its inputs, then its pointer outputs
+        by_synth = {id(sv): (v, st) for v, st, sv in operands}
+        self.args: list[tuple[Value, tuple[int, ...]]] = [by_synth[id(s)] for s in self.kern.inputs]
+        self.args += [(outs[o], full) for o in self.kern.pointer_outputs]
+        self.fn = self._emit_callback(row_fn)
+
+    def _col(self, strides: tuple[int, ...]) -> int:
+        """0: the operand is constant along C's rows; 1: it moves with C's columns."""
+        return 1 if any(strides[self.row_axis + 1:]) else 0
+
+    @staticmethod
+    def reason(c: Value, nodes: Sequence[Node], row_axis: int, extra: Sequence[Value] = ()) -> str | None:
+        """Why the chain cannot run as a tile epilogue of a GEMM whose C rows are ``row_axis`` of
+        ``c`` (None if it can). ``extra``: other operands the chain reads (checked like its inputs)."""
+        shape = tuple(int(d) for d in c.shape)
+        tail = strides_of(shape[row_axis + 1:])
+        produced = {id(c)} | {id(o) for n in nodes for o in n.outputs}
+        for v in [v for n in nodes for v in n.inputs] + list(extra):
+            if v is None or id(v) in produced or _is_inlined(v, True):
+                continue
+            if tuple(int(d) for d in v.shape) == shape:
+                continue
+            try:
+                st = _broadcast_strides(v.shape, shape)
+            except Exception:
+                return f"{v} does not broadcast to the result"
+            if len(v.shape) > len(shape):
+                return f"{v} does not broadcast to the result"
+            cols = st[row_axis + 1:]
+            if any(cols) and tuple(cols) != tuple(tail):
+                return f"{v} is broadcast over some of the columns' axes only"
+        return None
+
+    def _emit_callback(self, row_fn: ir.Function) -> ir.Function:
+        k = self.k
+        fn = ir.Function(k.module, ir.FunctionType(VOID, [PTR, I64, I64, I64, I64]), f"{k.name}.ep")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        ctx, i0, i1, j0, j1 = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        bases = [b.load(b.gep(ctx, [c64(j)], source_etype=PTR), typ=PTR) for j in range(len(self.args))]
+        ra = self.row_axis
+        with _For(b, b.sub(i1, i0), "eprow") as r:
+            i = b.add(i0, r)
+            ptrs = []
+            for base, (_, st) in zip(bases, self.args):
+                off = b.add(b.mul(i, c64(st[ra])), b.mul(j0, c64(self._col(st))))
+                ptrs.append(b.gep(base, [off], inbounds=True, source_etype=F32))
+            b.call(row_fn, ptrs + [b.sub(j1, j0)])
+        b.ret_void()
+        return fn
+
+    def context(self, lead: Sequence[ir.Value], row0: ir.Value) -> ir.Value:
+        """Fill the epilogue's context for one GEMM call (in the kernel being built): the call's
+        indices over the axes before ``row_axis`` and its first row. Returns the context pointer."""
+        k = self.k
+        b = k.b
+        table = k.f.alloca(PTR, len(self.args), name="epctx")
+        for j, (v, st) in enumerate(self.args):
+            off = b.mul(row0, c64(st[self.row_axis]))
+            for a, idx in enumerate(lead):
+                if st[a]:
+                    off = b.add(off, b.mul(idx, c64(st[a])))
+            b.store(k.at(k.ptr(v), off), b.gep(table, [c64(j)], source_etype=PTR))
+        return table
+
+    def call_args(self, lead: Sequence[ir.Value], row0: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """``(function, context)`` for ``call_sgemm(..., epilogue=...)``."""
+        return self.fn, self.context(lead, row0)
+
+
+def _pointer_inputs(nodes: Sequence[Node]) -> list[Value]:
+    """The inputs ``emit_elementwise`` takes pointers for, in its order (first use, not inlined)."""
+    produced = {id(o) for n in nodes for o in n.outputs}
+    res: list[Value] = []
+    for n in nodes:
+        for v in n.inputs:
+            if v is not None and id(v) not in produced and not _is_inlined(v, True) and all(v is not u for u in res):
+                res.append(v)
+    return res
+
+
+__all__ = ["TileEpilogue"]

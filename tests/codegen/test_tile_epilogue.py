@@ -1,0 +1,122 @@
+"""Epilogues inside the GEMM (``kernels/tile_epilogue.py``): a conv's bias and its fused elementwise
+chain applied to each finished block of C. Structure (the kernel calls ``kiln_sgemm_ep`` and no
+separate bias or chain pass), numbers (native against the reference interpreter) and refusals (an
+operand the block form cannot address keeps the separate pass, still right)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.codegen.kernels.testing import run_kernels
+from compiler.codegen.kernels.tile_epilogue import TileEpilogue
+from compiler.codegen.llvm.target import host_target
+from compiler.codegen.program import build_program
+from compiler.ir.interpreter import interpret
+from compiler.ir.parser import parse
+from compiler.passes.fuse import FuseKernels
+
+RNG = np.random.default_rng(3)
+
+
+def _weights(shapes: dict) -> dict:
+    return {k: RNG.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+
+def _run(text: str, weights: dict):
+    g = parse(text, weights)
+    feeds = {v.name: RNG.standard_normal([int(d) for d in v.shape]).astype(np.float32) for v in g.inputs}
+    want = interpret(g, feeds)
+    FuseKernels().run(g)
+    got = run_kernels(g, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=2e-4, atol=2e-4 * float(np.abs(want[name]).max()))
+    return g, build_program(g, host_target()).llvm_ir
+
+
+def _dims(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _conv_text(x, w, y, attrs, tail, outputs, extra_consts=""):
+    """A graph of a biased Conv (x, w, y: shapes) followed by ``tail`` (IR lines, ending in return)."""
+    x, w, y = _dims(x), _dims(w), _dims(y)
+    m = w.strip("[]").split(",")[0]
+    return f"""graph @g(%x: f32{x}, %r: f32{y}) -> ({outputs}) {{
+  %w = const f32{w}
+  %b = const f32[{m}]
+{extra_consts}  %0 = Conv(%x, %w, %b) {attrs} : f32{y}
+{tail}
+}}"""
+
+
+BN_RELU = """  %1 = Mul(%0, %s) : f32{y}
+  %2 = Add(%1, %t) : f32{y}
+  %3 = Relu(%2) : f32{y}
+  return y=%3"""
+
+RESIDUAL = """  %1 = Add(%0, %r) : f32{y}
+  %2 = Relu(%1) : f32{y}
+  return y=%2"""
+
+
+@pytest.mark.parametrize("x,m,k,attrs", [
+    ([1, 8, 9, 11], 12, 3, "{pads=[1, 1, 1, 1]}"),                 # im2col, one image
+    ([2, 8, 9, 9], 16, 1, "{}"),                                     # 1x1 on the input, batch 2
+    ([1, 6, 13, 13], 10, 3, "{pads=[1, 1, 1, 1], strides=[2, 2]}"),  # strided (column phases)
+    ([2, 8, 7, 7], 8, 3, "{pads=[1, 1, 1, 1], group=2}"),            # groups
+])
+@pytest.mark.parametrize("tail", ["bn_relu", "residual"])
+def test_conv_chain_inside_the_gemm(x, m, k, attrs, tail):
+    c = x[1] // (2 if "group" in attrs else 1)
+    w = [m, c, k, k]
+    stride = 2 if "strides" in attrs else 1
+    pad = 1 if "pads" in attrs else 0
+    oh, ow = (x[2] + 2 * pad - k) // stride + 1, (x[3] + 2 * pad - k) // stride + 1
+    y = [x[0], m, oh, ow]
+    ys = _dims(y)
+    body = (BN_RELU if tail == "bn_relu" else RESIDUAL).replace("{y}", ys)
+    consts = f"  %s = const f32[1,{m},1,1]\n  %t = const f32[{m},1,1]\n"
+    text = _conv_text(x, w, y, attrs, body, f"y: f32{ys}", consts)
+    g, ll = _run(text, _weights({"w": w, "b": [m], "s": [1, m, 1, 1], "t": [m, 1, 1]}))
+    assert [n.op.name for n in g.nodes] == ["Kernel"]
+    assert "kiln_sgemm_ep" in ll and "kiln_conv_fill_bias" not in ll
+    assert '.loop"' not in ll  # no separate elementwise pass
+
+
+def test_bias_alone_runs_in_the_gemm():
+    text = _conv_text([1, 4, 8, 8], [6, 4, 3, 3], [1, 6, 8, 8], "{pads=[1, 1, 1, 1]}", "  return y=%0", "y: f32[1,6,8,8]")
+    _, ll = _run(text, _weights({"w": [6, 4, 3, 3], "b": [6]}))
+    assert "kiln_sgemm_ep" in ll and "kiln_conv_fill_bias" not in ll
+
+
+def test_result_needed_outside_too():
+    """The conv's result is an output as well as the chain's input: C + bias is written over C, the
+    chain's result to its own buffer (a two-output epilogue)."""
+    text = _conv_text([1, 4, 8, 8], [6, 4, 3, 3], [1, 6, 8, 8], "{pads=[1, 1, 1, 1]}",
+                      "  %1 = Sigmoid(%0) : f32[1,6,8,8]\n  %2 = Mul(%0, %1) : f32[1,6,8,8]\n  return y=%2, c=%0",
+                      "y: f32[1,6,8,8], c: f32[1,6,8,8]")
+    _, ll = _run(text, _weights({"w": [6, 4, 3, 3], "b": [6]}))
+    assert "kiln_sgemm_ep" in ll
+
+
+def test_refuses_an_operand_broadcast_over_some_columns():
+    """A [1, C, H, 1] operand varies along a row of C (the pixels) but not as the pixels do: the
+    block form cannot address it, so the chain runs as its own pass after the GEMM (and is right)."""
+    consts = "  %h = const f32[1,6,8,1]\n"
+    text = _conv_text([1, 4, 8, 8], [6, 4, 3, 3], [1, 6, 8, 8], "{pads=[1, 1, 1, 1]}",
+                      "  %1 = Add(%0, %h) : f32[1,6,8,8]\n  %2 = Relu(%1) : f32[1,6,8,8]\n  return y=%2",
+                      "y: f32[1,6,8,8]", consts)
+    g, ll = _run(text, _weights({"w": [6, 4, 3, 3], "b": [6], "h": [1, 6, 8, 1]}))
+    body = g.nodes[0].op.body
+    conv_out = body.nodes[0].outputs[0]
+    why = TileEpilogue.reason(conv_out, body.nodes[1:], 1)
+    assert why and "columns' axes only" in why
+    assert '.loop"' in ll  # the chain's own pass
+
+
+def test_transposed_path_keeps_the_separate_pass():
+    """Few pixels, many channels: the GEMM computes Y^T, which the block form does not describe."""
+    text = _conv_text([1, 32, 3, 3], [64, 32, 3, 3], [1, 64, 3, 3], "{pads=[1, 1, 1, 1]}",
+                      "  %1 = Relu(%0) : f32[1,64,3,3]\n  return y=%1", "y: f32[1,64,3,3]")
+    _, ll = _run(text, _weights({"w": [64, 32, 3, 3], "b": [64]}))
+    assert "kiln_sgemm_ep" not in ll
