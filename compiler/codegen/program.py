@@ -221,14 +221,26 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     for st in steps:
         if st.native and st.alias:
             root[id(st.group.node.outputs[0])] = st.group.node.inputs[0]
+    # concats in place: each piece computed straight into its slice of the result (byte offset)
+    offset: dict[int, int] = _concats_in_place(steps, graph, root) if reuse_memory else {}
+
+    def offset_of(v: Value) -> int:
+        off = 0
+        while id(v) in root:
+            off += offset.get(id(v), 0)
+            v = root[id(v)]
+        return off
 
     # liveness: a value's buffer lives from the step that writes it to the last step that reads it
     # or a view of it (graph outputs: to the end)
     last = len(steps)
     live_end: dict[int, int] = {}
+    first_write: dict[int, int] = {}  # a buffer holding concat pieces is written from the first piece on
     for st in steps:
         for v in _reads(st):
             live_end[id(root_of(v))] = max(live_end.get(id(root_of(v)), -1), st.index)
+        for v in st.node.outputs:
+            first_write.setdefault(id(root_of(v)), st.index)
     for v in graph.outputs:
         live_end[id(root_of(v))] = last
 
@@ -256,6 +268,8 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
             if id(o) not in arena_kind or id(r) not in arena_kind or id(r) in input_index:
                 continue
             rep = owner.get(id(r), r)
+            if id(rep) not in owner_end:
+                continue  # a concat piece: its buffer is the concat's, made later
             if owner_end[id(rep)] != st.index or owner_start[id(rep)] >= st.index:
                 continue  # the input's buffer is read later (or a graph output)
             if any(u is not v and root_of(u) is r for u in map(st.group.outer_of, ins)):
@@ -322,7 +336,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
                     buf.kind = "output"
             else:
                 end = owner_end[id(v)]
-                buf = Buffer(label, v.type.nbytes or 0, st.index, end,
+                buf = Buffer(label, v.type.nbytes or 0, min(st.index, first_write.get(id(v), st.index)), end,
                              kind="output" if id(v) in outputs else "value")
                 buffers.append(buf)
             arena_value[id(v)] = buf
@@ -339,7 +353,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
         if id(v) in root and key not in places:
             r = root_of(v)
             if id(r) in places:
-                places[key] = places[id(r)]
+                places[key] = Place(places[id(r)].kind, places[id(r)].where + offset_of(v))
     for v in graph.outputs:  # a constant returned as an output is read from the weights
         r = root_of(v)
         if id(v) not in places and r.const is not None and _bufferable(r):
@@ -379,6 +393,52 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     prog.uses_parallel = services.uses_parallel
     prog.profiled = profile and bool(segments)
     return prog
+
+
+def _concats_in_place(steps: list[Step], graph: Graph, root: dict[int, Value]) -> dict[int, int]:
+    """Concats whose pieces are contiguous runs of the result (every dimension before the axis is
+    1, e.g. channels of one image) need no copy: each piece is computed by its own kernel straight
+    into its slice of the result's buffer (``root[piece] = result``, byte offsets returned), and the
+    concat step becomes a view. Chains of concats (DenseNet's blocks) nest: one buffer for all.
+
+    A piece qualifies when a native kernel makes it in the arena, only native kernels read it,
+    it is no view, graph input/output or constant, and it is not a piece of another concat; else
+    the concat copies as usual."""
+    from ..ir.ops import tensor as tn
+
+    produced_by = {id(v): st for st in steps for v in st.node.outputs}
+    readers: dict[int, list[Step]] = {}
+    for st in steps:
+        for v in _reads(st):
+            readers.setdefault(id(v), []).append(st)
+    outputs = {id(v) for v in graph.outputs}
+    graph_inputs = {id(v) for v in graph.inputs}
+    offset: dict[int, int] = {}
+    for st in steps:
+        n = st.node
+        if not (st.native and not st.alias and isinstance(n.op, tn.Concat)):
+            continue
+        y = n.outputs[0]
+        axis = n.op.axis % y.type.rank
+        if id(y) in outputs or id(y) in root or any(int(d) != 1 for d in y.shape[:axis]):
+            continue
+        pieces = list(n.inputs)
+
+        def ok(v: Value) -> bool:
+            p = produced_by.get(id(v))
+            return (p is not None and p.native and not p.alias and v.const is None and id(v) not in root
+                    and id(v) not in outputs and id(v) not in graph_inputs and _bufferable(v)
+                    and sum(u is v for u in pieces) == 1
+                    and all(r.native and not r.alias for r in readers.get(id(v), [])))
+        if not pieces or not all(ok(v) for v in pieces):
+            continue
+        off = 0
+        for v in pieces:
+            root[id(v)] = y
+            offset[id(v)] = off
+            off += v.type.nbytes
+        st.alias = True
+    return offset
 
 
 def _reads(st: Step) -> list[Value]:

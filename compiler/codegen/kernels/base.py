@@ -22,7 +22,6 @@ warning for an interpreter fallback) and must then never be asked to ``emit``.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 from contextlib import contextmanager
 from dataclasses import dataclass, field

@@ -15,7 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...ir.ops import linalg as la
-from .base import F32, I32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
+from .base import I32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
 
 
 def _i32(v: int) -> ir.Constant:
