@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
+from compiler.codegen.llvm.target import host_target
+from compiler.codegen.program import build_program
 from compiler.ir.graph import Graph
 from compiler.ir.ops import conv as cv
 from compiler.ir.types import DType, TensorType
@@ -53,6 +55,21 @@ def test_conv_gemm_paths():
     conv(t, (2, 6, 19), 5, (3,), pads=(1, 2))
     conv(t, (1, 4, 23), 8, (5,), strides=(2,), dilations=(2,), pads=(3, 1))
     conv(t, (1, 6, 17), 6, (7,), group=6, pads=(3, 3))
+    t.run()
+
+
+def test_conv_packed_cols():
+    """One image, unit strides, output rows at least a GEMM panel (NR) wide: the col matrix is made
+    as packed panels (``packed_cols.py``); panels straddle output rows and the last one is partial."""
+    t = Bench()
+    conv(t, (1, 5, 10, 30), 7, (3, 3), pads=(1, 1, 1, 1))                 # 300 pixels: a partial panel
+    conv(t, (1, 3, 7, 24), 4, (3, 3), pads=(1, 1, 1, 1), bias=False)     # rows exactly 24 wide
+    conv(t, (1, 4, 6, 27), 6, (5, 5), pads=(2, 1, 1, 3))                 # asymmetric padding
+    conv(t, (1, 2, 9, 40), 3, (1, 3), pads=(0, 1, 0, 1), const_w=False)  # weights an input
+    conv(t, (1, 6, 8, 26), 5, (3, 3))                                    # no padding: 6 x 24
+    conv(t, (1, 16, 33, 33), 40, (3, 3), pads=(1, 1, 1, 1))              # several threads' panels
+    t.g.set_outputs(t.outs)
+    assert "kiln_pack_cols" in build_program(t.g, host_target()).llvm_ir  # (the path is taken)
     t.run()
 
 

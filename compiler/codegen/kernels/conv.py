@@ -30,6 +30,7 @@ from ...ir.ops.base import OpError
 from ..llvm.elementwise import _For
 from .base import F32, I64, PTR, VOID, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
 from .linalg import call_sgemm
+from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
 from .tile_epilogue import TileEpilogue
 
 
@@ -127,7 +128,13 @@ class Conv(Lowering):
             wp = k.weight(np.concatenate(packed))
         else:
             wp, wstride, wt = k.ptr(w), mg * kk, (1 if trans else 0)
-        col = None if direct else k.scratch(kk * (block * ow if chunked else p) * 4)
+        # one image, unit strides, wide rows: the col matrix made as the GEMM's packed panels
+        packed = not direct and not chunked and not trans and packed_cols_applies(n, g, sh, sw, dh, dw, ow, cfg.NR)
+        if packed:
+            xpad_f, col_f = scratch_floats(cg, kh, kw, oh, ow, cfg.NR)
+            xpad, col = k.scratch(xpad_f * 4), k.scratch(col_f * 4)
+        else:
+            col = None if direct else k.scratch(kk * (block * ow if chunked else p) * 4)
         # strided windows: the padded input split by column phase first, then contiguous row copies
         phased = not direct and not chunked and sw > 1
         if phased:
@@ -149,7 +156,9 @@ class Conv(Lowering):
             fill_bias(k, y, bias, n * m, m, p)
         # one image and group: the col matrix made by channels split among the threads
         single = n * g == 1 and not direct and not chunked
-        if single:
+        if packed:
+            emit_packed_cols(k, x, xpad, col, cg, h, wd, kh, kw, oh, ow, pt, pl, cfg.NR, cfg.W)
+        elif single:
             with k.parallel_for(cg, min_per_task=max(1, -(-IM2COL_MIN // (kh * kw * p)))) as (lo, hi):
                 xt, colt = k.ptr(x), k.again(col)  # the kernel's scratch, seen by the task
                 if phased:
@@ -187,7 +196,8 @@ class Conv(Lowering):
                         call_sgemm(k, 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctr, mg)
                         _transpose_out(k, ctr, cptr, p, mg, bp, b.mul(gi, c64(mg)))
                     else:
-                        call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p, epilogue=ep)
+                        call_sgemm(k, wt, 2 if packed else 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p,
+                                   epilogue=ep)
         return fused
 
     @staticmethod
@@ -381,7 +391,6 @@ def _fill_zero(k: KernelBuilder, ptr, start, stop, name: str) -> None:
     """``ptr[start:stop] = 0`` (compile-time bounds; short ranges as straight stores)."""
     if stop <= start:
         return
-    b = k.b
     if stop - start <= 4:
         for i in range(start, stop):
             k.store(cf32(0.0), ptr, i)
