@@ -59,8 +59,9 @@ def test_conv_gemm_paths():
 
 
 def test_conv_packed_cols():
-    """One image, unit strides, output rows at least a GEMM panel (NR) wide: the col matrix is made
-    as packed panels (``packed_cols.py``); panels straddle output rows and the last one is partial."""
+    """One image, unit strides: the col matrix is made as packed panels (``packed_cols.py``); panels
+    straddle two output rows, or several when rows are narrower than a panel, and the last one is
+    partial."""
     t = Bench()
     conv(t, (1, 5, 10, 30), 7, (3, 3), pads=(1, 1, 1, 1))                 # 300 pixels: a partial panel
     conv(t, (1, 3, 7, 24), 4, (3, 3), pads=(1, 1, 1, 1), bias=False)     # rows exactly 24 wide
@@ -68,6 +69,9 @@ def test_conv_packed_cols():
     conv(t, (1, 2, 9, 40), 3, (1, 3), pads=(0, 1, 0, 1), const_w=False)  # weights an input
     conv(t, (1, 6, 8, 26), 5, (3, 3))                                    # no padding: 6 x 24
     conv(t, (1, 16, 33, 33), 40, (3, 3), pads=(1, 1, 1, 1))              # several threads' panels
+    conv(t, (1, 5, 14, 14), 8, (3, 3), pads=(1, 1, 1, 1))                # 14-wide rows: 3 per panel
+    conv(t, (1, 4, 7, 7), 6, (3, 3), pads=(1, 1, 1, 1))                  # 7-wide: 5 rows per panel
+    conv(t, (1, 2, 5, 3), 3, (3, 3), pads=(1, 1, 1, 1), bias=False)      # 3-wide: a panel holds them all
     t.g.set_outputs(t.outs)
     assert "kiln_pack_cols" in build_program(t.g, host_target()).llvm_ir  # (the path is taken)
     t.run()

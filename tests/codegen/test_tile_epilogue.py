@@ -61,7 +61,7 @@ RESIDUAL = """  %1 = Add(%0, %r) : f32{y}
 
 @pytest.mark.parametrize("x,m,k,attrs", [
     ([1, 8, 9, 11], 12, 3, "{pads=[1, 1, 1, 1]}"),                 # im2col, one image
-    ([1, 8, 9, 30], 12, 3, "{pads=[1, 1, 1, 1]}"),                 # packed panels (rows >= NR)
+    ([1, 8, 9, 30], 12, 3, "{pads=[1, 1, 1, 1]}"),                 # im2col, rows wider than a panel
     ([2, 8, 9, 9], 16, 1, "{}"),                                     # 1x1 on the input, batch 2
     ([1, 6, 13, 13], 10, 3, "{pads=[1, 1, 1, 1], strides=[2, 2]}"),  # strided (column phases)
     ([2, 8, 7, 7], 8, 3, "{pads=[1, 1, 1, 1], group=2}"),            # groups
@@ -82,7 +82,8 @@ def test_conv_chain_inside_the_gemm(x, m, k, attrs, tail):
     assert [n.op.name for n in g.nodes] == ["Kernel"]
     assert "kiln_sgemm_ep" in ll and "kiln_conv_fill_bias" not in ll
     assert '.loop"' not in ll  # no separate elementwise pass
-    assert ("kiln_pack_cols" in ll) == (k == 3 and x[3] >= 24)  # packed panels: wide rows, one image
+    packed = k == 3 and x[0] == 1 and stride == 1 and "group" not in attrs  # one image, unit stride
+    assert ("kiln_pack_cols" in ll) == packed
 
 
 def test_bias_alone_runs_in_the_gemm():

@@ -129,7 +129,7 @@ class Conv(Lowering):
         else:
             wp, wstride, wt = k.ptr(w), mg * kk, (1 if trans else 0)
         # one image, unit strides, wide rows: the col matrix made as the GEMM's packed panels
-        packed = not direct and not chunked and not trans and packed_cols_applies(n, g, sh, sw, dh, dw, ow, cfg.NR)
+        packed = not direct and not chunked and not trans and packed_cols_applies(n, g, sh, sw, dh, dw)
         if packed:
             xpad_f, col_f = scratch_floats(cg, kh, kw, oh, ow, cfg.NR)
             xpad, col = k.scratch(xpad_f * 4), k.scratch(col_f * 4)

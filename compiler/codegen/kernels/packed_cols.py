@@ -29,17 +29,26 @@ from .base import F32, I32, I64, PTR, VOID, KernelBuilder, c64
 PANELS_MIN = 2
 
 
-def packed_cols_applies(n_images: int, groups: int, sh: int, sw: int, dh: int, dw: int, ow: int, nr: int) -> bool:
+def packed_cols_applies(n_images: int, groups: int, sh: int, sw: int, dh: int, dw: int) -> bool:
     """Whether the conv's col matrix can be made as packed panels here: one image and group, unit
-    strides and dilations, output rows at least a panel wide."""
-    return n_images * groups == 1 and sh == sw == 1 and dh == dw == 1 and ow >= nr
+    strides and dilations."""
+    return n_images * groups == 1 and sh == sw == 1 and dh == dw == 1
+
+
+def _pieces(ow: int, nr: int) -> int:
+    """The most output rows one panel of ``nr`` pixels touches."""
+    return 1 + -(-(nr - 1) // ow)
 
 
 def scratch_floats(cg: int, kh: int, kw: int, oh: int, ow: int, nr: int) -> tuple[int, int]:
     """(floats of the padded planes with their margin, floats of the packed panels)."""
     hp, wp = oh + kh - 1, ow + kw - 1
     panels = -(-(oh * ow) // nr)
-    return cg * hp * wp + wp + nr + kw, panels * cg * kh * kw * nr
+    return cg * hp * wp + _margin(wp, ow, nr, kw), panels * cg * kh * kw * nr
+
+
+def _margin(wp: int, ow: int, nr: int, kw: int) -> int:
+    return _pieces(ow, nr) * wp + nr + kw
 
 
 def emit_packed_cols(k: KernelBuilder, x, xpad, col, cg: int, h: int, wd: int, kh: int, kw: int, oh: int,
@@ -51,7 +60,7 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, col, cg: int, h: int, wd: int, k
     hp, wp = oh + kh - 1, ow + kw - 1
     plane = hp * wp
     panels = -(-(oh * ow) // nr)
-    margin = wp + nr + kw
+    margin = _margin(wp, ow, nr, kw)
     with k.parallel_for(cg, min_per_task=1) as (lo, hi):
         b = k.b
         xt, pt_ = k.ptr(x), k.again(xpad)
@@ -63,17 +72,20 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, col, cg: int, h: int, wd: int, k
         with b.if_then(last):  # the margin: finite values for the lanes past the last pixel
             with _For(b, c64(margin), "padm") as i:
                 k.store(ir.Constant(F32, 0.0), pt_, b.add(i, c64(cg * plane)))
-    fn = k.services.helper(f"kiln_pack_cols_{nr}_{lanes}", lambda mod: _build_pack(mod, nr, lanes))
+    rows = _pieces(ow, nr)
+    fn = k.services.helper(f"kiln_pack_cols_{nr}_{lanes}_{rows}", lambda mod: _build_pack(mod, nr, lanes, rows))
     with k.parallel_for(panels, min_per_task=PANELS_MIN) as (lo, hi):
         b = k.b
         b.call(fn, [k.again(xpad), k.again(col), lo, hi] +
                [c64(v) for v in (cg, kh, kw, wp, plane, ow)])
 
 
-def _build_pack(module: ir.Module, nr: int, lanes: int) -> ir.Function:
-    """``pack(xpad, col, j0, j1, cg, kh, kw, wp, plane, ow)``: panels [j0, j1) (sizes at run time)."""
+def _build_pack(module: ir.Module, nr: int, lanes: int, rows: int) -> ir.Function:
+    """``pack(xpad, col, j0, j1, cg, kh, kw, wp, plane, ow)``: panels [j0, j1) (sizes at run time), each
+    touching at most ``rows`` output rows."""
     names = ("j0", "j1", "cg", "kh", "kw", "wp", "plane", "ow")
-    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR] + [I64] * len(names)), f"kiln_pack_cols_{nr}_{lanes}")
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR] + [I64] * len(names)),
+                     f"kiln_pack_cols_{nr}_{lanes}_{rows}")
     fn.linkage = "linkonce_odr"
     fn.visibility = "hidden"
     fn.attributes.add("nounwind")
@@ -93,21 +105,25 @@ def _build_pack(module: ir.Module, nr: int, lanes: int) -> ir.Function:
     def at(ptr, i):
         return b.gep(ptr, [i], inbounds=True, source_etype=F32)
 
+    def splat(v):
+        sp = b.insert_element(ir.Constant(ivec, ir.Undefined), v, ir.Constant(I32, 0))
+        return b.shuffle_vector(sp, ir.Constant(ivec, ir.Undefined), ir.Constant(ivec, [0] * lanes))
+
     with _For(b, b.sub(a["j1"], a["j0"]), "panel") as jj:
         j = b.add(jj, a["j0"])
         n0 = b.mul(j, c64(nr))
         r0, q0 = b.udiv(n0, ow), b.urem(n0, ow)
-        left = b.sub(ow, q0)
-        split = b.select(b.icmp_signed("<", left, c64(nr)), left, c64(nr))   # lanes from row r0
-        first = b.add(b.mul(r0, wp), q0)                                       # lane t < split: first + t
-        second = b.sub(b.mul(b.add(r0, c64(1)), wp), split)                    # lane t >= split: second + t
-        split32 = b.trunc(split, I32)
-        masks = []
-        for v in range(nr // lanes):
-            idx = ir.Constant(ivec, [v * lanes + t for t in range(lanes)])
-            sp = b.insert_element(ir.Constant(ivec, ir.Undefined), split32, ir.Constant(I32, 0))
-            sp = b.shuffle_vector(sp, ir.Constant(ivec, ir.Undefined), ir.Constant(ivec, [0] * lanes))
-            masks.append(b.icmp_signed("<", idx, sp))
+        # piece i: lanes [start_i, start_{i+1}) from output row r0 + i; lane t reads base_i + t
+        starts, bases = [c64(0)], [b.add(b.mul(r0, wp), q0)]
+        for i in range(1, rows):
+            s_i = b.add(b.sub(ow, q0), c64(0)) if i == 1 else b.add(starts[-1], ow)
+            s_i = b.select(b.icmp_signed("<", s_i, c64(nr)), s_i, c64(nr))
+            starts.append(s_i)
+            bases.append(b.sub(b.mul(b.add(r0, c64(i)), wp), s_i))
+        # per vector of the panel row, per piece after the first: lanes before its start
+        masks = [[b.icmp_signed("<", ir.Constant(ivec, [v * lanes + t for t in range(lanes)]),
+                                splat(b.trunc(starts[i], I32))) for i in range(1, rows)]
+                 for v in range(nr // lanes)]
         dst0 = at(col, b.mul(j, b.mul(kk, c64(nr))))
         with _For(b, a["cg"], "c") as c:
             cbase = b.mul(c, a["plane"])
@@ -117,11 +133,12 @@ def _build_pack(module: ir.Module, nr: int, lanes: int) -> ir.Function:
                     koff = b.add(rbase, kj)
                     row = b.add(b.mul(b.add(b.mul(c, a["kh"]), ki), a["kw"]), kj)
                     dst = at(dst0, b.mul(row, c64(nr)))
-                    s1, s2 = at(xpad, b.add(koff, first)), at(xpad, b.add(koff, second))
+                    srcs = [at(xpad, b.add(koff, base)) for base in bases]
                     for v in range(nr // lanes):
-                        lo_ = b.load(at(s1, c64(v * lanes)), typ=vec, align=4)
-                        hi_ = b.load(at(s2, c64(v * lanes)), typ=vec, align=4)
-                        b.store(b.select(masks[v], lo_, hi_), at(dst, c64(v * lanes)), align=4)
+                        val = b.load(at(srcs[-1], c64(v * lanes)), typ=vec, align=4)
+                        for i in range(rows - 2, -1, -1):  # lanes before piece i+1's start: piece i
+                            val = b.select(masks[v][i], b.load(at(srcs[i], c64(v * lanes)), typ=vec, align=4), val)
+                        b.store(val, at(dst, c64(v * lanes)), align=4)
     b.ret_void()
     return fn
 
