@@ -59,9 +59,9 @@ def test_conv_gemm_paths():
 
 
 def test_conv_packed_cols():
-    """One image, unit strides: the col matrix is made as packed panels (``packed_cols.py``); panels
-    straddle two output rows, or several when rows are narrower than a panel, and the last one is
-    partial."""
+    """One image: the col matrix is made as packed panels (``packed_cols.py``); panels straddle two
+    output rows, or several when rows are narrower than a panel, the last one is partial, strided
+    and dilated windows read column-phase planes."""
     t = Bench()
     conv(t, (1, 5, 10, 30), 7, (3, 3), pads=(1, 1, 1, 1))                 # 300 pixels: a partial panel
     conv(t, (1, 3, 7, 24), 4, (3, 3), pads=(1, 1, 1, 1), bias=False)     # rows exactly 24 wide
@@ -72,6 +72,10 @@ def test_conv_packed_cols():
     conv(t, (1, 5, 14, 14), 8, (3, 3), pads=(1, 1, 1, 1))                # 14-wide rows: 3 per panel
     conv(t, (1, 4, 7, 7), 6, (3, 3), pads=(1, 1, 1, 1))                  # 7-wide: 5 rows per panel
     conv(t, (1, 2, 5, 3), 3, (3, 3), pads=(1, 1, 1, 1), bias=False)      # 3-wide: a panel holds them all
+    conv(t, (1, 3, 31, 33), 8, (7, 7), pads=(3, 3, 3, 3), strides=(2, 2))  # strided: column phases
+    conv(t, (1, 4, 20, 29), 6, (3, 3), pads=(1, 0, 2, 1), strides=(3, 2))  # odd strides, asymmetric
+    conv(t, (1, 3, 18, 30), 5, (3, 3), pads=(2, 2, 2, 2), dilations=(2, 2))  # dilated
+    conv(t, (1, 8, 14, 14), 16, (1, 1), strides=(2, 2))                    # 1x1 strided
     t.g.set_outputs(t.outs)
     assert "kiln_pack_cols" in build_program(t.g, host_target()).llvm_ir  # (the path is taken)
     t.run()

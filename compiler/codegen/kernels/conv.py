@@ -128,15 +128,15 @@ class Conv(Lowering):
             wp = k.weight(np.concatenate(packed))
         else:
             wp, wstride, wt = k.ptr(w), mg * kk, (1 if trans else 0)
-        # one image, unit strides, wide rows: the col matrix made as the GEMM's packed panels
-        packed = not direct and not chunked and not trans and packed_cols_applies(n, g, sh, sw, dh, dw)
+        # one image and group: the col matrix made as the GEMM's packed panels (packed_cols.py)
+        packed = not direct and not chunked and not trans and packed_cols_applies(n, g)
         if packed:
-            xpad_f, col_f = scratch_floats(cg, kh, kw, oh, ow, cfg.NR)
+            xpad_f, col_f = scratch_floats(cg, kh, kw, oh, ow, sh, sw, dh, dw, cfg.NR)
             xpad, col = k.scratch(xpad_f * 4), k.scratch(col_f * 4)
         else:
             col = None if direct else k.scratch(kk * (block * ow if chunked else p) * 4)
         # strided windows: the padded input split by column phase first, then contiguous row copies
-        phased = not direct and not chunked and sw > 1
+        phased = not direct and not chunked and not packed and sw > 1
         if phased:
             hp = (oh - 1) * sh + (kh - 1) * dh + 1
             wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
@@ -157,7 +157,7 @@ class Conv(Lowering):
         # one image and group: the col matrix made by channels split among the threads
         single = n * g == 1 and not direct and not chunked
         if packed:
-            emit_packed_cols(k, x, xpad, col, cg, h, wd, kh, kw, oh, ow, pt, pl, cfg.NR, cfg.W)
+            emit_packed_cols(k, x, xpad, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, cfg.NR, cfg.W)
         elif single:
             with k.parallel_for(cg, min_per_task=max(1, -(-IM2COL_MIN // (kh * kw * p)))) as (lo, hi):
                 xt, colt = k.ptr(x), k.again(col)  # the kernel's scratch, seen by the task

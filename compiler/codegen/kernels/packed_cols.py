@@ -1,24 +1,29 @@
-"""im2col straight into the GEMM's packed-B layout, for stride-1 convolutions of one image.
+"""im2col straight into the GEMM's packed-B layout, for convolutions of one image and group.
 
 The GEMM (docs/gemm.md) multiplies B in panels of ``NR`` columns (the full depth K, ``K * NR``
-floats each, padding columns past N zero or anything: they are computed and never stored). The
-plain im2col matrix is written once by the conv and then read and packed again by the GEMM; made
-here directly as panels, it is multiplied as a pre-packed operand (``tb = 2``), which saves a pass
-over a matrix nine times the input (measured 10-40% of the GEMM's time on 3x3 shapes).
+floats each; padding columns past N may hold anything finite: they are computed, never stored).
+The plain im2col matrix is written once by the conv and then read and packed again by the GEMM;
+made here directly as panels, it is multiplied as a pre-packed operand (``tb = 2``), which saves a
+pass over a matrix KH*KW times the input (measured 10-40% of the GEMM's time on 3x3 shapes).
 
 Two parallel loops:
 
-1. every input channel is copied into a zero-padded plane ``xpad[c, Hp, Wp]`` (``Hp = OH + KH - 1``,
-   ``Wp = OW + KW - 1``; the convolution then reads no padding), with a margin after the last one;
-2. panels are split among the threads. Panel ``j`` holds the pixels ``n0 = j * NR ...`` which,
-   since ``OW >= NR``, lie in at most two output rows: the first ``L`` in row ``r0`` from column
-   ``q0``, the rest at the start of row ``r0 + 1``. For every row ``k = (c, ki, kj)`` of the panel
-   the ``NR`` values are then two contiguous runs of ``xpad`` at the same offsets for every k:
-   each vector of the panel row is two loads and a lane select (no per-element index math).
+1. every input channel is copied into zero-padded planes split by column phase (``pad_plane``:
+   with a width stride ``sw``, phase ``ph`` holds the padded columns ``t*sw + ph``), so that the
+   windows read no padding and consecutive output columns read consecutive floats; a margin after
+   the last plane;
+2. panels are split among the threads. Panel ``j`` holds the pixels ``n0 = j * NR ...``, which lie
+   in at most ``1 + ceil((NR-1)/OW)`` output rows: the first ``L`` in row ``r0`` from column ``q0``,
+   the next ones from the start of the following rows. For every row ``k = (c, ki, kj)`` of the
+   panel the ``NR`` values are then contiguous runs of the planes at the same offsets for every k:
+   each vector of the panel row is one load per row piece and lane selects (no per-element
+   index math).
 
 Lanes past the last pixel read the margin or the next plane (finite values, never stored).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from llvmlite import ir
 
@@ -29,10 +34,9 @@ from .base import F32, I32, I64, PTR, VOID, KernelBuilder, c64
 PANELS_MIN = 2
 
 
-def packed_cols_applies(n_images: int, groups: int, sh: int, sw: int, dh: int, dw: int) -> bool:
-    """Whether the conv's col matrix can be made as packed panels here: one image and group, unit
-    strides and dilations."""
-    return n_images * groups == 1 and sh == sw == 1 and dh == dw == 1
+def packed_cols_applies(n_images: int, groups: int) -> bool:
+    """Whether the conv's col matrix is made as packed panels here: one image and group."""
+    return n_images * groups == 1
 
 
 def _pieces(ow: int, nr: int) -> int:
@@ -40,52 +44,70 @@ def _pieces(ow: int, nr: int) -> int:
     return 1 + -(-(nr - 1) // ow)
 
 
-def scratch_floats(cg: int, kh: int, kw: int, oh: int, ow: int, nr: int) -> tuple[int, int]:
+@dataclass(frozen=True)
+class _Planes:
+    """The padded input planes split by column phase (``pad_plane``): channel c, phase ph, row r,
+    column t hold ``xpad[c, r, t * sw + ph]``; output pixel (r, q) of tap (ki, kj) reads channel c's
+    ``(kj*dw) % sw`` phase at row ``r*sh + ki*dh``, column ``q + (kj*dw) // sw``."""
+
+    hp: int
+    wq: int
+    sw: int
+    margin: int
+
+    @property
+    def chan(self) -> int:
+        return self.sw * self.hp * self.wq
+
+
+def _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr) -> _Planes:
+    hp = (oh - 1) * sh + (kh - 1) * dh + 1
+    wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
+    # lanes past the last pixel read up to this far past the last plane
+    margin = (_pieces(ow, nr) + 1) * sh * wq + nr + kw * dw
+    return _Planes(hp, wq, sw, margin)
+
+
+def scratch_floats(cg, kh, kw, oh, ow, sh, sw, dh, dw, nr) -> tuple[int, int]:
     """(floats of the padded planes with their margin, floats of the packed panels)."""
-    hp, wp = oh + kh - 1, ow + kw - 1
+    pl_ = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
     panels = -(-(oh * ow) // nr)
-    return cg * hp * wp + _margin(wp, ow, nr, kw), panels * cg * kh * kw * nr
-
-
-def _margin(wp: int, ow: int, nr: int, kw: int) -> int:
-    return _pieces(ow, nr) * wp + nr + kw
+    return cg * pl_.chan + pl_.margin, panels * cg * kh * kw * nr
 
 
 def emit_packed_cols(k: KernelBuilder, x, xpad, col, cg: int, h: int, wd: int, kh: int, kw: int, oh: int,
-                     ow: int, pt: int, pl: int, nr: int, lanes: int) -> None:
+                     ow: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, nr: int, lanes: int) -> None:
     """Make the packed panels of the conv of ``x`` (one image, ``cg`` channels) in ``col``, using the
     scratch ``xpad``; ``nr`` = the GEMM's NR, ``lanes`` its vector width (NR a multiple of it)."""
     from .conv import pad_plane_rt
 
-    hp, wp = oh + kh - 1, ow + kw - 1
-    plane = hp * wp
+    g = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
     panels = -(-(oh * ow) // nr)
-    margin = _margin(wp, ow, nr, kw)
     with k.parallel_for(cg, min_per_task=1) as (lo, hi):
         b = k.b
         xt, pt_ = k.ptr(x), k.again(xpad)
         with _For(b, b.sub(hi, lo), "padc") as i:
             c = b.add(i, lo)
-            pad_plane_rt(b, k.at(xt, b.mul(c, c64(h * wd))), k.at(pt_, b.mul(c, c64(plane))), c64(h), c64(wd),
-                         c64(hp), c64(wp), c64(pt), c64(pl), 1)
+            pad_plane_rt(b, k.at(xt, b.mul(c, c64(h * wd))), k.at(pt_, b.mul(c, c64(g.chan))), c64(h), c64(wd),
+                         c64(g.hp), c64(g.wq), c64(pt), c64(pl), sw)
         last = b.icmp_signed("==", hi, c64(cg))
         with b.if_then(last):  # the margin: finite values for the lanes past the last pixel
-            with _For(b, c64(margin), "padm") as i:
-                k.store(ir.Constant(F32, 0.0), pt_, b.add(i, c64(cg * plane)))
+            with _For(b, c64(g.margin), "padm") as i:
+                k.store(ir.Constant(F32, 0.0), pt_, b.add(i, c64(cg * g.chan)))
     rows = _pieces(ow, nr)
-    fn = k.services.helper(f"kiln_pack_cols_{nr}_{lanes}_{rows}", lambda mod: _build_pack(mod, nr, lanes, rows))
+    name = f"kiln_pack_cols_{nr}_{lanes}_{rows}_s{sw}"
+    fn = k.services.helper(name, lambda mod: _build_pack(mod, name, nr, lanes, rows, sw))
     with k.parallel_for(panels, min_per_task=PANELS_MIN) as (lo, hi):
         b = k.b
         b.call(fn, [k.again(xpad), k.again(col), lo, hi] +
-               [c64(v) for v in (cg, kh, kw, wp, plane, ow)])
+               [c64(v) for v in (cg, kh, kw, g.wq, g.hp * g.wq, g.chan, sh * g.wq, ow, dh, dw)])
 
 
-def _build_pack(module: ir.Module, nr: int, lanes: int, rows: int) -> ir.Function:
-    """``pack(xpad, col, j0, j1, cg, kh, kw, wp, plane, ow)``: panels [j0, j1) (sizes at run time), each
-    touching at most ``rows`` output rows."""
-    names = ("j0", "j1", "cg", "kh", "kw", "wp", "plane", "ow")
-    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR] + [I64] * len(names)),
-                     f"kiln_pack_cols_{nr}_{lanes}_{rows}")
+def _build_pack(module: ir.Module, name: str, nr: int, lanes: int, rows: int, sw: int) -> ir.Function:
+    """``pack(xpad, col, j0, j1, cg, kh, kw, wq, phase, chan, rowstep, ow, dh, dw)``: panels [j0, j1)
+    (sizes at run time), each touching at most ``rows`` output rows; ``sw``: the width stride."""
+    names = ("j0", "j1", "cg", "kh", "kw", "wq", "phase", "chan", "rowstep", "ow", "dh", "dw")
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR] + [I64] * len(names)), name)
     fn.linkage = "linkonce_odr"
     fn.visibility = "hidden"
     fn.attributes.add("nounwind")
@@ -100,7 +122,7 @@ def _build_pack(module: ir.Module, nr: int, lanes: int, rows: int) -> ir.Functio
     vec = ir.VectorType(F32, lanes)
     ivec = ir.VectorType(I32, lanes)
     kk = b.mul(a["cg"], b.mul(a["kh"], a["kw"]))
-    ow, wp = a["ow"], a["wp"]
+    ow, step = a["ow"], a["rowstep"]
 
     def at(ptr, i):
         return b.gep(ptr, [i], inbounds=True, source_etype=F32)
@@ -114,23 +136,24 @@ def _build_pack(module: ir.Module, nr: int, lanes: int, rows: int) -> ir.Functio
         n0 = b.mul(j, c64(nr))
         r0, q0 = b.udiv(n0, ow), b.urem(n0, ow)
         # piece i: lanes [start_i, start_{i+1}) from output row r0 + i; lane t reads base_i + t
-        starts, bases = [c64(0)], [b.add(b.mul(r0, wp), q0)]
+        starts, bases = [c64(0)], [b.add(b.mul(r0, step), q0)]
         for i in range(1, rows):
-            s_i = b.add(b.sub(ow, q0), c64(0)) if i == 1 else b.add(starts[-1], ow)
+            s_i = b.sub(ow, q0) if i == 1 else b.add(starts[-1], ow)
             s_i = b.select(b.icmp_signed("<", s_i, c64(nr)), s_i, c64(nr))
             starts.append(s_i)
-            bases.append(b.sub(b.mul(b.add(r0, c64(i)), wp), s_i))
+            bases.append(b.sub(b.mul(b.add(r0, c64(i)), step), s_i))
         # per vector of the panel row, per piece after the first: lanes before its start
         masks = [[b.icmp_signed("<", ir.Constant(ivec, [v * lanes + t for t in range(lanes)]),
                                 splat(b.trunc(starts[i], I32))) for i in range(1, rows)]
                  for v in range(nr // lanes)]
         dst0 = at(col, b.mul(j, b.mul(kk, c64(nr))))
         with _For(b, a["cg"], "c") as c:
-            cbase = b.mul(c, a["plane"])
+            cbase = b.mul(c, a["chan"])
             with _For(b, a["kh"], "ki") as ki:
-                rbase = b.add(cbase, b.mul(ki, wp))
+                rbase = b.add(cbase, b.mul(b.mul(ki, a["dh"]), a["wq"]))
                 with _For(b, a["kw"], "kj") as kj:
-                    koff = b.add(rbase, kj)
+                    cj = b.mul(kj, a["dw"])
+                    koff = b.add(rbase, b.add(b.mul(b.urem(cj, c64(sw)), a["phase"]), b.udiv(cj, c64(sw))))
                     row = b.add(b.mul(b.add(b.mul(c, a["kh"]), ki), a["kw"]), kj)
                     dst = at(dst0, b.mul(row, c64(nr)))
                     srcs = [at(xpad, b.add(koff, base)) for base in bases]
