@@ -23,6 +23,7 @@ from typing import Callable
 
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops.base import Pattern
+from ..ir.ops import tensor as tn
 from ..ir.ops.kernel import Kernel
 from ..ir.types import DType, TensorType
 from .manager import Pass
@@ -138,6 +139,9 @@ def _refusal(u: Node, out: Value, ids: set[int], members: list[Node], max_ops: i
     if not fusable(u):
         if u.op.pattern <= Pattern.BROADCAST:
             return f"{u.op.name} has no fused loop code for its operand types"
+        if isinstance(u.op, tn.Concat):
+            return ("Concat is injective (no loop to join); where its pieces are contiguous slices the "
+                    "program builder computes them into the result's buffer instead of copying")
         return f"{u.op.name} is not elementwise (pattern {u.op.pattern.name.lower()})"
     if tuple(u.outputs[0].shape) != tuple(out.shape):
         return f"{u.op.name} broadcasts the result to a larger shape {list(u.outputs[0].shape)}"
