@@ -118,8 +118,9 @@ def test_refuses_an_operand_broadcast_over_some_columns():
 
 
 def test_transposed_path_keeps_the_separate_pass():
-    """Few pixels, many channels: the GEMM computes Y^T, which the block form does not describe."""
-    text = _conv_text([1, 32, 3, 3], [64, 32, 3, 3], [1, 64, 3, 3], "{pads=[1, 1, 1, 1]}",
-                      "  %1 = Relu(%0) : f32[1,64,3,3]\n  return y=%1", "y: f32[1,64,3,3]")
+    """Few pixels, many channels, two images: the GEMM computes Y^T, which the block form does not
+    describe."""
+    text = _conv_text([2, 32, 3, 3], [64, 32, 3, 3], [2, 64, 3, 3], "{pads=[1, 1, 1, 1]}",
+                      "  %1 = Relu(%0) : f32[2,64,3,3]\n  return y=%1", "y: f32[2,64,3,3]")
     _, ll = _run(text, _weights({"w": [64, 32, 3, 3], "b": [64]}))
     assert "kiln_sgemm_ep" not in ll
