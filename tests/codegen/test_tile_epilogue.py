@@ -124,3 +124,68 @@ def test_transposed_path_keeps_the_separate_pass():
                       "  %1 = Relu(%0) : f32[2,64,3,3]\n  return y=%1", "y: f32[2,64,3,3]")
     _, ll = _run(text, _weights({"w": [64, 32, 3, 3], "b": [64]}))
     assert "kiln_sgemm_ep" not in ll
+
+
+# -- Gemm and MatMul --------------------------------------------------------------------------------
+
+def _gemm_run(text: str, weights: dict, fused_inside: bool):
+    g, ll = _run(text, weights)
+    assert [n.op.name for n in g.nodes] == ["Kernel"]
+    if fused_inside:
+        assert "kiln_sgemm_ep" in ll
+    assert ('.loop"' in ll) != fused_inside  # the chain's own pass only when refused
+    return g
+
+
+def test_gemm_bias_and_chain_inside_the_gemm():
+    """A linear layer's C (beta 1) and activation run on the GEMM's blocks; with beta != 1 C is
+    written first and the chain still runs inside."""
+    for beta in ("", ", beta=0.5"):
+        text = f"""graph @g(%x: f32[8,32]) -> (y: f32[8,16]) {{
+  %w = const f32[16,32]
+  %c = const f32[16]
+  %0 = Gemm(%x, %w, %c) {{transB=1{beta}}} : f32[8,16]
+  %1 = Tanh(%0) : f32[8,16]
+  return y=%1
+}}"""
+        _gemm_run(text, _weights({"w": [16, 32], "c": [16]}), True)
+
+
+def test_matmul_linear_layer_folds_the_batch_into_rows():
+    text = """graph @g(%x: f32[2,5,32], %r: f32[2,5,16]) -> (y: f32[2,5,16]) {
+  %w = const f32[32,16]
+  %c = const f32[16]
+  %0 = MatMul(%x, %w) : f32[2,5,16]
+  %1 = Add(%0, %c) : f32[2,5,16]
+  %2 = Relu(%1) : f32[2,5,16]
+  %3 = Add(%2, %r) : f32[2,5,16]
+  return y=%3
+}"""
+    _gemm_run(text, _weights({"w": [32, 16], "c": [16]}), True)
+
+
+def test_batched_matmul_scale_and_mask():
+    """Attention scores: a batched MatMul, a scale and a mask broadcast over heads and queries."""
+    text = """graph @g(%q: f32[2,3,8,16], %k: f32[2,3,16,8], %m: f32[2,1,1,8]) -> (y: f32[2,3,8,8]) {
+  %s = const f32[] dense<0.25>
+  %0 = MatMul(%q, %k) : f32[2,3,8,8]
+  %1 = Mul(%0, %s) : f32[2,3,8,8]
+  %2 = Add(%1, %m) : f32[2,3,8,8]
+  return y=%2
+}"""
+    _gemm_run(text, {}, True)
+
+
+def test_refuses_an_operand_broadcast_over_folded_rows():
+    """A [5, 16] operand repeats over the batch: C's folded rows (batch x 5) cannot address it, so
+    the chain runs as its own pass (and is right)."""
+    text = """graph @g(%x: f32[2,5,32], %r: f32[5,16]) -> (y: f32[2,5,16]) {
+  %w = const f32[32,16]
+  %0 = MatMul(%x, %w) : f32[2,5,16]
+  %1 = Add(%0, %r) : f32[2,5,16]
+  return y=%1
+}"""
+    g = _gemm_run(text, _weights({"w": [32, 16]}), False)
+    body = g.nodes[0].op.body
+    why = TileEpilogue.reason(body.nodes[0].outputs[0], body.nodes[1:], 1, rows_from=0)
+    assert why and "rows' axes only" in why

@@ -2,10 +2,13 @@
 BatchNorm, activation, residual add), as one kernel.
 
 The fusion pass makes these groups (``kiln.Kernel`` of kind ``epilogue``). The anchor's lowering
-writes its result straight into the buffer of the group's final output (``KernelBuilder.share``),
-then the elementwise chain runs over that buffer in place (threads split its outer loop): the
-intermediate never gets memory of its own and no second kernel is dispatched. When the anchor's
-result is itself needed outside the group, it keeps its own buffer and the chain reads it.
+writes its result straight into the buffer of the group's final output (``KernelBuilder.share``).
+Anchors that take an epilogue (Conv, Gemm, MatMul: ``takes_epilogue``) run the chain inside their
+GEMM, on each block of the result as soon as it is final (``tile_epilogue.py``); when they cannot
+(an operand the block form does not address, a depthwise or transposed conv), the chain runs over
+the output buffer in place afterwards (threads split its outer loop). Either way the intermediate
+never gets memory of its own and no second kernel is dispatched. When the anchor's result is
+itself needed outside the group, it keeps its own buffer and the chain reads it.
 """
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from ...ir.ops import linalg as la
 from .base import I32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
+from .tile_epilogue import TileEpilogue, _broadcast_strides
 
 
 def _i32(v: int) -> ir.Constant:
@@ -80,7 +81,12 @@ class Gemm(Lowering):
         kk = a.shape[0] if n.op.transA else a.shape[1]
         return _sizes_reason(*y.shape, kk)
 
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+    #: ``emit`` takes an ``epilogue`` (see ``Epilogue``)
+    takes_epilogue = True
+
+    def emit(self, k: KernelBuilder, group: KernelGroup, epilogue=None) -> bool:
+        """Emit the Gemm; with ``epilogue`` (as for ``Conv.emit``) also the chain, inside the GEMM
+        (returns True) unless an operand refuses (False: the caller emits it after)."""
         node = group.node
         op = node.op
         a, b = node.inputs[0], node.inputs[1]
@@ -88,9 +94,12 @@ class Gemm(Lowering):
         y = node.outputs[0]
         m, n = (int(d) for d in y.shape)
         kk = int(a.shape[0] if op.transA else a.shape[1])
+        # C (beta 1) and the chain inside the GEMM, on each finished block of Y
+        bias = c if c is not None and float(op.beta) == 1.0 else None
+        te, fused = _tile_epilogue(k, y, epilogue, bias, 0, None)
         yp = k.ptr(y)
         beta = 0.0
-        if c is not None:
+        if c is not None and (te is None or bias is None):
             init_broadcast(k, yp, m, n, k.ptr(c), [int(d) for d in c.shape], float(op.beta))
             beta = 1.0
         if b.const is not None:
@@ -103,7 +112,28 @@ class Gemm(Lowering):
             ap, ta, lda = k.weight(k.services.pack_a(am)), 2, kk
         else:
             ap, ta, lda = k.ptr(a), int(op.transA), int(a.shape[1])
-        call_sgemm(k, ta, tb, m, n, kk, float(op.alpha), ap, lda, bp, ldb, beta, yp, n)
+        call_sgemm(k, ta, tb, m, n, kk, float(op.alpha), ap, lda, bp, ldb, beta, yp, n,
+                   epilogue=te.call_args([], c64(0)) if te is not None else None)
+        return fused
+
+
+def _tile_epilogue(k: KernelBuilder, y, epilogue, bias, row_axis: int, rows_from: int | None):
+    """(TileEpilogue or None, whether it takes the fused chain) for a GEMM writing ``y`` whose C
+    rows are ``y``'s axes ``rows_from..row_axis`` (see ``tile_epilogue``); ``bias``: a value added
+    first (read broadcast to ``y``), or None."""
+    if epilogue is None and bias is None:
+        return None, False
+    nodes, outputs, over = epilogue or ((), (), None)
+    extra = [bias] if bias is not None else []
+    fused = epilogue is not None and TileEpilogue.reason(y, nodes, row_axis, extra, rows_from) is None
+    if not fused:
+        nodes, outputs, over = (), (), None
+        if bias is not None and TileEpilogue.reason(y, (), row_axis, extra, rows_from) is not None:
+            return None, False
+    if not fused and bias is None:
+        return None, False
+    strides = _broadcast_strides(bias.shape, y.shape) if bias is not None else None
+    return TileEpilogue(k, y, nodes, outputs, over, bias, row_axis, bias_strides=strides), fused
 
 
 def init_broadcast(k: KernelBuilder, yp: ir.Value, m: int, n: int, cp: ir.Value, cshape: list[int],
@@ -144,7 +174,12 @@ class MatMul(Lowering):
         sa, sb = _promoted(a.shape, b.shape)
         return _sizes_reason(*n.outputs[0].shape, sa[-1], sa[-2], sb[-1])
 
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+    #: ``emit`` takes an ``epilogue`` (see ``Epilogue``)
+    takes_epilogue = True
+
+    def emit(self, k: KernelBuilder, group: KernelGroup, epilogue=None) -> bool:
+        """Emit the MatMul; with ``epilogue`` (as for ``Conv.emit``) also the chain, inside the GEMM
+        (returns True) when the result is not a promoted 1-D one and the operands allow."""
         node = group.node
         a, b = node.inputs
         y = node.outputs[0]
@@ -153,6 +188,11 @@ class MatMul(Lowering):
         ba, bb = sa[:-2], sb[:-2]
         batch = tuple(np.broadcast_shapes(tuple(ba), tuple(bb)))
         nb = math.prod(batch)
+        te, fused = None, False
+        if epilogue is not None and len(y.shape) == len(batch) + 2:
+            # a linear layer: C's rows are all of A's leading axes; else one GEMM per batch index
+            folded = math.prod(bb) == 1
+            te, fused = _tile_epilogue(k, y, epilogue, None, len(y.shape) - 2, 0 if folded else None)
         yp = k.ptr(y)
         bconst = b.const is not None
         aconst = a.const is not None and not bconst
@@ -167,8 +207,9 @@ class MatMul(Lowering):
                 ap, ta = k.weight(k.services.pack_a(a.const.reshape(mm, kk))), 2
             else:
                 ap, ta = k.ptr(a), 0
-            call_sgemm(k, ta, tb, mm, n, kk, 1.0, ap, kk, bp, n, 0.0, yp, n)
-            return
+            call_sgemm(k, ta, tb, mm, n, kk, 1.0, ap, kk, bp, n, 0.0, yp, n,
+                       epilogue=te.call_args([], c64(0)) if te is not None else None)
+            return fused
         # a loop over the output's batches; each operand's batch index from a table
         aidx = np.broadcast_to(np.arange(math.prod(ba)).reshape(ba), batch).ravel() if ba \
             else np.zeros(nb, np.int64)
@@ -198,7 +239,12 @@ class MatMul(Lowering):
             pa = k.at(ap, bld.mul(ia, c64(astride)))
             pb = k.at(bp, bld.mul(ib, c64(bstride)))
             pc = k.at(yp, bld.mul(t, c64(m * n)))
-            call_sgemm(k, ta, tb, m, n, kk, 1.0, pa, kk, pb, n, 0.0, pc, n)
+            ep = None
+            if te is not None:  # the batch index per axis of the output
+                lead = [bld.urem(bld.udiv(t, c64(math.prod(batch[ax + 1:]))), c64(d)) for ax, d in enumerate(batch)]
+                ep = te.call_args(lead, c64(0))
+            call_sgemm(k, ta, tb, m, n, kk, 1.0, pa, kk, pb, n, 0.0, pc, n, epilogue=ep)
+        return fused
 
 
 def _promoted(sa, sb) -> tuple[list[int], list[int]]:

@@ -42,14 +42,15 @@ class TileEpilogue:
     """The epilogue of one GEMM-based kernel (see the module docstring).
 
     ``nodes``: the chain (elementwise ops, in order) reading ``c`` (the GEMM's result, a value of
-    shape ``S``); ``bias``: a 1-D value added to each row of C first, or None. ``outputs``: the
+    shape ``S``); ``bias``: a 1-D value added to each row of C first (or, with ``bias_strides``, a
+    value read at those strides over ``S``: a Gemm's C), or None. ``outputs``: the
     chain's values needed outside, each written to its own buffer, except ``in_place``, which is
     written over C: the kernel's final result when C is its buffer, or ``c`` itself (C + bias) when
     the GEMM's result is needed outside too, or when the bias is the whole epilogue.
     """
 
     def __init__(self, k: KernelBuilder, c: Value, nodes: Sequence[Node], outputs: Sequence[Value],
-                 in_place: Value | None, bias: Value | None, row_axis: int):
+                 in_place: Value | None, bias: Value | None, row_axis: int, bias_strides: tuple | None = None):
         self.k, self.c, self.row_axis = k, c, row_axis
         if in_place is None and bias is not None:
             in_place = c  # C + bias is the GEMM's result: written over C
@@ -75,7 +76,7 @@ class TileEpilogue:
         cv = cv_in = operand(c, full)
         if bias is not None:
             per_row = tuple(1 if a == row_axis else 0 for a in range(len(shape)))
-            cv = g.add(ops.elementwise.Add(), cv, operand(bias, per_row))
+            cv = g.add(ops.elementwise.Add(), cv, operand(bias, bias_strides or per_row))
         synth[id(c)] = cv
         for n in nodes:
             ins = [None if v is None else synth[id(v)] if id(v) in synth else
@@ -101,11 +102,17 @@ class TileEpilogue:
         return 1 if any(strides[self.row_axis + 1:]) else 0
 
     @staticmethod
-    def reason(c: Value, nodes: Sequence[Node], row_axis: int, extra: Sequence[Value] = ()) -> str | None:
+    def reason(c: Value, nodes: Sequence[Node], row_axis: int, extra: Sequence[Value] = (),
+               rows_from: int | None = None) -> str | None:
         """Why the chain cannot run as a tile epilogue of a GEMM whose C rows are ``row_axis`` of
-        ``c`` (None if it can). ``extra``: other operands the chain reads (checked like its inputs)."""
+        ``c`` (None if it can). ``extra``: other operands the chain reads (checked like its inputs).
+        ``rows_from``: C's rows are the axes ``rows_from..row_axis`` folded (a linear layer on a
+        batch of sequences): each operand must then be laid out like the result over them, or be
+        constant over them all."""
         shape = tuple(int(d) for d in c.shape)
         tail = strides_of(shape[row_axis + 1:])
+        full = strides_of(shape)
+        lo = row_axis if rows_from is None else rows_from
         produced = {id(c)} | {id(o) for n in nodes for o in n.outputs}
         for v in [v for n in nodes for v in n.inputs] + list(extra):
             if v is None or id(v) in produced or _is_inlined(v, True):
@@ -121,6 +128,9 @@ class TileEpilogue:
             cols = st[row_axis + 1:]
             if any(cols) and tuple(cols) != tuple(tail):
                 return f"{v} is broadcast over some of the columns' axes only"
+            rows = st[lo:row_axis + 1]
+            if lo < row_axis and any(rows) and tuple(rows) != tuple(full[lo:row_axis + 1]):
+                return f"{v} is broadcast over some of the rows' axes only"
         return None
 
     def _emit_callback(self, row_fn: ir.Function) -> ir.Function:
