@@ -189,3 +189,22 @@ def test_refuses_an_operand_broadcast_over_folded_rows():
     body = g.nodes[0].op.body
     why = TileEpilogue.reason(body.nodes[0].outputs[0], body.nodes[1:], 1, rows_from=0)
     assert why and "rows' axes only" in why
+
+
+@pytest.mark.parametrize("x,attrs,inside", [
+    ([1, 6, 10, 12], "{pads=[1, 1, 1, 1], group=6}", True),
+    ([1, 6, 11, 11], "{pads=[1, 1, 1, 1], strides=[2, 2], group=6}", True),
+    ([2, 6, 10, 12], "{pads=[1, 1, 1, 1], group=6}", False),  # two images: the chain's own pass
+])
+def test_depthwise_chain_on_each_finished_plane(x, attrs, inside):
+    stride = 2 if "strides" in attrs else 1
+    y = [x[0], 6, (x[2] + 2 - 3) // stride + 1, (x[3] + 2 - 3) // stride + 1]
+    ys = _dims(y)
+    body = f"""  %1 = Clip(%0, %lo, %hi) : f32{ys}
+  %2 = Mul(%1, %s) : f32{ys}
+  return y=%2"""
+    consts = "  %lo = const f32[] dense<0.0>\n  %hi = const f32[] dense<6.0>\n  %s = const f32[1,6,1,1]\n"
+    text = _conv_text(x, [6, 1, 3, 3], y, attrs, body, f"y: f32{ys}", consts)
+    g, ll = _run(text, _weights({"w": [6, 1, 3, 3], "b": [6], "s": [1, 6, 1, 1]}))
+    assert [n.op.name for n in g.nodes] == ["Kernel"]
+    assert ('.loop"' in ll) != inside

@@ -110,8 +110,12 @@ class Conv(Lowering):
         xp, yp = k.ptr(x), k.ptr(y)
         bp = k.ptr(bias) if bias is not None else None
         if cg == 1 and g > 1:
-            self._depthwise(k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
-            return False
+            # one image: the chain on each output plane as soon as it is computed (in cache)
+            te = None
+            if epilogue is not None and n == 1 and TileEpilogue.reason(y, epilogue[0], 1) is None:
+                te = TileEpilogue(k, y, *epilogue, None, row_axis=1)
+            self._depthwise(k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te)
+            return te is not None
         kk, p = cg * kh * kw, oh * ow
         cfg = k.services.gemm_cfg
         direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and oh == h and ow == wd
@@ -224,10 +228,11 @@ class Conv(Lowering):
 
 
     # -- depthwise ---------------------------------------------------------------------------------
-    def _depthwise(self, k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl):
+    def _depthwise(self, k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te=None):
         """Planes (image, input channel) split among the threads in ``ntask`` runs, each with a padded
         scratch plane of its own; each plane by a module-level helper taking the sizes at run time
-        (one helper per kernel size and width stride)."""
+        (one helper per kernel size and width stride). ``te``: a ``TileEpilogue`` run on each output
+        plane once computed (one image)."""
         hp = (oh - 1) * sh + (kh - 1) * dh + 1
         wpd = (ow - 1) * sw + (kw - 1) * dw + 1
         padded = not (pt == 0 and pl == 0 and hp <= h and wpd <= wd and sw == 1)
@@ -248,6 +253,7 @@ class Conv(Lowering):
             rs = wq if padded else wd
             taps = [(ki, kj, ((kj * dw) % sw) * hp * wq + ki * dh * rs + (kj * dw) // sw)
                     for ki in range(kh) for kj in range(kw)]
+            ep = te.call_args([c64(0)], c64(0)) if te is not None else None
             with _span(b, lo, hi, "dwt") as t:
                 plane = k.at(scr, b.mul(t, c64(psize))) if padded else None
                 p0 = b.mul(t, c64(group_size))
@@ -273,6 +279,8 @@ class Conv(Lowering):
                                     v = k.load(rowbase, b.add(q, c64(off)) if off else q)
                                     acc = b.call(fma, [wts[tt], v, acc])
                                 k.store(acc, yrow, q)
+                        if ep is not None:  # output channel mo is row mo of Y viewed [channels, pixels]
+                            b.call(ep[0], [ep[1], mo, b.add(mo, c64(1)), c64(0), c64(p)])
 
 
 #: multiply-adds per parallel task of a depthwise conv at least
