@@ -62,6 +62,7 @@ RESIDUAL = """  %1 = Add(%0, %r) : f32{y}
 @pytest.mark.parametrize("x,m,k,attrs", [
     ([1, 8, 9, 11], 12, 3, "{pads=[1, 1, 1, 1]}"),                 # im2col, one image
     ([1, 8, 9, 30], 12, 3, "{pads=[1, 1, 1, 1]}"),                 # im2col, rows wider than a panel
+    ([1, 64, 6, 30], 160, 3, "{pads=[1, 1, 1, 1]}"),               # K > KC and M > MC: several blocks
     ([2, 8, 9, 9], 16, 1, "{}"),                                     # 1x1 on the input, batch 2
     ([1, 6, 13, 13], 10, 3, "{pads=[1, 1, 1, 1], strides=[2, 2]}"),  # strided (column phases)
     ([2, 8, 7, 7], 8, 3, "{pads=[1, 1, 1, 1], group=2}"),            # groups
@@ -208,3 +209,19 @@ def test_depthwise_chain_on_each_finished_plane(x, attrs, inside):
     g, ll = _run(text, _weights({"w": [6, 1, 3, 3], "b": [6], "s": [1, 6, 1, 1]}))
     assert [n.op.name for n in g.nodes] == ["Kernel"]
     assert ('.loop"' in ll) != inside
+
+
+def test_epilogue_runs_once_per_block_after_the_last_k_block():
+    """Several K blocks (K > KC), several row blocks (M > MC) and both threads: a chain that is
+    not idempotent (x * 2 + 1) shows any block run twice or before its last K block."""
+    text = """graph @g(%x: f32[300,600]) -> (y: f32[300,200]) {
+  %w = const f32[600,200]
+  %c = const f32[200]
+  %two = const f32[] dense<2.0>
+  %one = const f32[] dense<1.0>
+  %0 = Gemm(%x, %w, %c) : f32[300,200]
+  %1 = Mul(%0, %two) : f32[300,200]
+  %2 = Add(%1, %one) : f32[300,200]
+  return y=%2
+}"""
+    _gemm_run(text, _weights({"w": [600, 200], "c": [200]}), True)
