@@ -230,6 +230,7 @@ def cmd_inspect(args) -> int:
     if args.json:
         out = {k: m[k] for k in ("model", "kiln_version", "format_version", "opt_level", "target", "inputs",
                                  "outputs", "kernels", "views", "fallback", "memory", "compile_seconds", "nodes")}
+        out["concats_in_place"] = m.get("concats_in_place", [])
         print(json.dumps(out, indent=1))
         return 0
     t = m["target"]
@@ -249,6 +250,10 @@ def cmd_inspect(args) -> int:
         for n, k in enumerate(ks):
             print(f"  {n:>4}  {k['name'][:36]:<36} {k['lowering'] or '':<14} {k['flops'] / 1e6:>9.2f} "
                   f"{k['bytes'] / 1e6:>9.2f} {_mib(k['scratch_bytes']) if k['scratch_bytes'] else '':>10}")
+            for note in k.get("notes", ()):
+                print(f"  {'':>4}    {note}")
+        for c in m.get("concats_in_place", ()):
+            print(f"  view  Concat node {c['node']!r}: {c['note']}")
     else:
         by_op: dict[str, list] = {}
         for k in ks:

@@ -168,10 +168,11 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
                     pass
             kernels.append({"name": st.kernel, "step": st.index, "ops": st.group.ops, "lowering": st.lowering,
                             "nodes": [n.name or "" for n in st.group.nodes], "flops": int(flops),
-                            "bytes": int(bytes_), "scratch_bytes": st.scratch_bytes})
+                            "bytes": int(bytes_), "scratch_bytes": st.scratch_bytes, "notes": list(st.notes)})
     fallback = [{"op": s.node.op.name, "node": s.node.name or "", "index": index[id(s.node)],
                  "reason": s.reason} for s in prog.fallback_steps]
     views = sum(1 for s in prog.steps if s.native and s.alias)
+    concats = [{"node": s.node.name or "", "note": s.notes[0]} for s in prog.steps if s.alias and s.notes]
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "kiln_version": __version__,
         "model": model_name, "opt_level": opt_level,
@@ -179,7 +180,7 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
                    "isa": sorted(target.isa)},
         "inputs": inputs, "outputs": outputs,
         "plan": prog.runtime_plan(),
-        "kernels": kernels, "views": views, "fallback": fallback,
+        "kernels": kernels, "views": views, "concats_in_place": concats, "fallback": fallback,
         "memory": prog.memory_summary(),
         "nodes": len(graph.nodes), "profile": profile,
         "compile_seconds": {k: round(v, 4) for k, v in times.items()},

@@ -76,6 +76,8 @@ class Step:
     #: the graph node (a ``kiln.Kernel`` for a fused group): its inputs and results are the values
     #: the step reads and writes in the graph (``group`` holds the body's own values)
     node: Node | None = None
+    #: how the lowering made the kernel (``KernelBuilder.note``); a concat in place says so here
+    notes: list = field(default_factory=list)
 
 
 @dataclass
@@ -291,7 +293,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
         low, _ = lowering_for(st.group)
         low.emit(k, st.group)
         k.finish()
-        st.kernel, st.slots, st.scratch_bytes = name, k.slots, k.scratch_bytes
+        st.kernel, st.slots, st.scratch_bytes, st.notes = name, k.slots, k.scratch_bytes, k.notes
 
     # 4. weights: the constants native code reads, and data kernels prepared
     weights: list[tuple[int, np.ndarray]] = []
@@ -438,6 +440,7 @@ def _concats_in_place(steps: list[Step], graph: Graph, root: dict[int, Value]) -
             offset[id(v)] = off
             off += v.type.nbytes
         st.alias = True
+        st.notes = [f"concat in place: its {len(pieces)} pieces are computed into their slices"]
     return offset
 
 

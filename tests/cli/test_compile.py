@@ -89,3 +89,37 @@ def test_strict_compile_names_the_op(tmp_path, capsys):
     assert not (tmp_path / "nz.kiln").exists()
     assert main(["compile", str(path), "-o", str(tmp_path / "nz.kiln")]) == 0
     assert "1 node(s) run in the reference interpreter" in capsys.readouterr().err
+
+
+BLOCK = """graph @block(%x: f32[1,8,12,30]) -> (y: f32[1,4,12,30]) {
+  %w1 = const f32[8,8,3,3]
+  %b1 = const f32[8]
+  %w2 = const f32[4,16,1,1]
+  %0 = Conv(%x, %w1, %b1) {pads=[1, 1, 1, 1]} : f32[1,8,12,30]
+  %1 = Relu(%0) : f32[1,8,12,30]
+  %2 = Sigmoid(%x) : f32[1,8,12,30]
+  %3 = Concat(%1, %2) {axis=1} : f32[1,16,12,30]
+  %4 = Conv(%3, %w2) : f32[1,4,12,30]
+  return y=%4
+}"""
+
+
+def test_inspect_says_how_each_kernel_was_made(tmp_path, capsys):
+    """--kernels lists, under each kernel, how it was generated, and the concats done in place."""
+    rng = np.random.default_rng(0)
+    w = {"w1": rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "b1": rng.standard_normal(8).astype(np.float32),
+         "w2": rng.standard_normal((4, 16, 1, 1)).astype(np.float32)}
+    src = tmp_path / "block.kir"
+    save_text(parse(BLOCK, w), str(src))
+    out = str(tmp_path / "block.kiln")
+    assert main(["compile", str(src), "-o", out]) == 0
+    capsys.readouterr()
+    assert main(["inspect", out, "--kernels"]) == 0
+    text = capsys.readouterr().out
+    assert "im2col as the GEMM's packed panels" in text and "bias and chain inside the GEMM" in text
+    assert "1x1: GEMM on the input" in text
+    assert "Concat node" in text and "concat in place: its 2 pieces" in text
+    assert main(["inspect", out, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert len(info["concats_in_place"]) == 1
+    assert any("inside the GEMM" in n for k in info["kernels"] for n in k["notes"])

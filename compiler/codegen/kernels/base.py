@@ -266,6 +266,13 @@ class KernelBuilder:
         #: lowering offered them in ``Lowering.in_place``): the kernel must ask ``ptr`` for the input
         #: only and write the output through it, since two slots of one address break ``noalias``
         self.in_place: dict[int, int] = {}
+        #: how the lowering made this kernel, in a few words each (``kiln inspect --kernels``)
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        """Record how this kernel was made (e.g. "epilogue inside the GEMM"), for the manifest."""
+        if text not in self.notes:
+            self.notes.append(text)
 
     # -- buffers -------------------------------------------------------------------------------
     def _slot_ptr(self, j: int) -> ir.Value:

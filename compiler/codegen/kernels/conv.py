@@ -115,6 +115,9 @@ class Conv(Lowering):
             if epilogue is not None and n == 1 and TileEpilogue.reason(y, epilogue[0], 1) is None:
                 te = TileEpilogue(k, y, *epilogue, None, row_axis=1)
             self._depthwise(k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te)
+            k.note("depthwise: direct loop on padded planes")
+            if te is not None:
+                k.note("chain on each output plane as it is computed")
             return te is not None
         kk, p = cg * kh * kw, oh * ow
         cfg = k.services.gemm_cfg
@@ -159,6 +162,11 @@ class Conv(Lowering):
                 te = TileEpilogue(k, y, nodes, outputs, over, bias, row_axis=1)
         if bias is not None and not trans and te is None:
             fill_bias(k, y, bias, n * m, m, p)
+        k.note("1x1: GEMM on the input" if direct else "im2col as the GEMM's packed panels" if packed else
+               f"im2col by blocks of {block} output rows" if chunked else
+               "transposed GEMM (few pixels, several images or groups)" if trans else "im2col + GEMM")
+        if te is not None:
+            k.note("bias and chain inside the GEMM" if fused else "bias inside the GEMM")
         # one image and group: the col matrix made by channels split among the threads
         single = n * g == 1 and not direct and not chunked
         if packed:

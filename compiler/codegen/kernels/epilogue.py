@@ -65,6 +65,7 @@ class Epilogue(Lowering):
                 done = False
             if not done:
                 self.chain.emit(k, tail)
+                k.note("chain: a second pass over the output, in place")
         finally:
             k.in_place = saved
 

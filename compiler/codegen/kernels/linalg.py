@@ -121,6 +121,14 @@ def _tile_epilogue(k: KernelBuilder, y, epilogue, bias, row_axis: int, rows_from
     """(TileEpilogue or None, whether it takes the fused chain) for a GEMM writing ``y`` whose C
     rows are ``y``'s axes ``rows_from..row_axis`` (see ``tile_epilogue``); ``bias``: a value added
     first (read broadcast to ``y``), or None."""
+    te, fused = _make_tile_epilogue(k, y, epilogue, bias, row_axis, rows_from)
+    if te is not None:
+        k.note(("C and chain" if bias is not None else "chain") + " inside the GEMM" if fused else
+               "C inside the GEMM")
+    return te, fused
+
+
+def _make_tile_epilogue(k: KernelBuilder, y, epilogue, bias, row_axis: int, rows_from: int | None):
     if epilogue is None and bias is None:
         return None, False
     nodes, outputs, over = epilogue or ((), (), None)
