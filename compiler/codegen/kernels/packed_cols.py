@@ -29,6 +29,7 @@ from llvmlite import ir
 
 from ..llvm.elementwise import _For
 from .base import F32, I32, I64, PTR, VOID, KernelBuilder, c64
+from .im2col import _helper_fn, pad_plane_rt
 
 #: panels per parallel task at least
 PANELS_MIN = 2
@@ -79,8 +80,6 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, col, cg: int, h: int, wd: int, k
                      ow: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, nr: int, lanes: int) -> None:
     """Make the packed panels of the conv of ``x`` (one image, ``cg`` channels) in ``col``, using the
     scratch ``xpad``; ``nr`` = the GEMM's NR, ``lanes`` its vector width (NR a multiple of it)."""
-    from .conv import _helper_fn, pad_plane_rt
-
     g = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
     panels = -(-(oh * ow) // nr)
 

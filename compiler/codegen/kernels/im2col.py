@@ -1,0 +1,283 @@
+"""im2col and zero-padded input planes for the convolution lowerings (``conv.py``,
+``packed_cols.py``): module-level helpers taking the sizes at run time (one per width stride), so
+that one copy serves every convolution of a module and compile time stays flat.
+
+* ``im2col``: the windows of one image and group as the columns of
+  ``col[(c*KH + ki)*KW + kj, oh*OW + ow] = x[c, oh*sh - pt + ki*dh, ow*sw - pl + kj*dw]`` (0 outside),
+  each row a run of contiguous copies over the output width;
+* ``im2col_phased``: the same for a width stride > 1, from the padded input split by column phase
+  (``pad_plane_rt``), so every row copy is contiguous again;
+* ``pad_plane`` (compile-time sizes) and ``pad_plane_rt`` (run-time sizes): a zero-padded plane
+  split by column phase, ``plane[ph, r, t] = xpad[r, t*sw + ph]``.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from llvmlite import ir
+
+from ..llvm.elementwise import _For
+from .base import F32, I64, PTR, VOID, KernelBuilder, c64, cf32
+
+
+def _ranges(size: int, out: int, k: int, s: int, d: int, pb: int) -> list[tuple[int, int]]:
+    """Per kernel tap j: the output range [lo, hi) whose input index o*s - pb + j*d is inside."""
+    res = []
+    for j in range(k):
+        off = j * d - pb
+        lo = max(0, -(off // s) if off < 0 else 0)  # ceil(-off / s) for off < 0
+        hi = min(out, (size - 1 - off) // s + 1) if size - 1 - off >= 0 else 0
+        res.append((lo, max(lo, hi)))
+    return res
+
+
+def pad_plane_rt(b: ir.IRBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw: int, cond=None) -> None:
+    """``pad_plane`` with run-time sizes (i64 values; ``sw`` an int), only when ``cond`` (an i1) holds."""
+    def emit():
+        for ph in range(sw):
+            # t in [lo, hi): 0 <= t*sw + ph - pl < wd
+            lo, hi = _valid(b, b.sub(c64(ph), pl), wd, wq, c64(sw))
+            base = _gep(b, plane, b.mul(c64(ph), b.mul(hp, wq)))
+            with _For(b, hp, f"pr{ph}") as r:
+                ih = b.sub(r, pt)
+                dst = _gep(b, base, b.mul(r, wq))
+                inside = b.icmp_unsigned("<", ih, h)
+                with b.if_else(inside) as (then, other):
+                    with then:
+                        _zero(b, dst, c64(0), lo, f"pza{ph}")
+                        src = _gep(b, xin, b.add(b.mul(ih, wd), b.sub(b.add(b.mul(lo, c64(sw)), c64(ph)), pl)))
+                        dlo = _gep(b, dst, lo)
+                        with _For(b, b.sub(hi, lo), f"pcp{ph}") as q:
+                            b.store(b.load(_gep(b, src, b.mul(q, c64(sw)) if sw > 1 else q), typ=F32),
+                                    _gep(b, dlo, q))
+                        _zero(b, dst, hi, wq, f"pzb{ph}")
+                    with other:
+                        _zero(b, dst, c64(0), wq, f"pz{ph}")
+    if cond is None:
+        emit()
+    else:
+        with b.if_then(cond):
+            emit()
+
+
+def _helper_fn(k: KernelBuilder, name: str, args: list[tuple[str, ir.Type]], body) -> ir.Function:
+    """A module-level function (sizes as run-time arguments, so one copy serves every kernel of the
+    module and LLVM compiles it once); ``body(b, args_by_name)`` emits its code."""
+    def build(mod):
+        fn = ir.Function(mod, ir.FunctionType(VOID, [t for _, t in args]), name)
+        # not internal: LLVM would otherwise specialize it for the constants its few call sites
+        # pass (unrolling the loops again); linkonce_odr + hidden: one copy per library
+        fn.linkage = "linkonce_odr"
+        fn.visibility = "hidden"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")
+        for a, (nm, t) in zip(fn.args, args):
+            a.name = nm
+            if t == PTR:
+                a.add_attribute("noalias")  # every pointer argument is a buffer of its own
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        body(b, {nm: a for a, (nm, _) in zip(fn.args, args)})
+        b.ret_void()
+        return fn
+    return k.services.helper(name, build)
+
+
+def _gep(b: ir.IRBuilder, ptr, i):
+    return b.gep(ptr, [i], inbounds=True, source_etype=F32)
+
+
+def _fill_zero(k: KernelBuilder, ptr, start, stop, name: str) -> None:
+    """``ptr[start:stop] = 0`` (compile-time bounds; short ranges as straight stores)."""
+    if stop <= start:
+        return
+    if stop - start <= 4:
+        for i in range(start, stop):
+            k.store(cf32(0.0), ptr, i)
+        return
+    base = k.at(ptr, start) if start else ptr
+    with k.loop(stop - start, name) as q:
+        k.store(cf32(0.0), base, q)
+
+
+def _copy(k: KernelBuilder, dst, src, count: int, stride: int, name: str) -> None:
+    """``dst[q] = src[q * stride]`` for q < count."""
+    b = k.b
+    with k.loop(count, name) as q:
+        k.store(k.load(src, b.mul(q, c64(stride)) if stride != 1 else q), dst, q)
+
+
+def _in_range(k: KernelBuilder, idx, size: int):
+    """0 <= idx < size (one unsigned compare)."""
+    return k.b.icmp_unsigned("<", idx, c64(size))
+
+
+def im2col(k: KernelBuilder, xp, xbase, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl,
+           cstride=None) -> None:
+    """``col[(c*KH + ki)*KW + kj, oh*OW + ow] = x[c, oh*sh - pt + ki*dh, ow*sw - pl + kj*dw]`` (0 outside),
+    by a module-level helper shared by every conv of the same width stride (compile time stays flat).
+    Sizes are ints or i64 values; ``cstride``: the channel stride of x (default ``h * wd``)."""
+    fn = k.services.helper(f"kiln_im2col_s{sw}", lambda mod: _build_im2col(mod, sw))
+    if cstride is None:
+        cstride = h * wd
+    vals = (cstride, cg, h, wd, kh, kw, oh, ow, sh, dh, dw, pt, pl)
+    args = [k.at(xp, xbase), col] + [v if isinstance(v, ir.Value) else c64(v) for v in vals]
+    k.b.call(fn, args)
+
+
+def im2col_phased(k: KernelBuilder, xp, xbase, planes, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,
+                  pt, pl, hp, wq, c0=None) -> None:
+    """im2col for a width stride > 1: each channel is first padded and split by column phase
+    (``pad_plane``), after which every (tap, output row) is one contiguous copy of ``OW`` floats.
+    Channels [c0, cg) only when ``c0`` (an i64 value) is given (``cg`` then an i64 value too)."""
+    names = ("c0", "c1", "h", "wd", "kh", "kw", "oh", "ow", "sh", "dh", "dw", "pt", "pl", "hp", "wq")
+
+    def body(b, a):
+        hp, wq, oh, ow, kh, kw = a["hp"], a["wq"], a["oh"], a["ow"], a["kh"], a["kw"]
+        chan = b.mul(c64(sw), b.mul(hp, wq))
+        plane = b.mul(a["h"], a["wd"])
+        p = b.mul(oh, ow)
+        with _span(b, a["c0"], a["c1"], "pc") as ci:
+            pad_plane_rt(b, _gep(b, a["x"], b.mul(ci, plane)), _gep(b, a["planes"], b.mul(ci, chan)),
+                         a["h"], a["wd"], hp, wq, a["pt"], a["pl"], sw)
+        taps = b.mul(kh, kw)
+        with _span(b, b.mul(a["c0"], taps), b.mul(a["c1"], taps), "prow") as row:
+            ci = b.udiv(row, taps)
+            tap = b.urem(row, taps)
+            ki, kj = b.udiv(tap, kw), b.urem(tap, kw)
+            cj = b.mul(kj, a["dw"])
+            off = b.add(b.add(b.mul(ci, chan), b.mul(b.urem(cj, c64(sw)), b.mul(hp, wq))),
+                        b.add(b.mul(b.mul(ki, a["dh"]), wq), b.udiv(cj, c64(sw))))
+            src = _gep(b, a["planes"], off)
+            dst = _gep(b, a["col"], b.mul(row, p))
+            step = b.mul(a["sh"], wq)
+            with _For(b, oh, "por") as r:
+                s_row = _gep(b, src, b.mul(r, step))
+                d_row = _gep(b, dst, b.mul(r, ow))
+                with _For(b, ow, "poc") as q:
+                    b.store(b.load(_gep(b, s_row, q), typ=F32), _gep(b, d_row, q))
+
+    fn = _helper_fn(k, f"kiln_im2col_phased_s{sw}", [("x", PTR), ("planes", PTR), ("col", PTR)]
+                    + [(nm, I64) for nm in names], body)
+    vals = (c64(0) if c0 is None else c0, cg, h, wd, kh, kw, oh, ow, sh, dh, dw, pt, pl, hp, wq)
+    k.b.call(fn, [k.at(xp, xbase), planes, col] + [v if isinstance(v, ir.Value) else c64(v) for v in vals])
+
+
+@contextmanager
+def _span(b: ir.IRBuilder, start, stop, name: str):
+    """``for (i = start; i < stop; ++i)`` with i64 values (nothing when stop <= start)."""
+    with _For(b, b.sub(stop, start), name) as i:
+        yield b.add(i, start)
+
+
+def _zero(b: ir.IRBuilder, ptr, start, stop, name: str) -> None:
+    with _span(b, start, stop, name) as i:
+        b.store(cf32(0.0), b.gep(ptr, [i], inbounds=True, source_etype=F32))
+
+
+def _valid(b: ir.IRBuilder, off, size, out, stride):
+    """[lo, hi): the outputs o < out with 0 <= o*stride + off < size (lo <= hi)."""
+    zero = c64(0)
+    neg = b.icmp_signed("<", off, zero)
+    lo = b.select(neg, b.sdiv(b.add(b.sub(zero, off), b.sub(stride, c64(1))), stride), zero)
+    last = b.sub(b.sub(size, c64(1)), off)
+    hi = b.select(b.icmp_signed("<", last, zero), zero, b.add(b.sdiv(last, stride), c64(1)))
+    lo = b.select(b.icmp_signed("<", lo, out), lo, out)
+    hi = b.select(b.icmp_signed("<", hi, out), hi, out)
+    hi = b.select(b.icmp_signed("<", hi, lo), lo, hi)
+    return lo, hi
+
+
+def _build_im2col(module: ir.Module, sw: int) -> ir.Function:
+    names = ("cs", "cg", "h", "wd", "kh", "kw", "oh", "ow", "sh", "dh", "dw", "pt", "pl")
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR] + [I64] * len(names)), f"kiln_im2col_s{sw}")
+    fn.linkage = "linkonce_odr"  # not specialized for its call sites (see _helper_fn)
+    fn.attributes.add("nounwind")
+    for a, nm in zip(fn.args, ("x", "col") + names):
+        a.name = nm
+    x, col = fn.args[:2]
+    v = dict(zip(names, fn.args[2:]))
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    gep = lambda ptr, i: b.gep(ptr, [i], inbounds=True, source_etype=F32)  # noqa: E731
+    oh, ow, wd = v["oh"], v["ow"], v["wd"]
+    p = b.mul(oh, ow)
+    contiguous = b.icmp_signed("==", ow, wd) if sw == 1 else None
+    swc = c64(sw)
+    with _For(b, v["cg"], "ic") as ci:
+        xc = gep(x, b.mul(ci, v["cs"]))
+        with _For(b, v["kh"], "ki") as ki:
+            a = b.sub(b.mul(ki, v["dh"]), v["pt"])
+            rlo, rhi = _valid(b, a, v["h"], oh, v["sh"])
+            with _For(b, v["kw"], "kj") as kj:
+                bc = b.sub(b.mul(kj, v["dw"]), v["pl"])
+                lo, hi = _valid(b, bc, wd, ow, swc)
+                row = b.add(b.mul(b.add(b.mul(ci, v["kh"]), ki), v["kw"]), kj)
+                dst = gep(col, b.mul(row, p))
+                empty = b.or_(b.icmp_signed(">=", rlo, rhi), b.icmp_signed(">=", lo, hi))
+                with b.if_else(empty) as (then, otherwise):
+                    with then:
+                        _zero(b, dst, c64(0), p, "z")
+                    with otherwise:
+                        def strided():
+                            _zero(b, dst, c64(0), b.mul(rlo, ow), "za")
+                            _zero(b, dst, b.mul(rhi, ow), p, "zb")
+                            with _span(b, rlo, rhi, "r") as r:
+                                drow = gep(dst, b.mul(r, ow))
+                                ih = b.add(b.mul(r, v["sh"]), a)
+                                src = gep(xc, b.add(b.mul(ih, wd), b.add(b.mul(lo, swc), bc)))
+                                _zero(b, drow, c64(0), lo, "rza")
+                                dlo = gep(drow, lo)
+                                with _For(b, b.sub(hi, lo), "cp") as q:
+                                    val = b.load(gep(src, b.mul(q, swc) if sw != 1 else q), typ=F32)
+                                    b.store(val, gep(dlo, q))
+                                _zero(b, drow, hi, ow, "rzb")
+
+                        if contiguous is None:
+                            strided()
+                        else:
+                            with b.if_else(contiguous) as (cont, other):
+                                with cont:
+                                    # the valid rows are one run of the plane: copy it whole, then
+                                    # zero the columns that wrapped into the neighbouring rows
+                                    p0 = b.add(b.mul(rlo, ow), lo)
+                                    p1 = b.add(b.mul(b.sub(rhi, c64(1)), ow), hi)
+                                    _zero(b, dst, c64(0), p0, "cza")
+                                    _zero(b, dst, p1, p, "czb")
+                                    src = gep(xc, b.add(b.mul(a, wd), bc))
+                                    with _span(b, p0, p1, "ccp") as q:
+                                        b.store(b.load(gep(src, q), typ=F32), gep(dst, q))
+                                    edges = b.or_(b.icmp_signed(">", lo, c64(0)), b.icmp_signed("<", hi, ow))
+                                    with b.if_then(edges):
+                                        with _span(b, rlo, rhi, "cr") as r:
+                                            drow = gep(dst, b.mul(r, ow))
+                                            _zero(b, drow, c64(0), lo, "crza")
+                                            _zero(b, drow, hi, ow, "crzb")
+                                with other:
+                                    strided()
+    b.ret_void()
+    return fn
+
+
+def pad_plane(k: KernelBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw) -> None:
+    """The ``hp`` rows of the zero-padded input plane ``xpad[r, s] = x[r - pt, s - pl]`` split by
+    column phase: ``plane[ph, r, t] = xpad[r, t*sw + ph]`` (``wq`` columns per phase), so that a
+    strided window reads contiguous columns."""
+    b = k.b
+    for ph in range(sw):
+        # t in [lo, hi): 0 <= t*sw + ph - pl < wd
+        (lo, hi), = _ranges(wd, wq, 1, sw, 1, pl - ph)
+        base = k.at(plane, ph * hp * wq)
+        with k.loop(hp, f"pr{ph}") as r:
+            ih = b.sub(r, c64(pt))
+            dst = k.at(base, b.mul(r, c64(wq)))
+            with k.f.if_else(_in_range(k, ih, h), f"prow{ph}") as (inside, outside):
+                with inside:
+                    _fill_zero(k, dst, 0, lo, f"pza{ph}")
+                    if hi > lo:
+                        src = k.at(xin, b.add(b.mul(ih, c64(wd)), c64(lo * sw + ph - pl)))
+                        _copy(k, k.at(dst, lo), src, hi - lo, sw, f"pcp{ph}")
+                    _fill_zero(k, dst, hi, wq, f"pzb{ph}")
+                with outside:
+                    _fill_zero(k, dst, 0, wq, f"pz{ph}")
+
+
+__all__ = ["im2col", "im2col_phased", "pad_plane", "pad_plane_rt"]
