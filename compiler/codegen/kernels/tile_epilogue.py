@@ -98,7 +98,8 @@ class TileEpilogue:
         self.fn = self._emit_callback(row_fn)
 
     def _col(self, strides: tuple[int, ...]) -> int:
-        """0: the operand is constant along C's rows; 1: it moves with C's columns."""
+        """0: the operand holds one value per row of C (the same for all its columns); 1: it moves
+        with C's columns (laid out like the result along them)."""
         return 1 if any(strides[self.row_axis + 1:]) else 0
 
     @staticmethod
