@@ -12,14 +12,12 @@ import os
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:
     from compiler import compile as kiln_compile
-    from compiler.models import load_graph
+    from compiler.bench import random_feeds
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="an ONNX path, light:NAME or zoo:NAME")
@@ -30,10 +28,7 @@ def main(argv=None) -> int:
     p.add_argument("--disable-pass", action="append", default=[])
     a = p.parse_args(argv)
     exe = kiln_compile(a.model, a.opt, nthreads=a.threads, profile=True, disabled_passes=a.disable_pass)
-    graph = load_graph(a.model, {})
-    rng = np.random.default_rng(0)
-    feeds = {v.name: rng.standard_normal([int(d) for d in v.shape]).astype(v.type.dtype.np)
-             for v in graph.inputs if v.const is None}
+    feeds = random_feeds(exe.inputs)
     for _ in range(5):
         exe.run(feeds)
     exe.step_seconds(reset=True)
