@@ -1,15 +1,22 @@
 """Kiln's GEMM core (compiler/codegen/gemm): correctness against NumPy, packed operands, threads."""
 import ctypes
-import threading
 
 import numpy as np
 import pytest
 from llvmlite import ir
 
-from compiler.codegen.gemm import GemmLib, build_shared, config_for, emit_gemm, find_openblas
+from compiler.codegen.gemm import (
+    GemmLib,
+    build_shared,
+    config_for,
+    emit_gemm,
+    find_openblas,
+)
 from compiler.codegen.gemm.build import _init_llvm, compile_object
 from compiler.codegen.gemm.config import host_isa
 from compiler.codegen.gemm.kernel import pack_a_numpy, pack_b_numpy
+
+from ..threads import run_threads
 
 RNG = np.random.default_rng(1234)
 
@@ -167,21 +174,13 @@ def test_concurrent_callers(lib):
     cases = [(rand(m, k), rand(k, n)) for m, n, k in [(200, 150, 90), (64, 300, 147), (1, 512, 784),
                                                        (33, 65, 129)]]
     wants = [ref(a, b) for a, b in cases]
-    errors = []
 
     def work(i):
-        try:
-            a, b = cases[i % len(cases)]
-            for _ in range(15):
-                check(lib.gemm(a, b, nthreads=1 + i % 2), wants[i % len(cases)], a.shape[1])
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        a, b = cases[i % len(cases)]
+        for _ in range(15):
+            check(lib.gemm(a, b, nthreads=1 + i % 2), wants[i % len(cases)], a.shape[1])
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_threads(work, 6)
     assert not errors, errors[0]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import os
 import tempfile
-import threading
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import pytest
 import compiler
 from compiler.codegen.gemm.config import config_for_target
 from compiler.codegen.kernels import KernelBuilder, KernelGroup, Services
-from compiler.codegen.kernels.base import F32, I64, c64
+from compiler.codegen.kernels.base import F32
 from compiler.codegen.kernels.testing import _aligned, run_kernels
 from compiler.codegen.llvm import toolchain
 from compiler.codegen.llvm.elementwise import new_module
@@ -29,6 +28,8 @@ from compiler.ir.ops import reduce as rd
 from compiler.ir.ops import shape as sh
 from compiler.ir.ops import tensor as tn
 from compiler.ir.types import DType, TensorType
+
+from ..threads import run_threads
 
 RNG = np.random.default_rng(5)
 
@@ -71,23 +72,13 @@ def test_concurrent_calls():
     exe = compiler.compile(g, nthreads=2)
     inputs = [_chain((48, 4096))[1] for _ in range(4)]
     want = [exe.run(i)["y"] for i in inputs]
-    errors: list = []
 
     def worker(t):
-        try:
-            for r in range(10):
-                j = (t + r) % len(inputs)
-                got = exe.run(inputs[j])["y"]
-                if not np.array_equal(got, want[j]):
-                    errors.append((t, r))
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+        for r in range(10):
+            j = (t + r) % len(inputs)
+            assert np.array_equal(exe.run(inputs[j])["y"], want[j]), (t, r)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_threads(worker, 4)
     assert not errors
 
 

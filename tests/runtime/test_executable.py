@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import warnings
 
 import numpy as np
@@ -19,6 +18,8 @@ from compiler.errors import UnsupportedError
 from compiler.ir.interpreter import InputError, interpret
 from compiler.ir.parser import parse
 from compiler.runtime.artifact import MANIFEST, ArtifactError, _manifest_digest
+
+from ..threads import run_threads
 
 RNG = np.random.default_rng(0)
 W1 = RNG.standard_normal((64, 32)).astype(np.float32)
@@ -197,23 +198,14 @@ def test_concurrent_runs_from_8_threads_give_identical_results(saved):
     inputs = [feeds(s) for s in range(8)]
     want = [e.run(f)["y"] for f in inputs]
     got: list = [None] * 8
-    errors = []
 
     def work(i):
-        try:
-            for _ in range(20):
-                r = e.run(inputs[i])["y"]
-                if not np.array_equal(r, want[i]):
-                    errors.append(i)
-            got[i] = r
-        except Exception as ex:  # pragma: no cover - reported below
-            errors.append(ex)
+        for _ in range(20):
+            r = e.run(inputs[i])["y"]
+            assert np.array_equal(r, want[i]), i
+        got[i] = r
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_threads(work, 8)
     assert errors == []
     for i in range(8):
         np.testing.assert_array_equal(got[i], want[i])

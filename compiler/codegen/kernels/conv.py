@@ -34,7 +34,7 @@ from .base import F32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, dtyp
 from .im2col import _gep, _helper_fn, _span, im2col, im2col_phased, pad_plane
 from .linalg import call_sgemm
 from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
-from .tile_epilogue import TileEpilogue
+from .tile_epilogue import plan_tile_epilogue
 
 
 #: col elements per parallel task of im2col at least
@@ -102,9 +102,7 @@ class Conv(Lowering):
         bp = k.ptr(bias) if bias is not None else None
         if cg == 1 and g > 1:
             # one image: the chain on each output plane as soon as it is computed (in cache)
-            te = None
-            if epilogue is not None and n == 1 and TileEpilogue.reason(y, epilogue[0], 1) is None:
-                te = TileEpilogue(k, y, *epilogue, None, row_axis=1)
+            te, _ = plan_tile_epilogue(k, y, epilogue if n == 1 else None, None, row_axis=1)
             self._depthwise(k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te)
             k.note("depthwise: direct loop on padded planes")
             if te is not None:
@@ -143,14 +141,7 @@ class Conv(Lowering):
         ctr = k.scratch(p * mg * 4) if trans else None
         # bias and epilogue inside the GEMM, on each block of Y as it is finished (not for the
         # transposed or blocked paths: their GEMMs do not write Y's layout)
-        te, fused = None, False
-        if not trans and not chunked and (bias is not None or epilogue is not None):
-            nodes, outputs, over = epilogue or ((), (), None)
-            fused = epilogue is not None and TileEpilogue.reason(y, nodes, 1) is None
-            if not fused:
-                nodes, outputs, over = (), (), None
-            if fused or bias is not None:
-                te = TileEpilogue(k, y, nodes, outputs, over, bias, row_axis=1)
+        te, fused = (None, False) if trans or chunked else plan_tile_epilogue(k, y, epilogue, bias, row_axis=1)
         if bias is not None and not trans and te is None:
             fill_bias(k, y, bias, n * m, m, p)
         k.note("1x1: GEMM on the input" if direct else "im2col as the GEMM's packed panels" if packed else

@@ -16,7 +16,7 @@ from llvmlite import ir
 
 from ...ir.ops import linalg as la
 from .base import I32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
-from .tile_epilogue import TileEpilogue, _broadcast_strides
+from .tile_epilogue import plan_tile_epilogue
 
 
 def _i32(v: int) -> ir.Constant:
@@ -118,30 +118,12 @@ class Gemm(Lowering):
 
 
 def _tile_epilogue(k: KernelBuilder, y, epilogue, bias, row_axis: int, rows_from: int | None):
-    """(TileEpilogue or None, whether it takes the fused chain) for a GEMM writing ``y`` whose C
-    rows are ``y``'s axes ``rows_from..row_axis`` (see ``tile_epilogue``); ``bias``: a value added
-    first (read broadcast to ``y``), or None."""
-    te, fused = _make_tile_epilogue(k, y, epilogue, bias, row_axis, rows_from)
+    """``plan_tile_epilogue`` for a GEMM writing ``y`` (``bias``: a Gemm's C, read broadcast), noted."""
+    te, fused = plan_tile_epilogue(k, y, epilogue, bias, row_axis, rows_from, broadcast_bias=True)
     if te is not None:
         k.note(("C and chain" if bias is not None else "chain") + " inside the GEMM" if fused else
                "C inside the GEMM")
     return te, fused
-
-
-def _make_tile_epilogue(k: KernelBuilder, y, epilogue, bias, row_axis: int, rows_from: int | None):
-    if epilogue is None and bias is None:
-        return None, False
-    nodes, outputs, over = epilogue or ((), (), None)
-    extra = [bias] if bias is not None else []
-    fused = epilogue is not None and TileEpilogue.reason(y, nodes, row_axis, extra, rows_from) is None
-    if not fused:
-        nodes, outputs, over = (), (), None
-        if bias is not None and TileEpilogue.reason(y, (), row_axis, extra, rows_from) is not None:
-            return None, False
-    if not fused and bias is None:
-        return None, False
-    strides = _broadcast_strides(bias.shape, y.shape) if bias is not None else None
-    return TileEpilogue(k, y, nodes, outputs, over, bias, row_axis, bias_strides=strides), fused
 
 
 def init_broadcast(k: KernelBuilder, yp: ir.Value, m: int, n: int, cp: ir.Value, cshape: list[int],

@@ -120,12 +120,9 @@ class TileEpilogue:
                 continue
             if tuple(int(d) for d in v.shape) == shape:
                 continue
-            try:
-                st = _broadcast_strides(v.shape, shape)
-            except Exception:
-                return f"{v} does not broadcast to the result"
             if len(v.shape) > len(shape):
                 return f"{v} does not broadcast to the result"
+            st = _broadcast_strides(v.shape, shape)
             cols = st[row_axis + 1:]
             if any(cols) and tuple(cols) != tuple(tail):
                 return f"{v} is broadcast over some of the columns' axes only"
@@ -183,4 +180,27 @@ def _pointer_inputs(nodes: Sequence[Node]) -> list[Value]:
     return res
 
 
-__all__ = ["TileEpilogue"]
+def plan_tile_epilogue(k: KernelBuilder, y: Value, epilogue, bias: Value | None, row_axis: int,
+                       rows_from: int | None = None, broadcast_bias: bool = False
+                       ) -> tuple[TileEpilogue | None, bool]:
+    """(the ``TileEpilogue`` of a GEMM writing ``y``, or None; whether it takes the fused chain).
+
+    ``epilogue``: (chain nodes, their values needed outside, the value written over the result's
+    buffer or None) from ``Epilogue``, or None; ``bias``: a value added first, per row of C (a conv's
+    bias) or, with ``broadcast_bias``, read broadcast to ``y`` (a Gemm's C); ``row_axis`` and
+    ``rows_from`` as for ``TileEpilogue.reason``. A chain an operand refuses is left to the caller
+    (False), the bias alone still runs inside the GEMM when it can."""
+    if epilogue is None and bias is None:
+        return None, False
+    nodes, outputs, over = epilogue or ((), (), None)
+    extra = [bias] if bias is not None and broadcast_bias else []
+    fused = epilogue is not None and TileEpilogue.reason(y, nodes, row_axis, extra, rows_from) is None
+    if not fused:
+        if bias is None or (extra and TileEpilogue.reason(y, (), row_axis, extra, rows_from) is not None):
+            return None, False
+        nodes, outputs, over = (), (), None
+    strides = _broadcast_strides(bias.shape, y.shape) if extra else None
+    return TileEpilogue(k, y, nodes, outputs, over, bias, row_axis, bias_strides=strides), fused
+
+
+__all__ = ["TileEpilogue", "plan_tile_epilogue"]
