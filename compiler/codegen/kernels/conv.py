@@ -83,9 +83,6 @@ class Conv(Lowering):
         del geo
         return None
 
-    #: ``emit`` takes an ``epilogue`` (see ``Epilogue``)
-    takes_epilogue = True
-
     def emit(self, k: KernelBuilder, group: KernelGroup, epilogue=None) -> bool:
         """Emit the conv; with ``epilogue`` = (chain nodes, their values needed outside, the value
         written over the result's buffer or None) also the chain, as a tile epilogue of the GEMM

@@ -3,12 +3,13 @@ BatchNorm, activation, residual add), as one kernel.
 
 The fusion pass makes these groups (``kiln.Kernel`` of kind ``epilogue``). The anchor's lowering
 writes its result straight into the buffer of the group's final output (``KernelBuilder.share``).
-Anchors that take an epilogue (Conv, Gemm, MatMul: ``takes_epilogue``) run the chain inside their
+The anchors (Conv, Gemm, MatMul) take the chain: ``emit(k, group, epilogue)`` runs it inside their
 GEMM, on each block of the result as soon as it is final (``tile_epilogue.py``); when they cannot
-(an operand the block form does not address, a depthwise or transposed conv), the chain runs over
-the output buffer in place afterwards (threads split its outer loop). Either way the intermediate
-never gets memory of its own and no second kernel is dispatched. When the anchor's result is
-itself needed outside the group, it keeps its own buffer and the chain reads it.
+(an operand the block form does not address, a depthwise conv of several images, the transposed
+conv path), the chain runs over the output buffer in place afterwards (threads split its outer
+loop). Either way the intermediate never gets memory of its own and no second kernel is
+dispatched. When the anchor's result is itself needed outside the group, it keeps its own buffer
+and the chain reads it.
 """
 from __future__ import annotations
 
@@ -58,12 +59,8 @@ class Epilogue(Lowering):
                 k.share(a_out, final)
                 k.in_place = {list(tail.outputs).index(final): list(tail.inputs).index(a_out)}
                 over = final
-            if getattr(low, "takes_epilogue", False):  # the chain inside the anchor's GEMM, if it can
-                done = low.emit(k, head, epilogue=(tail.nodes, tail.outputs, over))
-            else:
-                low.emit(k, head)
-                done = False
-            if not done:
+            # the chain inside the anchor's GEMM when it can (True), else a pass after it
+            if not low.emit(k, head, epilogue=(tail.nodes, tail.outputs, over)):
                 self.chain.emit(k, tail)
                 k.note("chain: a second pass over the output, in place")
         finally:

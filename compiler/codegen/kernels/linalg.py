@@ -81,9 +81,6 @@ class Gemm(Lowering):
         kk = a.shape[0] if n.op.transA else a.shape[1]
         return _sizes_reason(*y.shape, kk)
 
-    #: ``emit`` takes an ``epilogue`` (see ``Epilogue``)
-    takes_epilogue = True
-
     def emit(self, k: KernelBuilder, group: KernelGroup, epilogue=None) -> bool:
         """Emit the Gemm; with ``epilogue`` (as for ``Conv.emit``) also the chain, inside the GEMM
         (returns True) unless an operand refuses (False: the caller emits it after)."""
@@ -163,9 +160,6 @@ class MatMul(Lowering):
             return "operands must have rank >= 1"
         sa, sb = _promoted(a.shape, b.shape)
         return _sizes_reason(*n.outputs[0].shape, sa[-1], sa[-2], sb[-1])
-
-    #: ``emit`` takes an ``epilogue`` (see ``Epilogue``)
-    takes_epilogue = True
 
     def emit(self, k: KernelBuilder, group: KernelGroup, epilogue=None) -> bool:
         """Emit the MatMul; with ``epilogue`` (as for ``Conv.emit``) also the chain, inside the GEMM
