@@ -100,6 +100,10 @@ class Compiled:
             from compiler.codegen.gemm.build import gemm_object
 
             objects.append(gemm_object(services.gemm_cfg))
+        if services.uses_parallel:  # the shared thread pool (kiln_parallel_for)
+            from compiler.codegen.native import support_object
+
+            objects.append(support_object())
         toolchain.link_shared(objects, path, extra_args=["-lpthread"])
         self.lib = toolchain.load_library(path)
         env = {v: _copy(feed[v.name]) for v in graph.inputs}
@@ -134,7 +138,6 @@ def _copy(a):
 
 
 def ort_session(graph_kind, spec, weights, nthreads):
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 

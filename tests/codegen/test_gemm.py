@@ -91,6 +91,25 @@ def test_beta_zero_does_not_read_c(lib):
     check(lib.gemm(a, b, c), ref(a, b), 20)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 25, 26, 27, 49])
+def test_narrow_column_remainders(lib, tiny, n):
+    """N remainders of 1-3 columns run through the rows-as-lanes kernel where the ISA has one
+    (col_tail); M with a row remainder too, alpha/beta, pre-packed operands, tiny blocks."""
+    m, k = 37, 70
+    a, b = rand(m, k), rand(k, n)
+    for g in (lib, tiny):
+        c = rand(m, n)
+        check(g.gemm(a, b, c.copy(), alpha=1.5, beta=0.5), ref(a, b, c, 1.5, 0.5), k)
+        nan = np.full((m, n), np.nan, np.float32)  # beta 0 does not read C
+        check(g.gemm(g.pack_a(a), g.pack_b(b), nan, shape=(m, n, k), nthreads=2), ref(a, b), k)
+
+
+def test_the_column_tail_kernel_is_built_for_avx2():
+    assert config_for("avx2").col_tail == 3
+    text = str(emit_gemm(ir.Module(), config_for("avx2")).module)
+    assert "kiln_sgemm.tail1" in text and "kiln_sgemm.tail3" in text
+
+
 def test_k_zero_and_alpha_zero_scale_c(lib):
     c = rand(5, 7)
     empty_a, empty_b = np.zeros((5, 0), np.float32), np.zeros((0, 7), np.float32)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
 from compiler.codegen.kernels.testing import run_kernels
@@ -92,6 +91,8 @@ def test_matmul_shapes():
     # attention-like batched products
     t.add(la.MatMul(), t.input(1, 4, 24, 8), t.input(1, 4, 8, 24))
     t.add(la.MatMul(), t.input(2, 3, 7, 5), t.input(2, 3, 5, 9))
+    # batched products big enough for a parallel GEMM each (batches in sequence, not as tasks)
+    t.add(la.MatMul(), t.input(2, 130, 100), t.input(2, 100, 120))
     # broadcast batch dims
     t.add(la.MatMul(), t.input(3, 1, 6, 5), t.input(1, 4, 5, 7))
     t.add(la.MatMul(), t.input(6, 5), t.input(2, 3, 5, 7))

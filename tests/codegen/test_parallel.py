@@ -316,3 +316,29 @@ def test_data_split(dt):
     ins["ridx"][ins["ridx"] >= 2000] = 1
     assert _uses_parallel(g) or dt is DType.i8  # (small byte tensors: some run on one thread)
     _same_any_threads(g, ins, exact=True)
+
+
+
+def test_small_batched_matmuls_split_over_the_batch():
+    """Attention's per-head products are each too small for a parallel GEMM: the batch indices are
+    the pool's tasks (each product computed by one thread: the same bits on any thread count), also
+    with the scaled, masked scores computed inside the GEMMs (MatMul + Mul + Add, one kernel)."""
+    from compiler.ir.ops import linalg as la
+
+    ins = {"q": RNG.standard_normal((1, 4, 32, 16)).astype(np.float32),
+           "k": RNG.standard_normal((1, 4, 16, 32)).astype(np.float32)}
+    g = Graph("attn")
+    q, k = (g.add_input(n, TensorType(DType.f32, a.shape)) for n, a in ins.items())
+    s = g.add(la.MatMul(), q, k)
+    g.set_outputs([s], ["s"])
+    assert _uses_parallel(g)
+    _same_any_threads(g, ins)
+    mask = g.add_constant(RNG.standard_normal((1, 1, 1, 32)).astype(np.float32))
+    y = g.add(ew.Add(), g.add(ew.Mul(), s, g.add_constant(np.float32(0.25))), mask)
+    g.set_outputs([y], ["y"])
+    exe = compiler.compile(g, nthreads=1)
+    assert [k["ops"] for k in exe.manifest["kernels"]] == [["MatMul", "Mul", "Add"]]
+    ref = exe.run(ins)["y"]
+    np.testing.assert_allclose(ref, interpret(g, ins)["y"], rtol=1e-5, atol=1e-5)
+    exe.nthreads = 2
+    np.testing.assert_array_equal(exe.run(ins)["y"], ref)

@@ -25,6 +25,9 @@ class GemmConfig:
     NC: int
     unroll: int = 4  # unrolling of the microkernel's k loop
     prefetch_b: int = 0  # k steps ahead to software-prefetch the packed B panel (0: none)
+    #: N remainders of at most this many columns (< W) run through a kernel with C's rows as the
+    #: vector lanes (``emit_col_tail``), not the masked full-width one; 0: never
+    col_tail: int = 0
     direct_b_max_m: int = 16  # M at or below which B (row-major) is read in place, not packed
     par_min_flops: float = 3e6  # below 2*M*N*K = this, run on the calling thread only
     tasks_per_thread: int = 2  # dynamic scheduling granularity (more: better balance, more packing)
@@ -48,6 +51,8 @@ class GemmConfig:
             raise ValueError(f"bad register tile {self}")
         if self.MC % self.MR or self.NC % self.NR:
             raise ValueError(f"MC must be a multiple of MR and NC of NR: {self}")
+        if not 0 <= self.col_tail < self.W:
+            raise ValueError(f"col_tail must be in [0, W): {self}")
         if self.unroll < 1 or self.unroll & (self.unroll - 1):
             raise ValueError("unroll must be a power of two")
 
@@ -59,7 +64,7 @@ class GemmConfig:
 #  SSE (16 xmm, no FMA): 6x8, mul+add.
 PRESETS = {
     "avx512": GemmConfig("avx512", W=16, MR=12, NV=2, KC=256, MC=192, NC=1024),
-    "avx2": GemmConfig("avx2", W=8, MR=4, NV=3, KC=256, MC=144, NC=1008),
+    "avx2": GemmConfig("avx2", W=8, MR=4, NV=3, KC=256, MC=144, NC=1008, col_tail=3),
     "sse": GemmConfig("sse", W=4, MR=6, NV=2, KC=256, MC=144, NC=2048),
 }
 

@@ -6,14 +6,17 @@ BLIS-style single-precision GEMM:
 * a register-blocked ``MR x NR`` microkernel on ``<W x float>`` vectors (``llvm.fmuladd``, which is
   one FMA instruction where the target has FMA), k loop unrolled; the M remainder of a block runs
   through smaller kernels (one per set bit of it: 8, 4, 2, 1 rows), the N remainder through masked
-  loads/stores, so no edge tile is computed through a scratch buffer;
+  loads/stores, so no edge tile is computed through a scratch buffer; a remainder of at most
+  ``col_tail`` columns (a 7x7 feature map's 49 = 2 x 24 + 1 pixels) through a kernel with C's rows
+  as the vector lanes (``microkernel.py``);
 * packing of A into ``MR``-row panels and of B into ``NR``-column panels (zero-padded), cache blocking
   ``NC`` / ``KC`` / ``MC`` (see ``config.py``), transposed operands handled by the packing (a
   transposed B is packed with ``W x W`` in-register transposes);
 * optional *pre-packed* operands (constant weights packed once, at load time), and reading a
   row-major B in place when M is tiny (GEMV-like shapes: nothing to amortize packing over);
-* parallelism: the C matrix is cut into a grid of rectangular tasks (the grid that packs least,
-  ``tasks_per_thread`` tasks per thread), which the calling thread and up to ``nthreads - 1``
+* parallelism: the C matrix is cut into a grid of rectangular tasks (about ``tasks_per_thread``
+  tasks per thread; the grid of least estimated time per thread: rounds of tasks times a task's
+  padded area, plus the operand traffic its tasks stream and pack), which the calling thread and up to ``nthreads - 1``
   threads of a persistent pool take from an atomic counter (dynamic scheduling: a thread the OS
   descheduled does not hold the others up, and the caller never waits for a thread that has not
   started). The pool (POSIX threads, started on first use, one per emitted prefix) sleeps on a
@@ -53,14 +56,19 @@ from llvmlite import ir
 
 from .config import GemmConfig
 from .irbuild import F32, FP, I1, I8P, I32, I64, VOID, _declare, _Fn, _new_fn, c64, cf
+from .microkernel import MicrokernelEmitter
 from .pool import PoolEmitter
 
 
 # ----------------------------------------------------------------------------------------------
 # the generator
 
+# the task grid's cost estimate, per unit of K: streaming one element of A or B to a task costs
+# about READ_COST elements of C (K/(2 W) FMA instructions each), packing it PACK_COST more (measured)
+READ_COST, PACK_COST = 2, 6
 
-class _GemmEmitter(PoolEmitter):
+
+class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
     def __init__(self, mod: ir.Module, cfg: GemmConfig, prefix: str):
         cfg.validate()
         self.mod, self.cfg, self.p = mod, cfg, prefix
@@ -97,139 +105,6 @@ class _GemmEmitter(PoolEmitter):
 
     def field_ptr(self, b, ctx, name):
         return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, self.ctx_index[name])], inbounds=True)
-
-    # -- microkernel -------------------------------------------------------------------------
-    def emit_microkernel(self, name: str, rows: int, b_kstride: int | None, nv: int | None = None):
-        """ukr(kc, a, b, [bks,] c, ldc, alpha, beta, nr): C[rows, nr] = alpha*Ap@Bp (+ beta*C).
-
-        a: ``rows`` rows of a packed A panel (k stride MR); b: a packed B panel (k stride NR) or,
-        when ``b_kstride`` is None, a row-major B read in place with k stride ``bks``. nr <= NR
-        (columns past nr are computed from B's zero padding and not stored: masked stores).
-        beta == 0 does not read C. With ``nv`` < NV only the first nv vectors of the panel are
-        computed (narrow N remainders: nr <= nv * W).
-        """
-        W, MR, NR, U = self.W, self.MR, self.NR, self.cfg.unroll
-        NV = nv or self.NV  # vectors computed (the panel's k stride stays NR)
-        # independent accumulator chains: with few rows, split the k loop into phases
-        phases = 1
-        while rows * NV * phases < 8 and phases < U:
-            phases *= 2
-        args = [(I64, "kc"), (FP, "a"), (FP, "b")]
-        if b_kstride is None:
-            args.append((I64, "bks"))
-        args += [(FP, "c"), (I64, "ldc"), (F32, "alpha"), (F32, "beta"), (I64, "nr")]
-        fn = _new_fn(self.mod, name, VOID, args)
-        fn.attributes.add("noinline")
-        f = _Fn(fn)
-        b = f.b
-        A = dict(zip([n for _, n in args], fn.args))
-        kc, a0, b0, c, ldc, nr = A["kc"], A["a"], A["b"], A["c"], A["ldc"], A["nr"]
-        bks = c64(b_kstride) if b_kstride is not None else A["bks"]
-        balign = 4  # packed buffers may come from the caller unaligned (vmovups costs nothing)
-        i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
-        for r in range(rows):  # prefetch the C tile (written at the end)
-            row = f.at(c, b.mul(c64(r), ldc))
-            for off in list(range(0, NR, 16)) + ([NR - 1] if NR % 16 else []):
-                b.call(self.prefetch, [b.bitcast(f.at(row, off), I8P), i32(1), i32(3), i32(1)])
-        zero = ir.Constant(self.vec, [0.0] * W)
-        nacc = rows * NV
-
-        def steps(ap, bp, accs, n):
-            accs = list(accs)
-            for u in range(n):
-                ph = (u % phases) * nacc
-                bv = [self.vload(f, bp, b.add(b.mul(c64(u), bks), c64(v * W)), balign)
-                      for v in range(NV)]
-                if self.cfg.prefetch_b and b_kstride is not None:
-                    # software prefetch of the packed B stream, prefetch_b k steps ahead
-                    for off in range(0, NR, 16):
-                        pf = f.at(bp, b.add(b.mul(c64(u + self.cfg.prefetch_b), bks), c64(off)))
-                        b.call(self.prefetch, [b.bitcast(pf, I8P), ir.Constant(I32, 0),
-                                               ir.Constant(I32, 3), ir.Constant(I32, 1)])
-                for r in range(rows):
-                    av = self.splat(b, b.load(f.at(ap, u * MR + r), align=4))
-                    for v in range(NV):
-                        k = ph + r * NV + v
-                        accs[k] = b.call(self.fmuladd, [av, bv[v], accs[k]])
-            return accs
-
-        def kloop(name, start, a_start, b_start, accs_in, step):
-            """for (k = start; k + step <= kc; k += step), pointers bumped; returns the exit phis."""
-            pre = b.block
-            head, body, end = f.block(name + ".head"), f.block(name + ".body"), f.block(name + ".end")
-            b.branch(head)
-            b.position_at_end(head)
-            k = b.phi(I64, "k")
-            ap = b.phi(FP, "ap")
-            bp = b.phi(FP, "bp")
-            accs = [b.phi(self.vec, f"acc{i}") for i in range(len(accs_in))]
-            for phi, v in zip([k, ap, bp] + accs, [start, a_start, b_start] + list(accs_in)):
-                phi.add_incoming(v, pre)
-            b.cbranch(b.icmp_signed("<=", b.add(k, c64(step)), kc), body, end)
-            b.position_at_end(body)
-            new = steps(ap, bp, accs, step)
-            nk = b.add(k, c64(step))
-            nap = f.at(ap, step * MR)
-            nbp = b.gep(bp, [b.mul(c64(step), bks)], inbounds=True)
-            for phi, v in zip([k, ap, bp] + accs, [nk, nap, nbp] + new):
-                phi.add_incoming(v, b.block)
-            b.branch(head)
-            b.position_at_end(end)
-            return k, ap, bp, accs
-
-        accs = [zero] * (nacc * phases)
-        k, ap, bp, accs = kloop("kmain", c64(0), a0, b0, accs, U)
-        if U > 1:
-            k, ap, bp, accs = kloop("krem", k, ap, bp, accs, 1)
-        for ph in range(1, phases):
-            accs[:nacc] = [b.fadd(x, y) for x, y in zip(accs[:nacc], accs[ph * nacc:(ph + 1) * nacc])]
-        accs = accs[:nacc]
-
-        # epilogue: C = alpha*acc (+ beta*C); full panels with plain stores, the N edge masked
-        alpha_v = self.splat(b, A["alpha"])
-        beta_v = self.splat(b, A["beta"])
-        vals = [b.fmul(acc, alpha_v) for acc in accs]
-        full = b.icmp_signed("==", nr, c64(NV * W))
-        beta0 = b.fcmp_ordered("==", A["beta"], cf(0.0))
-        mask_ty = ir.VectorType(I1, W)
-        iota = ir.Constant(ir.VectorType(I64, W), list(range(W)))
-        masks = []
-        for v in range(NV):
-            lim = b.insert_element(ir.Constant(ir.VectorType(I64, W), ir.Undefined),
-                                   b.sub(nr, c64(v * W)), i32(0))
-            lim = b.shuffle_vector(lim, ir.Constant(ir.VectorType(I64, W), ir.Undefined),
-                                   ir.Constant(ir.VectorType(I32, W), [0] * W))
-            masks.append(b.icmp_signed("<", iota, lim))
-        mstore = _declare(self.mod, f"llvm.masked.store.v{W}f32.p0", VOID,
-                          [self.vec, self.vecp, I32, mask_ty])
-        mload = _declare(self.mod, f"llvm.masked.load.v{W}f32.p0", self.vec,
-                         [self.vecp, I32, mask_ty, self.vec])
-
-        def store_all(masked, with_beta):
-            for r in range(rows):
-                row = f.at(c, b.mul(c64(r), ldc))
-                for v in range(NV):
-                    ptr = b.bitcast(f.at(row, v * W), self.vecp)
-                    val = vals[r * NV + v]
-                    if with_beta:
-                        old = (b.call(mload, [ptr, i32(4), masks[v], zero]) if masked
-                               else b.load(ptr, align=4))
-                        val = b.call(self.fmuladd, [old, beta_v, val])
-                    if masked:
-                        b.call(mstore, [val, ptr, i32(4), masks[v]])
-                    else:
-                        b.store(val, ptr, align=4)
-
-        with f.if_else(full, "full") as (then, otherwise):
-            for arm, masked in ((then, False), (otherwise, True)):
-                with arm:
-                    with f.if_else(beta0, "b0") as (t2, o2):
-                        with t2:
-                            store_all(masked, False)
-                        with o2:
-                            store_all(masked, True)
-        b.ret_void()
-        return fn
 
     def edge_rows(self) -> list[int]:
         """Row counts of the kernels that cover an M remainder (< MR): powers of two below MR."""
@@ -360,7 +235,7 @@ class _GemmEmitter(PoolEmitter):
                 b.store(b.load(f.at(colrow[cc], off), align=4), f.at(drow, cc), align=4)
 
     # -- one task: C[i0:i1, j0:j1] -------------------------------------------------------------
-    def emit_task(self, name, ukr, ukr_direct, pack_a, pack_b):
+    def emit_task(self, name, ukr, ukr_direct, tails, pack_a, pack_b):
         cfg, MR, NR = self.cfg, self.MR, self.NR
         fn = _new_fn(self.mod, name, VOID, [(self.ctx_ty.as_pointer(), "ctx"), (FP, "abuf"),
                                            (FP, "bbuf"), (I64, "i0"), (I64, "i1"), (I64, "j0"),
@@ -419,6 +294,13 @@ class _GemmEmitter(PoolEmitter):
                                 with otherwise:
                                     args = [kc, aptr, bptr, cptr, g["ldc"], g["alpha"], beta, nr]
                                     end = f.block("nv.end")
+                                    for cols, kern in (tails.items() if rows == MR else ()):
+                                        blk, nxt = f.block(f"tail{cols}"), f.block(f"tail{cols}.not")
+                                        b.cbranch(b.icmp_signed("==", nr, c64(cols)), blk, nxt)
+                                        b.position_at_end(blk)
+                                        b.call(kern, args)
+                                        b.branch(end)
+                                        b.position_at_end(nxt)
                                     for nv in range(1, self.NV):  # narrow N remainders
                                         blk, nxt = f.block(f"nv{nv}"), f.block(f"nv{nv}.not")
                                         b.cbranch(b.icmp_signed("==", nvneed, c64(nv)), blk, nxt)
@@ -511,26 +393,31 @@ class _GemmEmitter(PoolEmitter):
                        b.fmul(b.sitofp(K, ir.DoubleType()), ir.Constant(ir.DoubleType(), 2.0)))
         small = b.fcmp_ordered("<", flops, ir.Constant(ir.DoubleType(), cfg.par_min_flops))
         T = b.select(small, one, T)
-        # task grid: gm x gn >= T * tasks_per_thread, packing traffic gn*M + gm*N minimal
+        # task grid gm x gn (about T * tasks_per_thread tasks) of least estimated time per thread:
+        # the rounds of tasks a thread runs times a task's area (its tiles, padding included: the
+        # cost of an unbalanced grid), plus its share of the operand traffic (every task streams
+        # its A rows and B columns, gn*M + gm*N, and packs those not pre-packed)
         want = b.select(b.icmp_signed("==", T, one), one, b.mul(T, c64(cfg.tasks_per_thread)))
-        best = f.alloca(I64, 3, name="best")  # cost, tm, tn
-        b.store(c64(2 ** 62), b.gep(best, [c64(0)]))
-        b.store(M, b.gep(best, [c64(1)]))
-        b.store(N, b.gep(best, [c64(2)]))
+        best = f.alloca(I64, 4, name="best")  # cost, tm, tn, tasks
+        for j, v in enumerate([c64(2 ** 62), M, N, one]):
+            b.store(v, b.gep(best, [c64(j)]))
         with f.loop(1, b.add(want, one), 1, "gm") as gm:
             gn = f.ceildiv(want, gm)
             tm = f.roundup(f.ceildiv(M, gm), MR)
             tn = f.roundup(f.ceildiv(N, gn), NR)
             real_gm, real_gn = f.ceildiv(M, tm), f.ceildiv(N, tn)
-            cost = b.add(b.mul(real_gn, M), b.mul(real_gm, N))
-            # a grid that has fewer tasks than wanted is penalized (imbalance)
-            short = b.icmp_signed("<", b.mul(real_gm, real_gn), want)
-            cost = b.select(short, b.add(cost, c64(2 ** 40)), cost)
-            better = b.icmp_signed("<", cost, b.load(b.gep(best, [c64(0)])))
+            tasks = b.mul(real_gm, real_gn)
+            a_rows, b_cols = b.mul(real_gn, M), b.mul(real_gm, N)  # what the tasks stream, all told
+            packed = b.add(b.select(apacked, c64(0), a_rows), b.select(bpacked, c64(0), b_cols))
+            traffic = b.add(b.mul(b.add(a_rows, b_cols), c64(READ_COST)), b.mul(packed, c64(PACK_COST)))
+            cost = b.add(b.mul(f.ceildiv(tasks, T), b.mul(tm, tn)), b.sdiv(traffic, T))
+            old, old_tasks = b.load(b.gep(best, [c64(0)])), b.load(b.gep(best, [c64(3)]))
+            # equal cost: the grid of more tasks (a thread the OS deschedules holds up less)
+            better = b.or_(b.icmp_signed("<", cost, old),
+                           b.and_(b.icmp_signed("==", cost, old), b.icmp_signed(">", tasks, old_tasks)))
             with f.if_(better, "better"):
-                b.store(cost, b.gep(best, [c64(0)]))
-                b.store(tm, b.gep(best, [c64(1)]))
-                b.store(tn, b.gep(best, [c64(2)]))
+                for j, v in enumerate([cost, tm, tn, tasks]):
+                    b.store(v, b.gep(best, [c64(j)]))
         tm = b.load(b.gep(best, [c64(1)]))
         tn = b.load(b.gep(best, [c64(2)]))
         tiles_n = f.ceildiv(N, tn)
@@ -703,9 +590,10 @@ class _GemmEmitter(PoolEmitter):
             for nv in range(1, self.NV + 1):
                 ukr[rows, nv] = self.emit_microkernel(f"{p}.ukr{rows}x{nv}", rows, self.NR, nv)
             ukr_direct[rows] = self.emit_microkernel(f"{p}.ukr{rows}_direct", rows, None)
+        tails = {c: self.emit_col_tail(f"{p}.tail{c}", c) for c in range(1, self.cfg.col_tail + 1)}
         pack_a = self.emit_pack_a(f"{p}.pack_a")
         pack_b = self.emit_pack_b(f"{p}.pack_b")
-        task = self.emit_task(f"{p}.task", ukr, ukr_direct, pack_a, pack_b)
+        task = self.emit_task(f"{p}.task", ukr, ukr_direct, tails, pack_a, pack_b)
         alloc = self.emit_alloc(f"{p}.alloc")
         run = self.emit_run(f"{p}.run", task)
         release = self.emit_release(f"{p}.release")

@@ -216,18 +216,28 @@ class MatMul(Lowering):
         ident_b = np.array_equal(bidx, np.arange(nb))
         ta_tab = None if ident_a else const_table(k, "aidx", aidx)
         tb_tab = None if ident_b else const_table(k, "bidx", bidx)
-        bld = k.b
-        with k.loop(nb, "batch") as t:
+
+        def one(t):  # the GEMM of batch index t
+            bld = k.b
             ia = t if ident_a else table_load(k, ta_tab, t)
             ib = t if ident_b else table_load(k, tb_tab, t)
-            pa = k.at(ap, bld.mul(ia, c64(astride)))
-            pb = k.at(bp, bld.mul(ib, c64(bstride)))
-            pc = k.at(yp, bld.mul(t, c64(m * n)))
+            pa = k.at(k.again(ap), bld.mul(ia, c64(astride)))
+            pb = k.at(k.again(bp), bld.mul(ib, c64(bstride)))
+            pc = k.at(k.ptr(y), bld.mul(t, c64(m * n)))
             ep = None
             if te is not None:  # the batch index per axis of the output
                 lead = [bld.urem(bld.udiv(t, c64(math.prod(batch[ax + 1:]))), c64(d)) for ax, d in enumerate(batch)]
                 ep = te.call_args(lead, c64(0))
             call_sgemm(k, ta, tb, m, n, kk, 1.0, pa, kk, pb, n, 0.0, pc, n, epilogue=ep)
+
+        if 2 * m * n * kk < k.services.gemm_cfg.par_min_flops:
+            # each GEMM is too small to split (it would run on one thread): the batches are the tasks
+            # (attention's per-head products); every GEMM then runs on its task's thread
+            with k.parallel_for(nb) as (begin, end), k.loop(k.b.sub(end, begin), "batch") as t:
+                one(k.b.add(begin, t))
+        else:
+            with k.loop(nb, "batch") as t:
+                one(t)
         return fused
 
 
