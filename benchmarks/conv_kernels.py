@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from compiler.codegen.gemm.config import config_for_target
+from compiler.codegen.gemm.config import model_config
 from compiler.codegen.kernels import KernelBuilder, KernelGroup, Services, lowering_for
 from compiler.codegen.kernels.testing import _aligned
 from compiler.codegen.llvm import toolchain
@@ -43,6 +43,13 @@ CONVS = [
     ("mbv2 dw 3x3/2 144", (1, 144, 56, 56), 144, (3, 3), 144, dict(strides=(2, 2), pads=(1, 1, 1, 1))),
     ("mbv2 dw 3x3 32 112", (1, 32, 112, 112), 32, (3, 3), 32, dict(pads=(1, 1, 1, 1))),
     ("mbv2 dw 3x3 960 7", (1, 960, 7, 7), 960, (3, 3), 960, dict(pads=(1, 1, 1, 1))),
+    ("mbv2 1x1 16->96 112", (1, 16, 112, 112), 96, (1, 1), 1, {}),
+    ("mbv2 1x1 24->144 56", (1, 24, 56, 56), 144, (1, 1), 1, {}),
+    ("mbv2 1x1 320->1280 7", (1, 320, 7, 7), 1280, (1, 1), 1, {}),
+    ("mbv2 1x1 960->160 7", (1, 960, 7, 7), 160, (1, 1), 1, {}),
+    ("squeeze conv1 3x3/2 3->64", (1, 3, 224, 224), 64, (3, 3), 1, dict(strides=(2, 2))),
+    ("squeeze fire 1x1 16->64 55", (1, 16, 55, 55), 64, (1, 1), 1, {}),
+    ("squeeze fire 3x3 16->64 55", (1, 16, 55, 55), 64, (3, 3), 1, dict(pads=(1, 1, 1, 1))),
     ("shufflenet g3 1x1", (1, 240, 28, 28), 60, (1, 1), 3, {}),
 ]
 # name, A shape, B shape (B constant when the flag says so)
@@ -85,7 +92,7 @@ class Compiled:
     def __init__(self, graph: Graph, feed, nthreads: int):
         target = host_target()
         module = new_module("bench", target)
-        services = Services(module, target, config_for_target(target))
+        services = Services(module, target, model_config(target))
         node = graph.nodes[0]
         group = KernelGroup.of([node])
         low, why = lowering_for(group)

@@ -29,7 +29,7 @@ from llvmlite import ir
 
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
-from .gemm.config import config_for_target
+from .gemm.config import model_config
 from .kernels import KernelBuilder, KernelGroup, Services, lowering_for
 from .kernels.base import ALIGN, I32, PTR, VOID, c64
 from .llvm.elementwise import new_module
@@ -189,7 +189,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     from ..errors import UnsupportedError
 
     module = new_module("kiln_model", target)
-    services = Services(module, target, config_for_target(target, external_pool=True, par_min_flops=5e5))
+    services = Services(module, target, model_config(target))
 
     # 1. groups and their lowerings
     steps: list[Step] = []

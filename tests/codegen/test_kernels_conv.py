@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
 from compiler.codegen.llvm.target import host_target
@@ -22,7 +23,15 @@ def conv(t: Bench, x_shape, m, k, group=1, bias=True, const_w=True, **attrs):
     t.add(cv.Conv(group=group, **attrs), x, w, b)
 
 
-def test_conv_gemm_paths():
+@pytest.mark.parametrize("task_budget", [None, 0])
+def test_conv_gemm_paths(monkeypatch, task_budget):
+    """Every GEMM path; images x groups whose GEMMs are small run as parallel tasks when they fit
+    the thread count, each with its own scratch (``task_budget`` 0: no room for the copies, so in
+    sequence)."""
+    from compiler.codegen.kernels import conv as conv_lowering
+
+    if task_budget is not None:
+        monkeypatch.setattr(conv_lowering, "TASK_SCRATCH_BUDGET", task_budget)
     t = Bench()
     # 1x1 stride 1 (GEMM on the input), with/without bias, batch 2, groups
     conv(t, (1, 16, 7, 9), 24, (1, 1))
@@ -129,4 +138,6 @@ def test_conv_parallel_paths():
     conv(t, (1, 40, 38, 38), 40, (3, 3), group=40, pads=(1, 1, 1, 1))                 # depthwise planes
     conv(t, (2, 24, 33, 33), 48, (3, 3), group=24, pads=(1, 1, 1, 1), strides=(2, 2))  # multiplier 2, batch 2
     conv(t, (1, 96, 30, 30), 96, (3, 3), group=96)                                     # unpadded, in place
+    conv(t, (2, 32, 30, 30), 64, (3, 3), pads=(1, 1, 1, 1))                  # images in sequence, parallel GEMMs
+    conv(t, (1, 64, 24, 24), 64, (3, 3), group=2, pads=(1, 1, 1, 1), strides=(1, 2))  # groups in sequence
     t.run()

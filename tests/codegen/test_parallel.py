@@ -342,3 +342,22 @@ def test_small_batched_matmuls_split_over_the_batch():
     np.testing.assert_allclose(ref, interpret(g, ins)["y"], rtol=1e-5, atol=1e-5)
     exe.nthreads = 2
     np.testing.assert_array_equal(exe.run(ins)["y"], ref)
+
+
+def test_small_grouped_conv_gemms_split_over_groups():
+    """A grouped 1x1 conv (ShuffleNet's) of 2 images whose per-group GEMMs are small: the (image,
+    group) pairs are the pool's tasks when they fit the thread count (6 on 1, 2 or 3 threads: here
+    always); an im2col conv of 2 images likewise, with a scratch copy per task (on 3 threads, in
+    sequence: both paths run)."""
+    ins = {"x": RNG.standard_normal((2, 24, 14, 14)).astype(np.float32)}
+    g = Graph("grouped")
+    x = g.add_input("x", TensorType(DType.f32, (2, 24, 14, 14)))
+    w1 = g.add_constant(RNG.standard_normal((12, 8, 1, 1)).astype(np.float32))
+    w2 = g.add_constant(RNG.standard_normal((6, 24, 3, 3)).astype(np.float32))
+    g.set_outputs([g.add(cv.Conv(group=3), x, w1), g.add(cv.Conv(pads=(1, 1, 1, 1)), x, w2)], ["y1", "y2"])
+    assert _uses_parallel(g)
+    _same_any_threads(g, ins, rtol=1e-4, atol=1e-4)
+    exe = compiler.compile(g, nthreads=2)
+    notes = [k["notes"] for k in exe.manifest["kernels"]]
+    assert "6 GEMMs (images x groups) as parallel tasks when they fit the threads" in notes[0]
+    assert "2 GEMMs (images x groups) as parallel tasks when they fit the threads" in notes[1]

@@ -133,3 +133,9 @@ def config_for_target(target, **overrides) -> GemmConfig:
     cfg = PRESETS[isa].replace(cpu=target.cpu, features=target.features).replace(**overrides)
     cfg.validate()
     return cfg
+
+
+def model_config(target) -> GemmConfig:
+    """The GEMM as compiled into a model's artifact: it runs on the artifact's shared thread pool
+    (``external_pool``), whose threads are cheap to wake, so products from 0.5 MFLOP are split."""
+    return config_for_target(target, external_pool=True, par_min_flops=5e5)

@@ -32,7 +32,7 @@ from ...ir.ops.base import OpError
 from ..llvm.elementwise import _For
 from .base import F32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
 from .im2col import _gep, _helper_fn, _span, im2col, im2col_phased, pad_plane
-from .linalg import call_sgemm
+from .linalg import call_sgemm, gemm_loop
 from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
 from .tile_epilogue import plan_tile_epilogue
 
@@ -42,6 +42,9 @@ IM2COL_MIN = 1 << 15
 
 #: the largest im2col matrix (bytes) made at once; a larger one is made by blocks of output rows
 COL_BUDGET = 16 << 20
+
+#: the most scratch (bytes) for per-task copies when the images x groups GEMMs run as tasks
+TASK_SCRATCH_BUDGET = 16 << 20
 
 
 def _geometry(node):
@@ -124,18 +127,22 @@ class Conv(Lowering):
             wp, wstride, wt = k.ptr(w), mg * kk, (1 if trans else 0)
         # one image and group: the col matrix made as the GEMM's packed panels (packed_cols.py)
         packed = not direct and not chunked and not trans and packed_cols_applies(n, g)
+        # strided windows: the padded input split by column phase first, then contiguous row copies
+        phased = not direct and not chunked and not packed and sw > 1
+        hp = (oh - 1) * sh + (kh - 1) * dh + 1
+        wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
+        col_f = 0 if direct or packed else kk * (block * ow if chunked else p)
+        planes_f = cg * sw * hp * wq if phased else 0
+        ctr_f = p * mg if trans else 0
+        # the images x groups GEMMs may run as parallel tasks (gemm_loop), each with its own scratch
+        copies = n * g if not chunked and n * g * (col_f + planes_f + ctr_f) * 4 <= TASK_SCRATCH_BUDGET else 1
         if packed:
             xpad_f, col_f = scratch_floats(cg, kh, kw, oh, ow, sh, sw, dh, dw, cfg.NR)
             xpad, col = k.scratch(xpad_f * 4), k.scratch(col_f * 4)
         else:
-            col = None if direct else k.scratch(kk * (block * ow if chunked else p) * 4)
-        # strided windows: the padded input split by column phase first, then contiguous row copies
-        phased = not direct and not chunked and not packed and sw > 1
-        if phased:
-            hp = (oh - 1) * sh + (kh - 1) * dh + 1
-            wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
-            planes = k.scratch(cg * sw * hp * wq * 4)
-        ctr = k.scratch(p * mg * 4) if trans else None
+            col = k.scratch(copies * col_f * 4) if col_f else None
+        planes = k.scratch(copies * planes_f * 4) if phased else None
+        ctr = k.scratch(copies * ctr_f * 4) if trans else None
         # bias and epilogue inside the GEMM, on each block of Y as it is finished (not for the
         # transposed or blocked paths: their GEMMs do not write Y's layout)
         te, fused = (None, False) if trans or chunked else plan_tile_epilogue(k, y, epilogue, bias, row_axis=1)
@@ -159,37 +166,44 @@ class Conv(Lowering):
                 else:
                     im2col(k, k.at(xt, k.b.mul(lo, c64(h * wd))), c64(0), k.at(colt, k.b.mul(lo, c64(kh * kw * p))),
                            k.b.sub(hi, lo), h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
-        b = k.b
-        with k.loop(n, "img") as img:
-            ybase = b.mul(img, c64(m * p))
-            with k.loop(g, "grp") as gi:
-                xbase = b.mul(b.add(b.mul(img, c64(g)), gi), c64(cg * h * wd))
-                wg = k.at(wp, b.mul(gi, c64(wstride)))
-                cptr = k.at(yp, b.add(ybase, b.mul(gi, c64(mg * p))))
-                beta = 1.0 if bp is not None and te is None else 0.0
-                ep = te.call_args([img], b.mul(gi, c64(mg))) if te is not None else None
-                if chunked:
-                    self._blocks(k, k.at(xp, xbase), col, wg, wt, cptr, beta, block, cg, kk,
-                                 mg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
-                else:
-                    if direct:
-                        src = k.at(xp, xbase)
-                    elif single:
-                        src = col  # made above, by all threads
-                    elif phased:
-                        im2col_phased(k, xp, xbase, planes, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,
-                                      pt, pl, hp, wq)
-                        src = col
-                    else:
-                        im2col(k, xp, xbase, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
-                        src = col
-                    if trans:
-                        # Y^T[P, Mg] = col^T @ W^T (col [K, P] is A transposed), then transposed back
-                        call_sgemm(k, 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctr, mg)
-                        _transpose_out(k, ctr, cptr, p, mg, bp, b.mul(gi, c64(mg)))
-                    else:
-                        call_sgemm(k, wt, 2 if packed else 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p,
-                                   epilogue=ep)
+        beta = 1.0 if bp is not None and te is None else 0.0
+
+        def one(i):
+            """The GEMM of image ``i // g``, group ``i % g`` (its im2col first; scratch copy i)."""
+            b = k.b
+            img, gi = b.udiv(i, c64(g)), b.urem(i, c64(g))
+            slot = i if copies > 1 else c64(0)
+            xbase = b.mul(i, c64(cg * h * wd))
+            xt, wg = k.again(xp), k.at(k.again(wp), b.mul(gi, c64(wstride)))
+            cptr = k.at(k.again(yp), b.mul(i, c64(mg * p)))
+            colt, pln, ctt = (k.at(k.again(v), b.mul(slot, c64(f))) if v is not None else None
+                              for v, f in ((col, col_f), (planes, planes_f), (ctr, ctr_f)))
+            ep = te.call_args([img], b.mul(gi, c64(mg))) if te is not None else None
+            if chunked:
+                self._blocks(k, k.at(xt, xbase), colt, wg, wt, cptr, beta, block, cg, kk,
+                             mg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
+                return
+            if direct:
+                src = k.at(xt, xbase)
+            elif single:
+                src = colt  # made above, by all threads
+            elif phased:
+                im2col_phased(k, xt, xbase, pln, colt, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, hp, wq)
+                src = colt
+            else:
+                im2col(k, xt, xbase, colt, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
+                src = colt
+            if trans:
+                # Y^T[P, Mg] = col^T @ W^T (col [K, P] is A transposed), then transposed back
+                call_sgemm(k, 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctt, mg)
+                _transpose_out(k, ctt, cptr, p, mg, k.again(bp) if bp is not None else None, b.mul(gi, c64(mg)))
+            else:
+                call_sgemm(k, wt, 2 if packed else 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p, epilogue=ep)
+
+        # (image, group) pairs: input, output and the chain's context are laid out by i = img * g + gi
+        flops = 2 * mg * p * kk if copies > 1 else float("inf")
+        if gemm_loop(k, n * g, flops, one, "imgrp"):
+            k.note(f"{n * g} GEMMs (images x groups) as parallel tasks when they fit the threads")
         return fused
 
     @staticmethod

@@ -230,15 +230,38 @@ class MatMul(Lowering):
                 ep = te.call_args(lead, c64(0))
             call_sgemm(k, ta, tb, m, n, kk, 1.0, pa, kk, pb, n, 0.0, pc, n, epilogue=ep)
 
-        if 2 * m * n * kk < k.services.gemm_cfg.par_min_flops:
-            # each GEMM is too small to split (it would run on one thread): the batches are the tasks
-            # (attention's per-head products); every GEMM then runs on its task's thread
-            with k.parallel_for(nb) as (begin, end), k.loop(k.b.sub(end, begin), "batch") as t:
-                one(k.b.add(begin, t))
-        else:
-            with k.loop(nb, "batch") as t:
-                one(t)
+        gemm_loop(k, nb, 2 * m * n * kk, one, "batch")
         return fused
+
+
+#: GEMMs of fewer flops than this, in a loop (a batched MatMul, a grouped conv), may run as tasks
+TASK_MAX_FLOPS = 4e6
+
+
+def gemm_loop(k: KernelBuilder, count: int, flops: float, body, name: str) -> bool:
+    """``body(i)`` for i in range(count), which emits one GEMM each. Small GEMMs (attention's
+    per-head products) split badly among threads: when there are enough of them for the thread
+    count (a multiple of it, or 4 per thread: decided at run time) each is a task of the pool, run
+    whole by one thread (inside the task ``k.nthreads`` is 1). Otherwise they run in sequence, each
+    split among the threads. Returns whether the tasks path was emitted. Measured (2 threads):
+    BERT's 4 heads of 128x128x64, 0.066 ms in sequence, 0.056 as tasks; ShuffleNet's 3 groups of
+    20x784x80, 0.063 ms in sequence, 0.075 as tasks (one thread runs two of the three)."""
+    if count < 2 or flops >= TASK_MAX_FLOPS:
+        with k.loop(count, name) as i:
+            body(i)
+        return False
+    b = k.b
+    t = k.f.max(b.sext(k.nthreads, I64), c64(1))
+    fits = b.or_(b.icmp_unsigned("==", b.urem(c64(count), t), c64(0)),
+                 b.icmp_unsigned(">=", c64(count), b.mul(t, c64(4))))
+    with b.if_else(fits) as (tasks, sequence):
+        with tasks:
+            with k.parallel_for(count) as (lo, hi), k.loop(k.b.sub(hi, lo), name) as i:
+                body(k.b.add(lo, i))
+        with sequence:
+            with k.loop(count, name) as i:
+                body(i)
+    return True
 
 
 def _promoted(sa, sb) -> tuple[list[int], list[int]]:
@@ -247,4 +270,4 @@ def _promoted(sa, sb) -> tuple[list[int], list[int]]:
     return sa, sb
 
 
-__all__ = ["Gemm", "MatMul", "call_sgemm", "const_table", "init_broadcast", "table_load"]
+__all__ = ["Gemm", "MatMul", "call_sgemm", "const_table", "gemm_loop", "init_broadcast", "table_load"]

@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from ...ir.graph import Graph
-from ..gemm.config import config_for_target
+from ..gemm.config import model_config
 from ..llvm import toolchain
 from ..llvm.elementwise import new_module
 from ..llvm.target import Target, host_target
@@ -25,7 +25,7 @@ def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target |
                 nthreads: int = 2) -> dict[str, np.ndarray]:
     target = target or host_target()
     module = new_module("bench", target)
-    services = Services(module, target, config_for_target(target, external_pool=True))
+    services = Services(module, target, model_config(target))
     plan = []
     for i, node in enumerate(graph.nodes):
         group = KernelGroup.of_node(node)
