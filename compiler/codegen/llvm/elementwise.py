@@ -311,6 +311,16 @@ def loop_metadata(module: ir.Module, interleave: int) -> ir.MDValue:
     return loop_id
 
 
+def no_vectorize_metadata(module: ir.Module) -> ir.MDValue:
+    """A loop ID that keeps the vectorizer off a loop (e.g. one over rows whose body is already
+    vector code: vectorizing it would gather across rows)."""
+    option = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                                  ir.Constant(ir.IntType(1), 0)])
+    loop_id = ir.values.MDValue(module, [], name=str(len(module.metadata)))
+    loop_id.operands = (loop_id, option)
+    return loop_id
+
+
 class _For:
     """``for (i = 0; i < count; ++i)`` as a guarded, rotated loop (the form LLVM's passes expect)."""
 
