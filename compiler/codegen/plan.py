@@ -4,11 +4,13 @@ live at the same step overlap.
 Greedy by size with best fit (as in TFLite's planner, Pisarchyk & Lee 2020): buffers are placed in
 some order, each at the lowest-waste gap among the buffers already placed whose lifetimes meet its
 own (or above them all). ``plan_arena`` tries a few orders (largest first; longest-lived first;
-largest area first; the earliest first) and keeps the smallest arena. ``lower_bound`` is the most
+largest area first; the earliest first), keeps the smallest arena and improves its order by a
+short, seeded local search. ``lower_bound`` is the most
 bytes live at one step, which no plan can beat; ``check_plan`` validates any plan.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -78,11 +80,15 @@ def _place(buffers: Sequence[Buffer], idx: Sequence[int], alignment: int,
     return top, offsets, top_i
 
 
-def plan_arena(buffers: Sequence[Buffer], alignment: int = 64, reuse: bool = True, rounds: int = 64) -> int:
+def plan_arena(buffers: Sequence[Buffer], alignment: int = 64, reuse: bool = True, rounds: int = 400) -> int:
     """Give each buffer an ``offset`` (a multiple of ``alignment``); returns the arena's size.
 
-    Greedy placement in each order of ``ORDERS``, then ``rounds`` of improvement on the best: the
-    buffer that sets the arena's top is placed first next time (the search stops at the lower bound).
+    Greedy placement in each order of ``ORDERS``, then up to ``rounds`` steps of a local search on
+    the best order (stopping at the lower bound): the buffer that sets the arena's top moves to a
+    random earlier place, and every other step two random buffers swap; a step is kept when the arena
+    is no larger. The random numbers are seeded: the same buffers give the same plan. (Moving the
+    top buffer to the front only, the first version, cycled at 5.6% over the bound on DenseNet once
+    its convs needed no col matrix; this search reaches the bound in a few dozen steps.)
     ``reuse=False`` gives every buffer memory of its own (for debugging: every value stays readable)."""
     if not reuse:
         offset = 0
@@ -92,30 +98,33 @@ def plan_arena(buffers: Sequence[Buffer], alignment: int = 64, reuse: bool = Tru
         return offset
     n = len(buffers)
     floor = lower_bound(buffers, alignment)
-    best: tuple[int, list[int]] = (0, [])
+    best: tuple[int, list[int], int] = (0, [], -1)
     best_order: list[int] = []
     for order in ORDERS.values():
         idx = sorted(range(n), key=lambda i: order(buffers[i]))
         for fit in (True, False):
-            size, offsets, _ = _place(buffers, idx, alignment, fit)
-            if not best_order or size < best[0]:
-                best, best_order = (size, offsets), idx
+            placed = _place(buffers, idx, alignment, fit)
+            if not best_order or placed[0] < best[0]:
+                best, best_order = placed, idx
             if best[0] <= floor:
                 break
         if best[0] <= floor:
             break
+    rng = random.Random(0)
     idx = list(best_order)
-    for _ in range(rounds if best[0] > floor else 0):
-        size, offsets, top_i = _place(buffers, idx, alignment)
-        if size < best[0]:
-            best = (size, offsets)
-            if size <= floor:
+    for step in range(rounds if best[0] > floor and n > 1 else 0):
+        j = idx.index(best[2])
+        cand = list(idx)
+        cand.insert(rng.randrange(j + 1), cand.pop(j))
+        if step % 2:
+            a, b = rng.randrange(n), rng.randrange(n)
+            cand[a], cand[b] = cand[b], cand[a]
+        placed = _place(buffers, cand, alignment)
+        if placed[0] <= best[0]:
+            best, idx = placed, cand
+            if best[0] <= floor:
                 break
-        if top_i < 0 or idx[0] == top_i:
-            break
-        idx.remove(top_i)
-        idx.insert(0, top_i)
-    size, offsets = best
+    size, offsets, _ = best
     for buf, off in zip(buffers, offsets):
         buf.offset = off
     return size

@@ -116,7 +116,7 @@ def test_inspect_says_how_each_kernel_was_made(tmp_path, capsys):
     capsys.readouterr()
     assert main(["inspect", out, "--kernels"]) == 0
     text = capsys.readouterr().out
-    assert "im2col as the GEMM's packed panels" in text and "bias and chain inside the GEMM" in text
+    assert "im2col packed block by block for the GEMM" in text and "bias and chain inside the GEMM" in text
     assert "1x1: GEMM on the input" in text
     assert "Concat node" in text and "concat in place: its 2 pieces" in text
     assert main(["inspect", out, "--json"]) == 0

@@ -68,9 +68,10 @@ def test_conv_gemm_paths(monkeypatch, task_budget):
 
 
 def test_conv_packed_cols():
-    """One image: the col matrix is made as packed panels (``packed_cols.py``); panels straddle two
-    output rows, or several when rows are narrower than a panel, the last one is partial, strided
-    and dilated windows read column-phase planes."""
+    """One image: the GEMM asks the conv for each block of the col matrix, packed straight from the
+    padded input (``packed_cols.py``); panels straddle two output rows, or several when rows are
+    narrower than a panel, the last one is partial, strided and dilated windows read column-phase
+    planes; blocks of several K depths and column ranges."""
     t = Bench()
     conv(t, (1, 5, 10, 30), 7, (3, 3), pads=(1, 1, 1, 1))                 # 300 pixels: a partial panel
     conv(t, (1, 3, 7, 24), 4, (3, 3), pads=(1, 1, 1, 1), bias=False)     # rows exactly 24 wide
@@ -85,8 +86,10 @@ def test_conv_packed_cols():
     conv(t, (1, 4, 20, 29), 6, (3, 3), pads=(1, 0, 2, 1), strides=(3, 2))  # odd strides, asymmetric
     conv(t, (1, 3, 18, 30), 5, (3, 3), pads=(2, 2, 2, 2), dilations=(2, 2))  # dilated
     conv(t, (1, 8, 14, 14), 16, (1, 1), strides=(2, 2))                    # 1x1 strided
+    conv(t, (1, 40, 20, 61), 8, (3, 3), pads=(1, 1, 1, 1))                  # K 360, N 1220: 2 x 2 blocks
     t.g.set_outputs(t.outs)
-    assert "kiln_pack_cols" in build_program(t.g, host_target()).llvm_ir  # (the path is taken)
+    ll = build_program(t.g, host_target()).llvm_ir
+    assert "kiln_pack_cols" in ll and "kiln_sgemm_cb" in ll  # (the path is taken)
     t.run()
 
 

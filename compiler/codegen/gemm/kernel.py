@@ -39,6 +39,13 @@ The C ABI of the emitted functions (``prefix`` = ``kiln_sgemm`` by default; row-
         (after its last K block, while it is in cache: at most MC rows by NR columns, from whichever
         thread computed it; the blocks cover C exactly once). ep == NULL: no epilogue. Generated
         kernels fuse bias, activations and residual adds into the GEMM this way (docs/fusion.md).
+    int32 kiln_sgemm_cb(... the same ..., void *epctx, void (*pb)(void *pbctx, int64 p0, int64 kc,
+                        int64 j0, int64 nc, float *dst), void *pbctx)
+        the same, B made by the caller: with tb = 0, pb writes the packed panels of the block
+        B[p0:p0+kc, j0:j0+nc] to dst (ceil(nc/NR) panels of kc x NR; padding columns finite), for
+        each block a task multiplies, into that thread's buffer (B and ldb are not read). A conv
+        packs its im2col windows this way, block by block while they are in cache, instead of
+        making the whole matrix first. pb == NULL: as kiln_sgemm_ep.
     int64 kiln_sgemm_packed_a_size(int64 M, int64 K)        floats needed by a packed A
     void  kiln_sgemm_pack_a(int32 ta, int64 M, int64 K, const float *A, int64 lda, float *Ap)
     int64 kiln_sgemm_packed_b_size(int64 K, int64 N)
@@ -85,10 +92,11 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
             ("C", FP), ("ldc", I64),
             ("tm", I64), ("tn", I64), ("tiles_n", I64), ("ntasks", I64), ("kstep", I64),
             ("abuf", I64), ("bbuf", I64), ("next", I64), ("done", I64), ("refs", I64),
-            ("helpers", I64), ("max_helpers", I64), ("ep", I8P), ("epctx", I8P),
+            ("helpers", I64), ("max_helpers", I64), ("ep", I8P), ("epctx", I8P), ("pb", I8P), ("pbctx", I8P),
         ]
         self.ctx_index = {n: i for i, (n, _) in enumerate(self.ctx_fields)}
         self.ep_type = ir.FunctionType(VOID, [I8P, I64, I64, I64, I64])  # ep(epctx, i0, i1, j0, j1)
+        self.pb_type = ir.FunctionType(VOID, [I8P, I64, I64, I64, I64, FP])  # pb(pbctx, p0, kc, j0, nc, dst)
         self.ctx_ty = ir.LiteralStructType([t for _, t in self.ctx_fields])
 
     # -- small vector helpers
@@ -258,7 +266,11 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                 bpre_base = f.at(g["B"], b.add(b.mul(b.sdiv(jc, c64(NR)), b.mul(K, c64(NR))),
                                                b.mul(pc, c64(NR))))
                 with f.if_(b.not_(b.or_(g["bpacked"], g["bdirect"])), "packb"):
-                    b.call(pack_b, [g["B"], g["brs"], g["bcs"], pc, kc, jc, nc, bbuf])
+                    with f.if_else(b.icmp_unsigned("!=", g["pb"], ir.Constant(I8P, None)), "pb") as (cb, own):
+                        with cb:  # the caller's packer makes the block (e.g. a conv's im2col)
+                            b.call(b.bitcast(g["pb"], self.pb_type.as_pointer()), [g["pbctx"], pc, kc, jc, nc, bbuf])
+                        with own:
+                            b.call(pack_b, [g["B"], g["brs"], g["bcs"], pc, kc, jc, nc, bbuf])
                 with f.if_(b.and_(g["bdirect"], b.icmp_signed("<", nfull, nc)), "packtail"):
                     b.call(pack_b, [g["B"], g["brs"], g["bcs"], pc, kc, b.add(jc, nfull),
                                     b.sub(nc, nfull), bbuf])
@@ -353,15 +365,19 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
             (I64, "lda"), (FP, "B"), (I64, "ldb"), (F32, "beta"), (FP, "C"), (I64, "ldc"), (I32, "nthreads")]
 
     def emit_main(self, alloc, run, release, worker, scale):
-        """``{p}_ep`` (with an epilogue) and ``{p}``, which calls it without one."""
+        """``{p}_cb`` (an epilogue and a B packer), and ``{p}_ep`` and ``{p}``, which call it without
+        the packer / without either."""
         cfg, MR, NR = self.cfg, self.MR, self.NR
-        fn = _new_fn(self.mod, f"{self.p}_ep", I32, self.ARGS + [(I8P, "ep"), (I8P, "epctx")], internal=False)
-        plain = _new_fn(self.mod, self.p, I32, self.ARGS, internal=False)
-        pb = _Fn(plain).b
-        pb.ret(pb.call(fn, list(plain.args) + [ir.Constant(I8P, None)] * 2))
+        fn = _new_fn(self.mod, f"{self.p}_cb", I32, self.ARGS + [(I8P, "ep"), (I8P, "epctx"), (I8P, "pb"),
+                                                               (I8P, "pbctx")], internal=False)
+        for name, extra in ((f"{self.p}_ep", [(I8P, "ep"), (I8P, "epctx")]), (self.p, [])):
+            wrap = _new_fn(self.mod, name, I32, self.ARGS + extra, internal=False)
+            wb = _Fn(wrap).b
+            wb.ret(wb.call(fn, list(wrap.args) + [ir.Constant(I8P, None)] * (4 - len(extra))))
         f = _Fn(fn)
         b = f.b
-        ta, tb, M, N, K, alpha, Ap, lda, Bp, ldb, beta, C, ldc, nth, ep, epctx = fn.args
+        ta, tb, M, N, K, alpha, Ap, lda, Bp, ldb, beta, C, ldc, nth, ep, epctx, pbf, pbctx = fn.args
+        has_pb = b.icmp_unsigned("!=", pbf, ir.Constant(I8P, None))
         empty = b.or_(b.icmp_signed("<=", M, c64(0)), b.icmp_signed("<=", N, c64(0)))
         with f.if_(empty, "empty"):
             b.ret(ir.Constant(I32, 0))
@@ -382,7 +398,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         bpacked = b.icmp_signed("==", tb, ir.Constant(I32, 2))
         # B read in place (no packing) for tiny M, unless its rows are far apart (then the
         # NR-wide column stripes touch a new page per k and packing wins; measured)
-        bdirect = b.and_(b.icmp_signed("==", tb, ir.Constant(I32, 0)),
+        bdirect = b.and_(b.and_(b.icmp_signed("==", tb, ir.Constant(I32, 0)), b.not_(has_pb)),
                          b.and_(b.icmp_signed("<=", M, c64(cfg.direct_b_max_m)),
                                 b.or_(b.icmp_signed("<=", M, c64(4)),
                                       b.icmp_signed("<=", ldb, c64(1024)))))
@@ -433,6 +449,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         vals = dict(M=M, N=N, K=K, alpha=alpha, beta=beta, A=Ap, ars=ars, acs=acs, apacked=apacked,
                     B=Bp, brs=brs, bcs=bcs, bpacked=bpacked, bdirect=bdirect, C=C, ldc=ldc, tm=tm,
                     tn=tn, tiles_n=tiles_n, ntasks=ntasks, abuf=abuf, bbuf=bbuf, kstep=kcb, ep=ep, epctx=epctx,
+                    pb=pbf, pbctx=pbctx,
                     next=c64(0),
                     done=c64(0))
         malloc = _declare(self.mod, "malloc", I8P, [I64])
@@ -480,7 +497,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                 b.call(self.f_unlock, [self._mutex(b)])
         b.call(release, [ctx])
         b.ret(ir.Constant(I32, 0))
-        return plain
+        return self.mod.globals[self.p]
 
     def _run_on_shared_pool(self, f, ctx, slots, T, ntasks, alloc, run, free, own_buffers):
         """Each of T chunks of ``kiln_parallel_for`` (one per thread) runs the task loop with packing

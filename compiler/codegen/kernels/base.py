@@ -170,6 +170,15 @@ class Services:
             ir.Function(self.module, ir.FunctionType(t.return_type, list(t.args) + [PTR, PTR]), "kiln_sgemm_ep")
         return self.module.globals["kiln_sgemm_ep"]
 
+    def sgemm_cb(self) -> ir.Function:
+        """``int32 kiln_sgemm_cb(..., nthreads, ep, epctx, pb, pbctx)``: ``sgemm_ep`` whose B blocks the
+        caller packs: ``void pb(void *pbctx, i64 p0, i64 kc, i64 j0, i64 nc, float *dst)``."""
+        self.sgemm()
+        if "kiln_sgemm_cb" not in self.module.globals:
+            t = _sgemm_type()
+            ir.Function(self.module, ir.FunctionType(t.return_type, list(t.args) + [PTR] * 4), "kiln_sgemm_cb")
+        return self.module.globals["kiln_sgemm_cb"]
+
     def parallel_for(self) -> ir.Function:
         """``void kiln_parallel_for(void (*task)(void *ctx, i64 begin, i64 end), void *ctx, i64 n,
         i32 nthreads)`` (``codegen/native/parallel.c``, linked when used: ``uses_parallel``)."""

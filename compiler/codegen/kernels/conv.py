@@ -9,8 +9,9 @@ By shape:
   soon as it is computed (one image).
 * **1x1, stride 1, no padding**: a GEMM directly on the input, per image and group:
   ``Y[Mg, H*W] = W[Mg, Cg] @ X[Cg, H*W]``.
-* **one image and group**: the col matrix ``col[Cg*KH*KW, OH*OW]`` made directly as the GEMM's
-  packed B panels (``packed_cols.py``), multiplied pre-packed: ``Y[Mg, OH*OW] = W[Mg, K] @ col``.
+* **one image and group**: ``Y[Mg, OH*OW] = W[Mg, K] @ col`` with the col matrix
+  ``col[Cg*KH*KW, OH*OW]`` never made: the GEMM calls back for each block of it, which is packed
+  straight from the padded input into the GEMM's panel layout (``packed_cols.py``).
 * **several images or groups**: im2col per image and group (``im2col.py``), then the same GEMM; a
   col matrix over ``COL_BUDGET`` is made and multiplied by blocks of output rows.
 * **few pixels, many channels** (7x7 maps) of several images or groups: the same GEMM transposed,
@@ -36,9 +37,6 @@ from .linalg import call_sgemm, gemm_loop
 from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
 from .tile_epilogue import plan_tile_epilogue
 
-
-#: col elements per parallel task of im2col at least
-IM2COL_MIN = 1 << 15
 
 #: the largest im2col matrix (bytes) made at once; a larger one is made by blocks of output rows
 COL_BUDGET = 16 << 20
@@ -136,11 +134,8 @@ class Conv(Lowering):
         ctr_f = p * mg if trans else 0
         # the images x groups GEMMs may run as parallel tasks (gemm_loop), each with its own scratch
         copies = n * g if not chunked and n * g * (col_f + planes_f + ctr_f) * 4 <= TASK_SCRATCH_BUDGET else 1
-        if packed:
-            xpad_f, col_f = scratch_floats(cg, kh, kw, oh, ow, sh, sw, dh, dw, cfg.NR)
-            xpad, col = k.scratch(xpad_f * 4), k.scratch(col_f * 4)
-        else:
-            col = k.scratch(copies * col_f * 4) if col_f else None
+        xpad = k.scratch(scratch_floats(cg, kh, kw, oh, ow, sh, sw, dh, dw, cfg.NR) * 4) if packed else None
+        col = k.scratch(copies * col_f * 4) if col_f else None
         planes = k.scratch(copies * planes_f * 4) if phased else None
         ctr = k.scratch(copies * ctr_f * 4) if trans else None
         # bias and epilogue inside the GEMM, on each block of Y as it is finished (not for the
@@ -148,24 +143,15 @@ class Conv(Lowering):
         te, fused = (None, False) if trans or chunked else plan_tile_epilogue(k, y, epilogue, bias, row_axis=1)
         if bias is not None and not trans and te is None:
             fill_bias(k, y, bias, n * m, m, p)
-        k.note("1x1: GEMM on the input" if direct else "im2col as the GEMM's packed panels" if packed else
+        k.note("1x1: GEMM on the input" if direct else "im2col packed block by block for the GEMM" if packed else
                f"im2col by blocks of {block} output rows" if chunked else
                "transposed GEMM (few pixels, several images or groups)" if trans else "im2col + GEMM")
         if te is not None:
             k.note("bias and chain inside the GEMM" if fused else "bias inside the GEMM")
-        # one image and group: the col matrix made by channels split among the threads
-        single = n * g == 1 and not direct and not chunked
+        # one image and group: the input padded here, the GEMM's B blocks packed when it asks
+        pack_cb = None
         if packed:
-            emit_packed_cols(k, x, xpad, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, cfg.NR, cfg.W)
-        elif single:
-            with k.parallel_for(cg, min_per_task=max(1, -(-IM2COL_MIN // (kh * kw * p)))) as (lo, hi):
-                xt, colt = k.ptr(x), k.again(col)  # the kernel's scratch, seen by the task
-                if phased:
-                    im2col_phased(k, xt, c64(0), k.again(planes), colt, hi, h, wd, kh, kw, oh, ow,
-                                  sh, sw, dh, dw, pt, pl, hp, wq, c0=lo)
-                else:
-                    im2col(k, k.at(xt, k.b.mul(lo, c64(h * wd))), c64(0), k.at(colt, k.b.mul(lo, c64(kh * kw * p))),
-                           k.b.sub(hi, lo), h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
+            pack_cb = emit_packed_cols(k, x, xpad, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, cfg.NR, cfg.W)
         beta = 1.0 if bp is not None and te is None else 0.0
 
         def one(i):
@@ -185,8 +171,8 @@ class Conv(Lowering):
                 return
             if direct:
                 src = k.at(xt, xbase)
-            elif single:
-                src = colt  # made above, by all threads
+            elif packed:
+                src = xt  # (not read: the packer makes B's blocks)
             elif phased:
                 im2col_phased(k, xt, xbase, pln, colt, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, hp, wq)
                 src = colt
@@ -198,7 +184,8 @@ class Conv(Lowering):
                 call_sgemm(k, 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctt, mg)
                 _transpose_out(k, ctt, cptr, p, mg, k.again(bp) if bp is not None else None, b.mul(gi, c64(mg)))
             else:
-                call_sgemm(k, wt, 2 if packed else 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p, epilogue=ep)
+                call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p, epilogue=ep,
+                           pack_b=(pack_cb, k.again(xpad)) if packed else None)
 
         # (image, group) pairs: input, output and the chain's context are laid out by i = img * g + gi
         flops = 2 * mg * p * kk if copies > 1 else float("inf")

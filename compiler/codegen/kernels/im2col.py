@@ -125,10 +125,9 @@ def im2col(k: KernelBuilder, xp, xbase, col, cg, h, wd, kh, kw, oh, ow, sh, sw, 
 
 
 def im2col_phased(k: KernelBuilder, xp, xbase, planes, col, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw,
-                  pt, pl, hp, wq, c0=None) -> None:
+                  pt, pl, hp, wq) -> None:
     """im2col for a width stride > 1: each channel is first padded and split by column phase
-    (``pad_plane``), after which every (tap, output row) is one contiguous copy of ``OW`` floats.
-    Channels [c0, cg) only when ``c0`` (an i64 value) is given (``cg`` then an i64 value too)."""
+    (``pad_plane``), after which every (tap, output row) is one contiguous copy of ``OW`` floats."""
     names = ("c0", "c1", "h", "wd", "kh", "kw", "oh", "ow", "sh", "dh", "dw", "pt", "pl", "hp", "wq")
 
     def body(b, a):
@@ -158,7 +157,7 @@ def im2col_phased(k: KernelBuilder, xp, xbase, planes, col, cg, h, wd, kh, kw, o
 
     fn = _helper_fn(k, f"kiln_im2col_phased_s{sw}", [("x", PTR), ("planes", PTR), ("col", PTR)]
                     + [(nm, I64) for nm in names], body)
-    vals = (c64(0) if c0 is None else c0, cg, h, wd, kh, kw, oh, ow, sh, dh, dw, pt, pl, hp, wq)
+    vals = (0, cg, h, wd, kh, kw, oh, ow, sh, dh, dw, pt, pl, hp, wq)
     k.b.call(fn, [k.at(xp, xbase), planes, col] + [v if isinstance(v, ir.Value) else c64(v) for v in vals])
 
 

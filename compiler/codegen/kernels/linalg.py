@@ -25,15 +25,21 @@ def _i32(v: int) -> ir.Constant:
 
 def call_sgemm(k: KernelBuilder, ta: int, tb: int, m, n, kk, alpha: float,
                a: ir.Value, lda, b: ir.Value, ldb, beta: float, c: ir.Value, ldc,
-               nthreads: ir.Value | None = None, epilogue: tuple[ir.Value, ir.Value] | None = None) -> None:
+               nthreads: ir.Value | None = None, epilogue: tuple[ir.Value, ir.Value] | None = None,
+               pack_b: tuple[ir.Value, ir.Value] | None = None) -> None:
     """One ``kiln_sgemm`` call; sizes and leading dimensions are ints or i64 values. ``epilogue``:
-    (function, context) run on each final block of C (``kiln_sgemm_ep``, see ``tile_epilogue``)."""
+    (function, context) run on each final block of C (``kiln_sgemm_ep``, see ``tile_epilogue``);
+    ``pack_b``: (function, context) packing each block of B (``kiln_sgemm_cb``; ``tb`` 0, ``b``
+    not read)."""
     def i64(v, ld=False):
         return v if isinstance(v, ir.Value) else c64(max(int(v), 1) if ld else int(v))
 
     args = [_i32(ta), _i32(tb), i64(m), i64(n), i64(kk), cf32(alpha), a, i64(lda, True), b,
             i64(ldb, True), cf32(beta), c, i64(ldc, True), k.nthreads if nthreads is None else nthreads]
-    if epilogue is None:
+    null = ir.Constant(PTR, None)
+    if pack_b is not None:
+        k.b.call(k.services.sgemm_cb(), args + [k.b.bitcast(v, PTR) for v in (epilogue or (null, null)) + pack_b])
+    elif epilogue is None:
         k.b.call(k.services.sgemm(), args)
     else:
         k.b.call(k.services.sgemm_ep(), args + [k.b.bitcast(v, PTR) for v in epilogue])

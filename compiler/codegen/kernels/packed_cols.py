@@ -1,23 +1,23 @@
 """im2col straight into the GEMM's packed-B layout, for convolutions of one image and group.
 
-The GEMM (docs/gemm.md) multiplies B in panels of ``NR`` columns (the full depth K, ``K * NR``
-floats each; padding columns past N may hold anything finite: they are computed, never stored).
-The plain im2col matrix is written once by the conv and then read and packed again by the GEMM;
-made here directly as panels, it is multiplied as a pre-packed operand (``tb = 2``), which saves a
-pass over a matrix KH*KW times the input (measured 10-40% of the GEMM's time on 3x3 shapes).
+The GEMM (docs/gemm.md) multiplies B in panels of ``NR`` columns (``kc x NR`` floats for a block of
+depth kc; padding columns past N may hold anything finite: they are computed, never stored). The
+plain im2col matrix would be written once by the conv and then read and packed again by the GEMM.
+Here the GEMM calls back for each block of B it multiplies (``kiln_sgemm_cb``) and the conv packs
+that block's windows into the thread's buffer, while it is in cache: no col matrix at all.
+Measured against making the whole packed matrix first (and multiplying it pre-packed): DenseNet's
+3x3 128->32 on 56x56 1.75 -> 1.48 ms, ResNet's 3x3/2 128 -5%, the other ResNet shapes 1-2%.
 
-Two parallel loops:
-
-1. every input channel is copied into zero-padded planes split by column phase (``pad_plane``:
+1. Every input channel is first copied into zero-padded planes split by column phase (``pad_plane``:
    with a width stride ``sw``, phase ``ph`` holds the padded columns ``t*sw + ph``), so that the
    windows read no padding and consecutive output columns read consecutive floats; a margin after
-   the last plane;
-2. panels are split among the threads. Panel ``j`` holds the pixels ``n0 = j * NR ...``, which lie
-   in at most ``1 + ceil((NR-1)/OW)`` output rows: the first ``L`` in row ``r0`` from column ``q0``,
-   the next ones from the start of the following rows. For every row ``k = (c, ki, kj)`` of the
-   panel the ``NR`` values are then contiguous runs of the planes at the same offsets for every k:
-   each vector of the panel row is one load per row piece and lane selects (no per-element
-   index math).
+   the last plane. The channels are split among the threads.
+2. The packer: panel ``j`` holds the pixels ``n0 = j * NR ...``, which lie in at most
+   ``1 + ceil((NR-1)/OW)`` output rows: the first ``L`` in row ``r0`` from column ``q0``, the next
+   ones from the start of the following rows. For every row ``k = (c, ki, kj)`` of the panel the
+   ``NR`` values are then contiguous runs of the planes at the same offsets (a constant table of
+   each row's window offset): each vector of the panel row is one load per row piece and lane
+   selects (no per-element index math).
 
 Lanes past the last pixel read the margin or the next plane (finite values, never stored).
 """
@@ -30,10 +30,6 @@ from llvmlite import ir
 from ..llvm.elementwise import _For
 from .base import F32, I32, I64, PTR, VOID, KernelBuilder, c64
 from .im2col import _helper_fn, pad_plane_rt
-
-#: panels per parallel task at least
-PANELS_MIN = 2
-
 
 def packed_cols_applies(n_images: int, groups: int) -> bool:
     """Whether the conv's col matrix is made as packed panels here: one image and group."""
@@ -69,19 +65,19 @@ def _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr) -> _Planes:
     return _Planes(hp, wq, sw, margin)
 
 
-def scratch_floats(cg, kh, kw, oh, ow, sh, sw, dh, dw, nr) -> tuple[int, int]:
-    """(floats of the padded planes with their margin, floats of the packed panels)."""
-    pl_ = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
-    panels = -(-(oh * ow) // nr)
-    return cg * pl_.chan + pl_.margin, panels * cg * kh * kw * nr
-
-
-def emit_packed_cols(k: KernelBuilder, x, xpad, col, cg: int, h: int, wd: int, kh: int, kw: int, oh: int,
-                     ow: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, nr: int, lanes: int) -> None:
-    """Make the packed panels of the conv of ``x`` (one image, ``cg`` channels) in ``col``, using the
-    scratch ``xpad``; ``nr`` = the GEMM's NR, ``lanes`` its vector width (NR a multiple of it)."""
+def scratch_floats(cg, kh, kw, oh, ow, sh, sw, dh, dw, nr) -> int:
+    """Floats of the padded planes with their margin."""
     g = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
-    panels = -(-(oh * ow) // nr)
+    return cg * g.chan + g.margin
+
+
+def emit_packed_cols(k: KernelBuilder, x, xpad, cg: int, h: int, wd: int, kh: int, kw: int, oh: int, ow: int,
+                     sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, nr: int, lanes: int) -> ir.Function:
+    """Pad the input of the conv of ``x`` (one image, ``cg`` channels) into the scratch ``xpad``
+    (here, by the threads) and return the GEMM's packer ``pb(xpad, p0, kc, j0, nc, dst)``
+    (``kiln_sgemm_cb``): the panels of the col matrix's block ``[p0:p0+kc, j0:j0+nc]``. ``nr`` =
+    the GEMM's NR, ``lanes`` its vector width (NR a multiple of it)."""
+    g = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
 
     def pad_body(b, a):  # channels [c0, c1) into their phase planes (one helper per width stride)
         with _For(b, b.sub(a["c1"], a["c0"]), "padc") as i:
@@ -100,36 +96,56 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, col, cg: int, h: int, wd: int, k
             with _For(b, c64(g.margin), "padm") as i:
                 k.store(ir.Constant(F32, 0.0), pt_, b.add(i, c64(cg * g.chan)))
     rows = _pieces(ow, nr)
-    name = f"kiln_pack_cols_{nr}_{lanes}_{rows}_s{sw}"
-    fn = k.services.helper(name, lambda mod: _build_pack(mod, name, nr, lanes, rows, sw))
-    with k.parallel_for(panels, min_per_task=PANELS_MIN) as (lo, hi):
-        b = k.b
-        b.call(fn, [k.again(xpad), k.again(col), lo, hi] +
-               [c64(v) for v in (cg, kh, kw, g.wq, g.hp * g.wq, g.chan, sh * g.wq, ow, dh, dw)])
+    name = f"kiln_pack_cols_{nr}_{lanes}_{rows}"
+    fn = k.services.helper(name, lambda mod: _build_pack(mod, name, nr, lanes, rows))
+    table = _row_offsets(k, cg, kh, kw, dh, dw, g)
+    cb = ir.Function(k.module, ir.FunctionType(VOID, [PTR, I64, I64, I64, I64, PTR]), f"{k.name}.pb")
+    cb.linkage = "internal"
+    cb.attributes.add("nounwind")
+    ctx, p0, kc, j0, nc, dst = cb.args
+    b = ir.IRBuilder(cb.append_basic_block("entry"))
+    jp0 = b.udiv(j0, c64(nr))
+    jp1 = b.udiv(b.add(b.add(j0, nc), c64(nr - 1)), c64(nr))
+    b.call(fn, [ctx, dst, table, p0, kc, jp0, jp1, c64(ow), c64(sh * g.wq)])
+    b.ret_void()
+    return cb
 
 
-def _build_pack(module: ir.Module, name: str, nr: int, lanes: int, rows: int, sw: int) -> ir.Function:
-    """``pack(xpad, col, j0, j1, cg, kh, kw, wq, phase, chan, rowstep, ow, dh, dw)``: panels [j0, j1)
-    (sizes at run time), each touching at most ``rows`` output rows; ``sw``: the width stride."""
-    names = ("j0", "j1", "cg", "kh", "kw", "wq", "phase", "chan", "rowstep", "ow", "dh", "dw")
-    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR] + [I64] * len(names)), name)
+def _row_offsets(k: KernelBuilder, cg, kh, kw, dh, dw, g: _Planes) -> ir.Value:
+    """A constant table: for row (c, ki, kj) of the col matrix, the offset of its window in the
+    padded phase planes (channel c, kernel row ki, the column phase and shift of kj)."""
+    offs = [c * g.chan + ki * dh * g.wq + ((kj * dw) % g.sw) * g.hp * g.wq + (kj * dw) // g.sw
+            for c in range(cg) for ki in range(kh) for kj in range(kw)]
+    ty = ir.ArrayType(I64, len(offs))
+    gv = ir.GlobalVariable(k.module, ty, name=f"{k.name}.koff")
+    gv.initializer = ir.Constant(ty, offs)
+    gv.linkage = "internal"
+    gv.global_constant = True
+    return gv.bitcast(PTR)
+
+
+def _build_pack(module: ir.Module, name: str, nr: int, lanes: int, rows: int) -> ir.Function:
+    """``pack(xpad, dst, koff, p0, kc, j0, j1, ow, rowstep)``: the rows [p0, p0+kc) of panels
+    [j0, j1) (sizes at run time) into dst (panel after panel, ``kc x nr`` each); row r's window
+    starts at ``xpad + koff[r]``; each panel touches at most ``rows`` output rows."""
+    names = ("p0", "kc", "j0", "j1", "ow", "rowstep")
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, PTR] + [I64] * len(names)), name)
     # one copy per library; LLVM inlines it into each conv's task, specialized for the conv's sizes:
     # 2% faster on DenseNet/ResNet than one shared copy, for about 4 s more compile time on DenseNet
     fn.linkage = "linkonce_odr"
     fn.visibility = "hidden"
     fn.attributes.add("nounwind")
-    xpad, col = fn.args[:2]
-    xpad.name, col.name = "xpad", "col"
-    xpad.add_attribute("noalias")
-    col.add_attribute("noalias")
-    a = dict(zip(names, fn.args[2:]))
+    xpad, col, koff = fn.args[:3]
+    xpad.name, col.name, koff.name = "xpad", "dst", "koff"
+    for v in (xpad, col, koff):
+        v.add_attribute("noalias")
+    a = dict(zip(names, fn.args[3:]))
     for nm, v in a.items():
         v.name = nm
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     vec = ir.VectorType(F32, lanes)
     ivec = ir.VectorType(I32, lanes)
-    kk = b.mul(a["cg"], b.mul(a["kh"], a["kw"]))
-    ow, step = a["ow"], a["rowstep"]
+    ow, step, kc = a["ow"], a["rowstep"], a["kc"]
 
     def at(ptr, i):
         return b.gep(ptr, [i], inbounds=True, source_etype=F32)
@@ -153,22 +169,16 @@ def _build_pack(module: ir.Module, name: str, nr: int, lanes: int, rows: int, sw
         masks = [[b.icmp_signed("<", ir.Constant(ivec, [v * lanes + t for t in range(lanes)]),
                                 splat(b.trunc(starts[i], I32))) for i in range(1, rows)]
                  for v in range(nr // lanes)]
-        dst0 = at(col, b.mul(j, b.mul(kk, c64(nr))))
-        with _For(b, a["cg"], "c") as c:
-            cbase = b.mul(c, a["chan"])
-            with _For(b, a["kh"], "ki") as ki:
-                rbase = b.add(cbase, b.mul(b.mul(ki, a["dh"]), a["wq"]))
-                with _For(b, a["kw"], "kj") as kj:
-                    cj = b.mul(kj, a["dw"])
-                    koff = b.add(rbase, b.add(b.mul(b.urem(cj, c64(sw)), a["phase"]), b.udiv(cj, c64(sw))))
-                    row = b.add(b.mul(b.add(b.mul(c, a["kh"]), ki), a["kw"]), kj)
-                    dst = at(dst0, b.mul(row, c64(nr)))
-                    srcs = [at(xpad, b.add(koff, base)) for base in bases]
-                    for v in range(nr // lanes):
-                        val = b.load(at(srcs[-1], c64(v * lanes)), typ=vec, align=4)
-                        for i in range(rows - 2, -1, -1):  # lanes before piece i+1's start: piece i
-                            val = b.select(masks[v][i], b.load(at(srcs[i], c64(v * lanes)), typ=vec, align=4), val)
-                        b.store(val, at(dst, c64(v * lanes)), align=4)
+        dst0 = at(col, b.mul(jj, b.mul(kc, c64(nr))))
+        with _For(b, kc, "row") as r:
+            off = b.load(b.gep(koff, [b.add(a["p0"], r)], inbounds=True, source_etype=I64), typ=I64)
+            dst = at(dst0, b.mul(r, c64(nr)))
+            srcs = [at(xpad, b.add(off, base)) for base in bases]
+            for v in range(nr // lanes):
+                val = b.load(at(srcs[-1], c64(v * lanes)), typ=vec, align=4)
+                for i in range(rows - 2, -1, -1):  # lanes before piece i+1's start: piece i
+                    val = b.select(masks[v][i], b.load(at(srcs[i], c64(v * lanes)), typ=vec, align=4), val)
+                b.store(val, at(dst, c64(v * lanes)), align=4)
     b.ret_void()
     return fn
 
