@@ -217,6 +217,39 @@ def test_c_function_pointer(lib):
     check(c, ref(a, b), 30)
 
 
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_caller_packs_b(tiny, nthreads):
+    """``kiln_sgemm_cb``: the caller's ``pb`` makes each block of B that a task multiplies (as a conv
+    packs its im2col windows); every block it is asked for lies in B, the blocks cover B for
+    every task, and the product is right (tiny blocks: many K depths and column ranges)."""
+    m, n, k = 13, 61, 30
+    a, b = rand(m, k), rand(k, n)
+    NR = tiny.cfg.NR
+    asked = []
+    fp = ctypes.POINTER(ctypes.c_float)
+    i64 = ctypes.c_int64
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, i64, i64, i64, i64, fp)
+    def pack(ctx, p0, kc, j0, nc, dst):
+        assert 0 <= p0 < p0 + kc <= k and 0 <= j0 < j0 + nc <= n and j0 % NR == 0
+        asked.append((p0, kc, j0, nc))
+        panels = -(-nc // NR)
+        block = np.zeros((kc, panels * NR), np.float32)
+        block[:, :nc] = b[p0:p0 + kc, j0:j0 + nc]
+        out = np.ctypeslib.as_array(dst, (panels, kc, NR))
+        out[...] = block.reshape(kc, panels, NR).transpose(1, 0, 2)
+
+    fn = tiny.lib.kiln_sgemm_cb
+    fn.restype = ctypes.c_int32
+    fn.argtypes = tiny.sgemm.argtypes + [ctypes.c_void_p] * 4
+    c = np.full((m, n), np.nan, np.float32)
+    rc = fn(0, 0, m, n, k, 1.0, a.ctypes.data_as(fp), k, None, 0, 0.0, c.ctypes.data_as(fp), n, nthreads,
+            None, None, ctypes.cast(pack, ctypes.c_void_p), None)
+    assert rc == 0
+    check(c, ref(a, b), k)
+    assert len({(p0, kc) for p0, kc, _, _ in asked}) > 1 and len({j0 for _, _, j0, _ in asked}) > 1
+
+
 def test_linked_into_a_generated_module(tmp_path):
     """The code generator's path: emit_gemm into its own module, call it from its own function."""
     import subprocess
