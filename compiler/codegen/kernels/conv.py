@@ -123,7 +123,7 @@ class Conv(Lowering):
             wp = k.weight(np.concatenate(packed))
         else:
             wp, wstride, wt = k.ptr(w), mg * kk, (1 if trans else 0)
-        # one image and group: the col matrix made as the GEMM's packed panels (packed_cols.py)
+        # one image and group: the GEMM's B blocks packed on its request (packed_cols.py), no col matrix
         packed = not direct and not chunked and not trans and packed_cols_applies(n, g)
         # strided windows: the padded input split by column phase first, then contiguous row copies
         phased = not direct and not chunked and not packed and sw > 1
