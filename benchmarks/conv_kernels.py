@@ -3,8 +3,12 @@
     PYTHONPATH=. .venv/bin/python benchmarks/conv_kernels.py [--threads 2] [--only NAME]
 
 ``--cpu-time --threads 1`` times by process CPU time: on a machine other processes load, it
-compares per-core efficiency fairly. Each case is compiled once (one kernel); Kiln and ORT are timed alternately in rounds and the best
-round of each is reported (the machine is shared: best-of is the least noisy statistic here).
+compares per-core efficiency fairly. Each case is compiled once (one kernel, with the GEMM
+configuration of a model's artifact: ``model_config``); Kiln and ORT are timed alternately in rounds
+and the best round of each is reported (the machine is shared: best-of is the least noisy statistic
+here). "ratio" is ORT's time over Kiln's: above 1, Kiln is faster. ORT's single-node session pays
+its NCHWc layout reorders at the node's edges, which it does not inside a model: these ratios
+flatter Kiln on convolutions.
 """
 from __future__ import annotations
 
