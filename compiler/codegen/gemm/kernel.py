@@ -100,10 +100,12 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         self.ctx_ty = ir.LiteralStructType([t for _, t in self.ctx_fields])
 
     # -- small vector helpers
-    def splat(self, b, s):
-        v = b.insert_element(ir.Constant(self.vec, ir.Undefined), s, ir.Constant(I32, 0))
-        return b.shuffle_vector(v, ir.Constant(self.vec, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, self.W), [0] * self.W))
+    def splat(self, b, s, ty: ir.VectorType | None = None):
+        """``s`` in every lane of a vector of ``ty`` (default: the W-wide one)."""
+        ty = ty or self.vec
+        v = b.insert_element(ir.Constant(ty, ir.Undefined), s, ir.Constant(I32, 0))
+        zeros = ir.Constant(ir.VectorType(I32, ty.count), [0] * ty.count)
+        return b.shuffle_vector(v, ir.Constant(ty, ir.Undefined), zeros)
 
     def vload(self, f, ptr, idx, align=4):
         return f.b.load(f.b.bitcast(f.at(ptr, idx), self.vecp), align=align)
@@ -306,18 +308,17 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                                 with otherwise:
                                     args = [kc, aptr, bptr, cptr, g["ldc"], g["alpha"], beta, nr]
                                     end = f.block("nv.end")
-                                    for cols, kern in (tails.items() if rows == MR else ()):
-                                        blk, nxt = f.block(f"tail{cols}"), f.block(f"tail{cols}.not")
-                                        b.cbranch(b.icmp_signed("==", nr, c64(cols)), blk, nxt)
+                                    # narrow N remainders: a column tail (full row tiles), else
+                                    # fewer vectors; the first case that holds runs
+                                    cases = [(f"tail{c}", b.icmp_signed("==", nr, c64(c)), kern)
+                                             for c, kern in (tails.items() if rows == MR else ())]
+                                    cases += [(f"nv{nv}", b.icmp_signed("==", nvneed, c64(nv)), ukr[rows, nv])
+                                              for nv in range(1, self.NV)]
+                                    for label, cond, kern in cases:
+                                        blk, nxt = f.block(label), f.block(f"{label}.not")
+                                        b.cbranch(cond, blk, nxt)
                                         b.position_at_end(blk)
                                         b.call(kern, args)
-                                        b.branch(end)
-                                        b.position_at_end(nxt)
-                                    for nv in range(1, self.NV):  # narrow N remainders
-                                        blk, nxt = f.block(f"nv{nv}"), f.block(f"nv{nv}.not")
-                                        b.cbranch(b.icmp_signed("==", nvneed, c64(nv)), blk, nxt)
-                                        b.position_at_end(blk)
-                                        b.call(ukr[rows, nv], args)
                                         b.branch(end)
                                         b.position_at_end(nxt)
                                     b.call(ukr[rows, self.NV], args)

@@ -172,17 +172,13 @@ class MicrokernelEmitter:
         b = f.b
         kc, a0, b0, c, ldc, alpha, beta, _ = fn.args
 
-        def splat(x):
-            v = b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(I32, 0))
-            return b.shuffle_vector(v, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(I32, MR), [0] * MR))
-
         def steps(ap, bp, accs, n):
             accs = list(accs)
             for u in range(n):
                 av = b.load(b.bitcast(f.at(ap, u * MR), vt.as_pointer()), align=4)
                 for j in range(cols):
                     x = (u % phases) * cols + j
-                    accs[x] = b.call(fma, [av, splat(b.load(f.at(bp, u * NR + j), align=4)), accs[x]])
+                    accs[x] = b.call(fma, [av, self.splat(b, b.load(f.at(bp, u * NR + j), align=4), vt), accs[x]])
             return accs
 
         accs = [ir.Constant(vt, [0.0] * MR)] * (cols * phases)

@@ -33,7 +33,7 @@ from ...ir.ops.base import OpError
 from ..llvm.elementwise import _For
 from .base import F32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
 from .im2col import _gep, _helper_fn, _span, im2col, im2col_phased, pad_plane
-from .linalg import call_sgemm, gemm_loop
+from .linalg import TASK_MAX_FLOPS, call_sgemm, gemm_loop
 from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
 from .tile_epilogue import plan_tile_epilogue
 
@@ -132,8 +132,11 @@ class Conv(Lowering):
         col_f = 0 if direct or packed else kk * (block * ow if chunked else p)
         planes_f = cg * sw * hp * wq if phased else 0
         ctr_f = p * mg if trans else 0
-        # the images x groups GEMMs may run as parallel tasks (gemm_loop), each with its own scratch
-        copies = n * g if not chunked and n * g * (col_f + planes_f + ctr_f) * 4 <= TASK_SCRATCH_BUDGET else 1
+        # small images x groups GEMMs may run as parallel tasks (gemm_loop), each with its own scratch
+        flops = 2 * mg * p * kk
+        tasks = (n * g > 1 and not chunked and flops < TASK_MAX_FLOPS
+                 and n * g * (col_f + planes_f + ctr_f) * 4 <= TASK_SCRATCH_BUDGET)
+        copies = n * g if tasks else 1
         xpad = k.scratch(scratch_floats(cg, kh, kw, oh, ow, sh, sw, dh, dw, cfg.NR) * 4) if packed else None
         col = k.scratch(copies * col_f * 4) if col_f else None
         planes = k.scratch(copies * planes_f * 4) if phased else None
@@ -188,8 +191,8 @@ class Conv(Lowering):
                            pack_b=(pack_cb, k.again(xpad)) if packed else None)
 
         # (image, group) pairs: input, output and the chain's context are laid out by i = img * g + gi
-        flops = 2 * mg * p * kk if copies > 1 else float("inf")
-        if gemm_loop(k, n * g, flops, one, "imgrp"):
+        gemm_loop(k, n * g, tasks, one, "imgrp")
+        if tasks:
             k.note(f"{n * g} GEMMs (images x groups) as parallel tasks when they fit the threads")
         return fused
 

@@ -236,7 +236,7 @@ class MatMul(Lowering):
                 ep = te.call_args(lead, c64(0))
             call_sgemm(k, ta, tb, m, n, kk, 1.0, pa, kk, pb, n, 0.0, pc, n, epilogue=ep)
 
-        gemm_loop(k, nb, 2 * m * n * kk, one, "batch")
+        gemm_loop(k, nb, nb > 1 and 2 * m * n * kk < TASK_MAX_FLOPS, one, "batch")
         return fused
 
 
@@ -244,18 +244,18 @@ class MatMul(Lowering):
 TASK_MAX_FLOPS = 4e6
 
 
-def gemm_loop(k: KernelBuilder, count: int, flops: float, body, name: str) -> bool:
-    """``body(i)`` for i in range(count), which emits one GEMM each. Small GEMMs (attention's
-    per-head products) split badly among threads: when there are enough of them for the thread
-    count (a multiple of it, or 4 per thread: decided at run time) each is a task of the pool, run
-    whole by one thread (inside the task ``k.nthreads`` is 1). Otherwise they run in sequence, each
-    split among the threads. Returns whether the tasks path was emitted. Measured (2 threads):
+def gemm_loop(k: KernelBuilder, count: int, small: bool, body, name: str) -> None:
+    """``body(i)`` for i in range(count), which emits one GEMM each. Small GEMMs (``small``: under
+    ``TASK_MAX_FLOPS`` each, e.g. attention's per-head products) split badly among threads: when
+    there are enough of them for the thread count (a multiple of it, or 4 per thread: decided at
+    run time) each is a task of the pool, run whole by one thread (inside the task ``k.nthreads``
+    is 1). Otherwise they run in sequence, each split among the threads. Measured (2 threads):
     BERT's 4 heads of 128x128x64, 0.066 ms in sequence, 0.056 as tasks; ShuffleNet's 3 groups of
     20x784x80, 0.063 ms in sequence, 0.075 as tasks (one thread runs two of the three)."""
-    if count < 2 or flops >= TASK_MAX_FLOPS:
+    if not small:
         with k.loop(count, name) as i:
             body(i)
-        return False
+        return
     b = k.b
     t = k.f.max(b.sext(k.nthreads, I64), c64(1))
     fits = b.or_(b.icmp_unsigned("==", b.urem(c64(count), t), c64(0)),
@@ -267,7 +267,6 @@ def gemm_loop(k: KernelBuilder, count: int, flops: float, body, name: str) -> bo
         with sequence:
             with k.loop(count, name) as i:
                 body(i)
-    return True
 
 
 def _promoted(sa, sb) -> tuple[list[int], list[int]]:

@@ -30,6 +30,7 @@ from llvmlite import ir
 from ..llvm.elementwise import _For
 from .base import F32, I32, I64, PTR, VOID, KernelBuilder, c64
 from .im2col import _helper_fn, pad_plane_rt
+from .linalg import const_table
 
 def packed_cols_applies(n_images: int, groups: int) -> bool:
     """Whether the conv's col matrix is made as packed panels here: one image and group."""
@@ -116,12 +117,7 @@ def _row_offsets(k: KernelBuilder, cg, kh, kw, dh, dw, g: _Planes) -> ir.Value:
     padded phase planes (channel c, kernel row ki, the column phase and shift of kj)."""
     offs = [c * g.chan + ki * dh * g.wq + ((kj * dw) % g.sw) * g.hp * g.wq + (kj * dw) // g.sw
             for c in range(cg) for ki in range(kh) for kj in range(kw)]
-    ty = ir.ArrayType(I64, len(offs))
-    gv = ir.GlobalVariable(k.module, ty, name=f"{k.name}.koff")
-    gv.initializer = ir.Constant(ty, offs)
-    gv.linkage = "internal"
-    gv.global_constant = True
-    return gv.bitcast(PTR)
+    return const_table(k, "koff", offs)[0].bitcast(PTR)
 
 
 def _build_pack(module: ir.Module, name: str, nr: int, lanes: int, rows: int) -> ir.Function:

@@ -301,24 +301,24 @@ def _numel(shape) -> int | None:
     return math.prod(shape) if all(_dim_static(d) for d in shape) else None
 
 
+def _loop_id(module: ir.Module, option: str, value: ir.Constant) -> ir.MDValue:
+    """A loop ID (``!llvm.loop`` metadata) carrying one option."""
+    opt = module.add_metadata([ir.MetaDataString(module, option), value])
+    loop_id = ir.values.MDValue(module, [], name=str(len(module.metadata)))
+    loop_id.operands = (loop_id, opt)  # a loop ID refers to itself first
+    return loop_id
+
+
 def loop_metadata(module: ir.Module, interleave: int) -> ir.MDValue:
     """A loop ID asking the vectorizer to interleave ``interleave`` vector iterations (more
     independent work in flight for long math bodies)."""
-    option = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
-                                  ir.Constant(ir.IntType(32), interleave)])
-    loop_id = ir.values.MDValue(module, [], name=str(len(module.metadata)))
-    loop_id.operands = (loop_id, option)  # a loop ID refers to itself first
-    return loop_id
+    return _loop_id(module, "llvm.loop.interleave.count", ir.Constant(ir.IntType(32), interleave))
 
 
 def no_vectorize_metadata(module: ir.Module) -> ir.MDValue:
     """A loop ID that keeps the vectorizer off a loop (e.g. one over rows whose body is already
     vector code: vectorizing it would gather across rows)."""
-    option = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
-                                  ir.Constant(ir.IntType(1), 0)])
-    loop_id = ir.values.MDValue(module, [], name=str(len(module.metadata)))
-    loop_id.operands = (loop_id, option)
-    return loop_id
+    return _loop_id(module, "llvm.loop.vectorize.enable", ir.Constant(ir.IntType(1), 0))
 
 
 class _For:
