@@ -23,6 +23,9 @@ from typing import Callable
 
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops.base import Pattern
+from ..ir.ops import linalg as la
+from ..ir.ops import norm as nm
+from ..ir.ops import shape as sh
 from ..ir.ops import tensor as tn
 from ..ir.ops.kernel import Kernel
 from ..ir.types import DType, TensorType
@@ -84,16 +87,78 @@ def _reaches(sources: set[int], target: Node, order: dict[int, int]) -> bool:
     return False
 
 
-def plan_fusion(graph: Graph, max_ops: int = 32,
-                fusable: Callable[[Node], bool] = default_fusable) -> tuple[list[FusionGroup], list[Decision]]:
+def default_attention(nodes: list[Node]) -> str | None:
+    """Why the CPU backend cannot run ``nodes`` as one attention kernel (None: it can)."""
+    from ..codegen.kernels.attention import Attention
+    from ..codegen.kernels.base import KernelGroup
+
+    return Attention().check(KernelGroup.of(nodes))
+
+
+def _only_user(v: Value) -> Node | None:
+    """The one node reading ``v`` (once), when ``v`` is read by nothing else (not a graph output)."""
+    if len(v.uses) != 1 or not isinstance(v.uses[0][0], Node):
+        return None
+    return v.uses[0][0]
+
+
+def _attention(mm1: Node, fusable, taken: set[int], max_ops: int,
+               check: Callable[[list[Node]], str | None]) -> tuple[list[Node] | None, Node | None, str | None]:
+    """(the nodes of an attention block whose first MatMul is ``mm1``, its Softmax, why it does not fuse)."""
+    if not isinstance(mm1.op, la.MatMul):
+        return None, None, None
+    chain, cur = [], mm1
+    while True:  # the scores, through an elementwise chain, to a Softmax
+        u = _only_user(cur.outputs[0])
+        if u is None or id(u) in taken:
+            return None, None, None
+        if type(u.op) is nm.Softmax:
+            break
+        if not fusable(u) or tuple(u.outputs[0].shape) != tuple(cur.outputs[0].shape):
+            return None, None, None
+        chain.append(u)
+        cur = u
+    sm = u
+    mm2 = _only_user(sm.outputs[0])
+    if mm2 is None or not isinstance(mm2.op, la.MatMul) or mm2.inputs[0] is not sm.outputs[0] or id(mm2) in taken:
+        return None, None, None
+
+    def view(v: Value | None) -> list[Node]:  # a Transpose computing an operand for this MatMul alone
+        p = v.producer if v is not None else None
+        ok = p is not None and isinstance(p.op, sh.Transpose) and _only_user(v) is not None and id(p) not in taken
+        return [p] if ok else []
+    members = view(mm1.inputs[0]) + view(mm1.inputs[1]) + [mm1] + chain + [sm] + view(mm2.inputs[1]) + [mm2]
+    after = _only_user(mm2.outputs[0])
+    if after is not None and isinstance(after.op, sh.Transpose) and id(after) not in taken:
+        members.append(after)
+    if len(members) > max_ops:
+        return None, sm, f"an attention block of {len(members)} ops is over max_fused_ops={max_ops}"
+    why = check(members)
+    if why is not None and members[-1] is after:  # the head merge may be what it cannot take
+        members.pop()
+        why = check(members)
+    return (None if why else members), sm, why
+
+
+def plan_fusion(graph: Graph, max_ops: int = 32, fusable: Callable[[Node], bool] = default_fusable,
+                attention: Callable[[list[Node]], str | None] | None = default_attention
+                ) -> tuple[list[FusionGroup], list[Decision]]:
     """The groups to fuse (two nodes or more) and a decision for every adjacent pair."""
     order = {id(n): i for i, n in enumerate(graph.nodes)}
     taken: set[int] = set()
     groups: list[FusionGroup] = []
     decisions: list[Decision] = []
+    refused: dict[int, str] = {}  # id(Softmax) -> why its attention block was not fused
     for start in graph.nodes:
         if id(start) in taken:
             continue
+        members, sm, why = _attention(start, fusable, taken, max_ops, attention) if attention else (None, None, None)
+        if members:
+            groups.append(FusionGroup(members, "attention"))
+            taken |= {id(n) for n in members}
+            continue
+        if why:
+            refused[id(sm)] = why
         if _anchor(start):
             kind = "epilogue"
         elif fusable(start):
@@ -129,7 +194,27 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
         if len(members) > 1:
             groups.append(FusionGroup(members, kind))
             taken |= ids
-    return groups, decisions
+    return groups, _attention_decisions(groups, decisions, refused)
+
+
+def _attention_decisions(groups: list[FusionGroup], decisions: list[Decision],
+                         refused: dict[int, str]) -> list[Decision]:
+    """The decisions with attention blocks' pairs marked fused, and the reason a block was not."""
+    group_of = {id(n): i for i, g in enumerate(groups) if g.kind == "attention" for n in g.nodes}
+    out = []
+    for d in decisions:
+        gp, gc = group_of.get(id(d.producer)), group_of.get(id(d.consumer))
+        if gp is not None and gp == gc:
+            continue
+        if not d.fused and id(d.producer) in refused:
+            d = Decision(d.producer, d.consumer, False, f"{d.reason}; not as attention: {refused[id(d.producer)]}")
+        out.append(d)
+    for g in groups:
+        if g.kind == "attention":
+            ids = {id(n) for n in g.nodes}
+            out += [Decision(v.producer, n, True, "attention") for n in g.nodes for v in n.inputs
+                    if v is not None and v.producer is not None and id(v.producer) in ids]
+    return out
 
 
 def _refusal(u: Node, out: Value, ids: set[int], members: list[Node], max_ops: int, fusable, taken: set[int],
@@ -225,13 +310,15 @@ class FuseKernels(Pass):
 
     name = "fuse"
 
-    def __init__(self, max_ops: int = 32, fusable: Callable[[Node], bool] = default_fusable):
+    def __init__(self, max_ops: int = 32, fusable: Callable[[Node], bool] = default_fusable,
+                 attention: Callable[[list[Node]], str | None] | None = default_attention):
         self.max_ops = max_ops
         self.fusable = fusable
+        self.attention = attention
         self.decisions: list[Decision] = []
 
     def run(self, graph: Graph) -> bool:
-        groups, self.decisions = plan_fusion(graph, self.max_ops, self.fusable)
+        groups, self.decisions = plan_fusion(graph, self.max_ops, self.fusable, self.attention)
         for i, g in enumerate(groups):
             outline(graph, g, i)
         if groups:

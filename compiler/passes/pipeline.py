@@ -2,7 +2,7 @@
 
     -O0  infer-shapes
     -O1  + fold-constants · canonicalize · eliminate-common-subexpressions · eliminate-dead
-    -O2  + fold-batchnorm · fold-scale-bias, then clean up again · fuse · schedule-memory  (the default)
+    -O2  + fold-batchnorm · fold-scale-bias, then clean up again · sink-reshapes · fuse · schedule-memory  (the default)
     -O3  as -O2 (later issues add aggressive rewrites here)
 
 ``fuse`` groups nodes into ``kiln.Kernel`` nodes (one native kernel each); later issues add
@@ -14,6 +14,7 @@ from .fuse import FuseKernels
 from .manager import Pass
 from .options import CompileOptions
 from .schedule import ScheduleForMemory
+from .sink_reshapes import SinkReshapes
 from .simplify.canonicalize import Canonicalize
 from .simplify.cse import EliminateCommonSubexpressions
 from .simplify.dce import EliminateDead
@@ -30,6 +31,7 @@ def pipeline(opts: CompileOptions) -> list[Pass]:
     if opts.opt_level >= 2:
         passes += [FoldBatchNorm(), FoldScaleBias(), FoldConstants(opts.fold_limit_bytes),
                    Canonicalize(max_rounds=opts.max_rewrite_rounds), EliminateDead(),
+                   SinkReshapes(),  # a Reshape between a GEMM and its elementwise users moves below them
                    FuseKernels(max_ops=opts.max_fused_ops),  # kiln.Kernel nodes: one native kernel each
                    ScheduleForMemory()]  # last: a topological order with a lower peak of live bytes
     return passes

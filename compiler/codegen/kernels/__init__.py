@@ -5,6 +5,7 @@ lowering of a group and says why there is none.
 """
 from __future__ import annotations
 
+from .attention import Attention
 from .base import KernelBuilder, KernelGroup, Lowering, Services
 from .convert import LOWERINGS as CONVERT_LOWERINGS
 from .data import LOWERINGS as DATA_LOWERINGS
@@ -20,7 +21,7 @@ from .reduce import Reduce
 _GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), Softmax(),
                              LayerNorm(), Lrn(), *DATA_LOWERINGS, *CONVERT_LOWERINGS,
-                             Epilogue((_GEMM, _MATMUL, _CONV)))
+                             Epilogue((_GEMM, _MATMUL, _CONV)), Attention())
 
 #: op class -> the first lowering that takes it alone (Epilogue, last, also lists the ops it fuses)
 LOWERINGS: dict[type, Lowering] = {op: low for low in reversed(ALL) for op in low.ops}

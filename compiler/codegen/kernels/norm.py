@@ -49,6 +49,22 @@ def _isfinite_or_zero(k: KernelBuilder, m: ir.Value) -> ir.Value:
 # Softmax, LogSoftmax
 # ---------------------------------------------------------------------------------------------
 
+def softmax_row(k: KernelBuilder, xp: ir.Value, yp: ir.Value, base: ir.Value, A: int, log: bool = False) -> None:
+    """(Log)Softmax of the ``A`` floats at ``xp + base`` into ``yp + base`` (which may be ``xp``)."""
+    b = k.b
+    m = reduce_row(k, A, lambda i, w: vload(k, xp, b.add(base, i), w), "max")
+    shift = _isfinite_or_zero(k, m)
+    map_row(k, A, lambda i: vstore(k, k.math.exp(b, b.fsub(vload(k, xp, b.add(base, i)), shift)), yp,
+                                   b.add(base, i)), "e", interleave=2)
+    s = reduce_row(k, A, lambda i, w: vload(k, yp, b.add(base, i), w), "sum")
+    if log:  # (x - shift) - log(sum): x is read again, so not in place
+        ls = k.math.log(b, s)
+        map_row(k, A, lambda i: vstore(k, b.fsub(b.fsub(vload(k, xp, b.add(base, i)), shift), ls),
+                                       yp, b.add(base, i)), "y")
+    else:
+        map_row(k, A, lambda i: vstore(k, b.fdiv(vload(k, yp, b.add(base, i)), s), yp, b.add(base, i)), "y")
+
+
 class Softmax(Lowering):
     """Softmax and LogSoftmax along any one axis, float32."""
 
@@ -67,21 +83,7 @@ class Softmax(Lowering):
         exp = k.math.exp
         if I == 1:
             with par_loop(k, O, SOFTMAX_COST * A, "row") as r:  # rows split among the threads
-                b = k.b
-                xp, yp = k.ptr(x), k.ptr(y)
-                base = b.mul(r, c64(A))
-                m = reduce_row(k, A, lambda i, w: vload(k, xp, b.add(base, i), w), "max")
-                shift = _isfinite_or_zero(k, m)
-                map_row(k, A, lambda i: vstore(k, exp(b, b.fsub(vload(k, xp, b.add(base, i)), shift)), yp,
-                                               b.add(base, i)), "e", interleave=2)
-                s = reduce_row(k, A, lambda i, w: vload(k, yp, b.add(base, i), w), "sum")
-                if log:
-                    ls = k.math.log(b, s)
-                    map_row(k, A, lambda i: vstore(k, b.fsub(b.fsub(vload(k, xp, b.add(base, i)), shift), ls),
-                                                   yp, b.add(base, i)), "y")
-                else:
-                    map_row(k, A, lambda i: vstore(k, b.fdiv(vload(k, yp, b.add(base, i)), s), yp,
-                                                   b.add(base, i)), "y")
+                softmax_row(k, k.ptr(x), k.ptr(y), k.b.mul(r, c64(A)), A, log)
             return
         # the running max and sum of each outer index (scratch vectors of I floats): one pair per
         # outer index when the outer loop is split among the threads, else one pair for all

@@ -161,9 +161,11 @@ class TileEpilogue:
         b.ret_void()
         return fn
 
-    def context(self, lead: Sequence[ir.Value], row0: ir.Value) -> ir.Value:
+    def context(self, lead: Sequence[ir.Value], row0: ir.Value, bases: dict | None = None) -> ir.Value:
         """Fill the epilogue's context for one GEMM call (in the kernel being built): the call's
-        indices over the axes before ``row_axis`` and its first row. Returns the context pointer."""
+        indices over the axes before ``row_axis`` and its first row. ``bases``: id(value) -> the
+        buffer holding it (laid out like the value) for values that have none of their own (C in a
+        kernel's scratch). Returns the context pointer."""
         k = self.k
         b = k.b
         table = k.f.alloca(PTR, len(self.args), name="epctx")
@@ -172,12 +174,14 @@ class TileEpilogue:
             for a, idx in enumerate(lead):
                 if st[a]:
                     off = b.add(off, b.mul(idx, c64(st[a])))
-            b.store(k.at(k.ptr(v), off), b.gep(table, [c64(j)], source_etype=PTR))
+            base = (bases or {}).get(id(v))
+            b.store(k.at(k.ptr(v) if base is None else base, off), b.gep(table, [c64(j)], source_etype=PTR))
         return table
 
-    def call_args(self, lead: Sequence[ir.Value], row0: ir.Value) -> tuple[ir.Value, ir.Value]:
-        """``(function, context)`` for ``call_sgemm(..., epilogue=...)``."""
-        return self.fn, self.context(lead, row0)
+    def call_args(self, lead: Sequence[ir.Value], row0: ir.Value,
+                  bases: dict | None = None) -> tuple[ir.Value, ir.Value]:
+        """``(function, context)`` for ``call_sgemm(..., epilogue=...)`` (``bases`` as for ``context``)."""
+        return self.fn, self.context(lead, row0, bases)
 
 
 def _pointer_inputs(nodes: Sequence[Node]) -> list[Value]:

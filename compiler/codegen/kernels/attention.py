@@ -1,0 +1,218 @@
+"""Attention as one kernel: ``MatMul -> (scale, mask) -> Softmax -> MatMul``, with the head
+Transposes around it read and written as strides (no copies).
+
+The fusion pass makes these groups (``kiln.Kernel`` of kind ``attention``, ``fuse.py``)::
+
+    Q' = Transpose(Q)?   K' = Transpose(K)?   V' = Transpose(V)?
+    S  = MatMul(Q', K')  ->  elementwise chain on S (Div/Mul by a scale, Add of a mask, ...)
+    P  = Softmax(S, axis=-1)
+    O  = MatMul(P, V')   ->  Transpose(O)?
+
+For each batch index t of the output (batch x heads) the kernel runs, on one thread when the
+indices are enough tasks for the pool (``linalg.gemm_loop``):
+
+1. ``S_t = Q'_t @ K'_t`` into scratch (``m x n`` floats, L2-resident for BERT's 128 x 128), with the
+   chain applied to each block of ``S_t`` inside the GEMM (``tile_epilogue``);
+2. Softmax over each row of ``S_t``, in place;
+3. ``O_t = S_t @ V'_t``, written straight into the result.
+
+A Transposed operand is a matrix of its source at strides: its columns contiguous (``lda`` is the
+stride of its rows) or its rows contiguous (the GEMM reads it transposed), and each batch index at an
+offset from a compile-time table. So the head split (``Transpose(Reshape(x), [0, 2, 1, 3])``) and the
+key transpose (``[0, 2, 3, 1]``) read the projections in place, and the head merge after the second
+MatMul writes each head's columns of the merged result. Neither S nor P ever reaches the arena.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...ir.graph import Node, Value
+from ...ir.ops import linalg as la
+from ...ir.ops import norm as nm
+from ...ir.ops import shape as sh
+from .base import KernelBuilder, KernelGroup, Lowering, c64, dtype_reason, strides_of
+from .elementwise import Elementwise
+from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
+from .norm import softmax_row
+from .tile_epilogue import TileEpilogue, plan_tile_epilogue
+
+#: the most bytes of scores (all batch indices) the kernel keeps in scratch
+SCORES_BUDGET = 32 << 20
+
+
+@dataclass
+class Operand:
+    """A matrix operand as strides of the buffer it lives in: ``trans`` (0: columns contiguous, 1: rows
+    contiguous), ``ld`` (the stride of the other axis) and one element offset per batch index."""
+
+    value: Value
+    trans: int
+    ld: int
+    offsets: list[int]
+
+
+def _view(shape: list[int], strides: list[int], batch: tuple[int, ...]) -> tuple[int, int, list[int]] | str:
+    """(trans, ld, offsets) of a ``[*batch', r, c]`` matrix stack at element ``strides`` read for each
+    index of ``batch`` (its own batch dimensions 1 or equal), or why not."""
+    r, c = shape[-2], shape[-1]
+    sr, sc = strides[-2], strides[-1]
+    if sc == 1 or c == 1:
+        trans, ld = 0, (sr if r > 1 else c)
+    elif sr == 1 or r == 1:
+        trans, ld = 1, (sc if c > 1 else r)
+    else:
+        return "neither of the matrix's axes is contiguous"
+    lead = len(shape) - 2
+    if lead != len(batch) or any(d not in (1, o) for d, o in zip(shape[:lead], batch)):
+        return f"the batch dimensions {shape[:lead]} do not match the result's {list(batch)}"
+    st = [0 if d == 1 else s for d, s in zip(shape[:lead], strides[:lead])]
+    idx = np.indices(batch).reshape(lead, -1) if lead else np.zeros((0, 1), np.int64)
+    offsets = (np.asarray(st, np.int64).reshape(-1, 1) * idx).sum(axis=0) if lead else np.zeros(1, np.int64)
+    return trans, ld, [int(o) for o in offsets]
+
+
+@dataclass
+class Parts:
+    """The roles of the nodes of an attention group."""
+
+    mm1: Node
+    chain: list[Node]
+    softmax: Node
+    mm2: Node
+    out_transpose: Node | None
+    views: dict[int, Node]  # id(MatMul operand) -> the Transpose computing it
+
+    @staticmethod
+    def of(group: KernelGroup) -> "Parts | str":
+        nodes = list(group.nodes)
+        mms = [n for n in nodes if isinstance(n.op, la.MatMul)]
+        sms = [n for n in nodes if type(n.op) is nm.Softmax]
+        if len(mms) != 2 or len(sms) != 1:
+            return "an attention group has two MatMuls and one Softmax"
+        mm1, mm2 = mms
+        sm = sms[0]
+        if mm2.inputs[0] is not sm.outputs[0]:
+            return "the second MatMul does not multiply the Softmax's result"
+        chain, cur = [], mm1.outputs[0]
+        while cur is not sm.inputs[0]:
+            nxt = [n for n in nodes if n not in chain and n is not mm1 and any(v is cur for v in n.inputs)
+                   and not isinstance(n.op, (nm.Softmax, sh.Transpose))]
+            if len(nxt) != 1:
+                return "the MatMul's result does not reach the Softmax through one elementwise chain"
+            chain.append(nxt[0])
+            cur = nxt[0].outputs[0]
+        views = {id(n.outputs[0]): n for n in nodes if isinstance(n.op, sh.Transpose)
+                 and any(n.outputs[0] is v for v in (mm1.inputs[0], mm1.inputs[1], mm2.inputs[1]))}
+        out_t = [n for n in nodes if isinstance(n.op, sh.Transpose) and n.inputs[0] is mm2.outputs[0]]
+        if len(views) + len(out_t) + len(chain) + 3 != len(nodes):
+            return "the group holds nodes that are not part of the attention pattern"
+        return Parts(mm1, chain, sm, mm2, out_t[0] if out_t else None, views)
+
+    def operand(self, v: Value, batch: tuple[int, ...]) -> Operand | str:
+        """``v`` (an input of a MatMul) as strides of the buffer it is read from."""
+        t = self.views.get(id(v))
+        src = t.inputs[0] if t is not None else v
+        sst = strides_of([int(d) for d in src.shape])
+        perm = t.op._perm(len(src.shape)) if t is not None else list(range(len(src.shape)))
+        got = _view([int(d) for d in v.shape], [sst[p] for p in perm], batch)
+        return got if isinstance(got, str) else Operand(src, *got)
+
+    def result(self, batch: tuple[int, ...]) -> Operand | str:
+        """The second MatMul's result as strides of the group's output (through the Transpose)."""
+        o = self.mm2.outputs[0]
+        shape = [int(d) for d in o.shape]
+        if self.out_transpose is None:
+            got = _view(shape, strides_of(shape), batch)
+            return Operand(o, *got) if not isinstance(got, str) else got
+        y = self.out_transpose.outputs[0]
+        perm = self.out_transpose.op._perm(len(shape))
+        yst = strides_of([int(d) for d in y.shape])
+        inv = [perm.index(a) for a in range(len(shape))]
+        got = _view(shape, [yst[inv[a]] for a in range(len(shape))], batch)
+        if isinstance(got, str):
+            return got
+        if got[0] != 0:
+            return "the head merge after the second MatMul would write the result transposed"
+        return Operand(y, *got)
+
+
+class Attention(Lowering):
+    ops = (la.MatMul, nm.Softmax, sh.Transpose) + Elementwise.ops
+
+    def check(self, group: KernelGroup) -> str | None:
+        parts = Parts.of(group)
+        if isinstance(parts, str):
+            return parts
+        why = dtype_reason([v for n in group.nodes for v in list(n.inputs) + list(n.outputs)])
+        if why:
+            return why
+        s, o = parts.mm1.outputs[0], parts.mm2.outputs[0]
+        if len(s.shape) < 3 or len(parts.mm1.inputs[0].shape) != len(s.shape) or \
+                len(parts.mm1.inputs[1].shape) != len(s.shape) or len(parts.mm2.inputs[1].shape) != len(s.shape):
+            return "attention takes batched matrices of one rank (batch and heads)"
+        if tuple(s.shape[:-2]) != tuple(o.shape[:-2]):
+            return "the two MatMuls have different batch shapes"
+        if parts.softmax.op.axis % len(s.shape) != len(s.shape) - 1:
+            return "the Softmax is not along the last axis"
+        batch = tuple(int(d) for d in s.shape[:-2])
+        for v in (parts.mm1.inputs[0], parts.mm1.inputs[1], parts.mm2.inputs[1]):
+            got = parts.operand(v, batch)
+            if isinstance(got, str):
+                return f"operand {v}: {got}"
+        got = parts.result(batch)
+        if isinstance(got, str):
+            return got
+        if len(group.outputs) != 1 or group.outputs[0] is not group.nodes[-1].outputs[0]:
+            return "the scores or probabilities are needed outside the group"
+        if parts.chain:
+            why = TileEpilogue.reason(s, parts.chain, len(s.shape) - 2)
+            if why:
+                return why
+        if 4 * math.prod(int(d) for d in s.shape) > SCORES_BUDGET:
+            return f"the scores take more than {SCORES_BUDGET >> 20} MiB of scratch"
+        return None
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        parts = Parts.of(group)
+        s = parts.mm1.outputs[0]
+        batch = tuple(int(d) for d in s.shape[:-2])
+        nb = math.prod(batch)
+        m, n = int(s.shape[-2]), int(s.shape[-1])
+        kk = int(parts.mm1.inputs[0].shape[-1])
+        n2 = int(parts.mm2.outputs[0].shape[-1])
+        q = parts.operand(parts.mm1.inputs[0], batch)
+        kt = parts.operand(parts.mm1.inputs[1], batch)
+        v = parts.operand(parts.mm2.inputs[1], batch)
+        out = parts.result(batch)
+        scores = k.scratch(4 * nb * m * n)
+        te, final = None, None
+        if parts.chain:
+            final = parts.chain[-1].outputs[0]
+            te, _ = plan_tile_epilogue(k, s, (parts.chain, [final], final), None, len(s.shape) - 2)
+        tables = {name: const_table(k, name, op.offsets) for name, op in
+                  (("q", q), ("k", kt), ("v", v), ("o", out))}
+        k.note("scores, softmax and both GEMMs per head in one kernel; head transposes as strides")
+
+        def one(t):
+            b = k.b
+            sp = k.at(k.again(scores), b.mul(t, c64(m * n)))
+
+            def at(name, op):
+                return k.at(k.ptr(op.value), table_load(k, tables[name], t))
+            ep = None
+            if te is not None:  # the chain reads S_t and writes over it
+                lead = [b.urem(b.udiv(t, c64(math.prod(batch[a + 1:]))), c64(d)) for a, d in enumerate(batch)]
+                ep = te.call_args(lead, c64(0), bases={id(s): k.again(scores), id(final): k.again(scores)})
+            call_sgemm(k, q.trans, kt.trans, m, n, kk, 1.0, at("q", q), q.ld, at("k", kt), kt.ld, 0.0, sp, n,
+                       epilogue=ep)
+            with k.loop(m, "row") as i:
+                softmax_row(k, sp, sp, b.mul(i, c64(n)), n)
+            call_sgemm(k, 0, v.trans, m, n2, n, 1.0, sp, n, at("v", v), v.ld, 0.0, at("o", out), out.ld)
+
+        gemm_loop(k, nb, nb > 1 and 2 * m * n * kk < TASK_MAX_FLOPS, one, "head")
+
+
+__all__ = ["Attention", "Parts"]

@@ -1,0 +1,159 @@
+"""Attention as one kernel (``kernels/attention.py``): structure (the fusion pass makes one
+``attention`` kernel of the whole block, head transposes included), numbers (native against the
+reference interpreter and a NumPy formula, on 1, 2 and 3 threads: the per-head tasks and the
+sequential path) and refusals (what keeps the block apart, with the reason)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.codegen.kernels.testing import run_kernels
+from compiler.ir.interpreter import interpret
+from compiler.ir.parser import parse
+from compiler.passes.fuse import FuseKernels
+
+RNG = np.random.default_rng(11)
+
+
+def _dims(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def bert_block(b=1, s=16, h=4, d=8, mask=True, scale="Div"):
+    """A BERT-style block: the projections [b, s, h*d] split into heads, scores scaled and masked,
+    softmax, times V, heads merged back."""
+    hd = h * d
+    x, q4 = _dims([b, s, hd]), _dims([b, s, h, d])
+    qh, kh, sc = _dims([b, h, s, d]), _dims([b, h, d, s]), _dims([b, h, s, s])
+    mask_in = f", %m: f32[{b},1,1,{s}]" if mask else ""
+    masked = f"  %8 = Add(%7, %m) : f32{sc}\n" if mask else ""
+    last = "%8" if mask else "%7"
+    return f"""graph @g(%q: f32{x}, %k: f32{x}, %v: f32{x}{mask_in}) -> (y: f32{x}) {{
+  %shape = const i64[4] dense<[{b}, {s}, {h}, {d}]>
+  %back = const i64[3] dense<[{b}, {s}, {hd}]>
+  %c = const f32[] dense<{d ** 0.5 if scale == "Div" else d ** -0.5}>
+  %0 = Reshape(%q, %shape) : f32{q4}
+  %1 = Reshape(%k, %shape) : f32{q4}
+  %2 = Reshape(%v, %shape) : f32{q4}
+  %3 = Transpose(%0) {{perm=[0, 2, 1, 3]}} : f32{qh}
+  %4 = Transpose(%1) {{perm=[0, 2, 3, 1]}} : f32{kh}
+  %5 = Transpose(%2) {{perm=[0, 2, 1, 3]}} : f32{qh}
+  %6 = MatMul(%3, %4) : f32{sc}
+  %7 = {scale}(%6, %c) : f32{sc}
+{masked}  %9 = Softmax({last}) {{axis=-1}} : f32{sc}
+  %10 = MatMul(%9, %5) : f32{qh}
+  %11 = Transpose(%10) {{perm=[0, 2, 1, 3]}} : f32{q4}
+  %12 = Reshape(%11, %back) : f32{x}
+  return y=%12
+}}"""
+
+
+def _numpy_attention(q, k, v, m, b, s, h, d):
+    split = lambda t: t.reshape(b, s, h, d).transpose(0, 2, 1, 3)  # noqa: E731
+    sc = split(q) @ split(k).transpose(0, 1, 3, 2) / np.float32(d ** 0.5)
+    if m is not None:
+        sc = sc + m
+    e = np.exp(sc - sc.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    return (p @ split(v)).transpose(0, 2, 1, 3).reshape(b, s, h * d)
+
+
+def _fused(text):
+    g = parse(text)
+    feeds = {v.name: RNG.standard_normal([int(x) for x in v.shape]).astype(np.float32) for v in g.inputs}
+    if "m" in feeds:  # a BERT mask: 0 or -10000
+        feeds["m"] = np.where(feeds["m"] > 0.5, np.float32(-10000.0), np.float32(0.0))
+    want = interpret(g, feeds)["y"]
+    p = FuseKernels()
+    p.run(g)
+    return g, p, feeds, want
+
+
+@pytest.mark.parametrize("b,s,h,d,mask", [(1, 16, 4, 8, True), (2, 24, 3, 16, True), (1, 7, 1, 5, False),
+                                          (3, 33, 2, 9, True)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_block_is_one_kernel_and_matches(b, s, h, d, mask, threads):
+    g, p, feeds, want = _fused(bert_block(b, s, h, d, mask))
+    kernels = [n for n in g.nodes if n.op.name == "Kernel"]
+    assert len(kernels) == 1 and kernels[0].op.kind == "attention"
+    assert kernels[0].op.members() == ["Transpose", "Transpose", "MatMul", "Div"] + (["Add"] if mask else []) + \
+        ["Softmax", "Transpose", "MatMul", "Transpose"]
+    assert [n.op.name for n in g.nodes if n.op.name != "Kernel"] == ["Reshape"] * 4  # views only
+    got = run_kernels(g, feeds, nthreads=threads)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    ref = _numpy_attention(feeds["q"], feeds["k"], feeds["v"], feeds.get("m"), b, s, h, d)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_plain_matmuls_without_transposes_or_chain():
+    g, p, feeds, want = _fused("""graph @g(%q: f32[2,8,4], %k: f32[2,4,8], %v: f32[2,8,6]) -> (y: f32[2,8,6]) {
+  %0 = MatMul(%q, %k) : f32[2,8,8]
+  %1 = Softmax(%0) {axis=-1} : f32[2,8,8]
+  %2 = MatMul(%1, %v) : f32[2,8,6]
+  return y=%2
+}""")
+    assert [n.op.kind for n in g.nodes] == ["attention"]
+    for t in (1, 2):
+        np.testing.assert_allclose(run_kernels(g, feeds, nthreads=t)["y"], want, rtol=1e-5, atol=1e-5)
+    assert any(d.fused and d.reason == "attention" for d in p.decisions)
+
+
+def test_mask_broadcast_over_batch_and_scale_by_mul():
+    # the mask is one row for all batches and heads; the scale a Mul
+    g, p, feeds, want = _fused("""graph @g(%q: f32[2,3,8,4], %k: f32[2,3,8,4], %v: f32[2,3,8,4], %m: f32[8])
+    -> (y: f32[2,3,8,4]) {
+  %c = const f32[] dense<0.5>
+  %0 = Transpose(%k) {perm=[0, 1, 3, 2]} : f32[2,3,4,8]
+  %1 = MatMul(%q, %0) : f32[2,3,8,8]
+  %2 = Mul(%1, %c) : f32[2,3,8,8]
+  %3 = Add(%2, %m) : f32[2,3,8,8]
+  %4 = Softmax(%3) {axis=3} : f32[2,3,8,8]
+  %5 = MatMul(%4, %v) : f32[2,3,8,4]
+  return y=%5
+}""")
+    assert [n.op.kind for n in g.nodes] == ["attention"]
+    for t in (1, 2, 3):
+        np.testing.assert_allclose(run_kernels(g, feeds, nthreads=t)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_refusals_name_the_reason():
+    # the scores are needed outside: no attention kernel (the MatMul keeps its own)
+    g, p, feeds, want = _fused("""graph @g(%q: f32[2,8,4], %k: f32[2,4,8], %v: f32[2,8,6])
+    -> (y: f32[2,8,6], s: f32[2,8,8]) {
+  %0 = MatMul(%q, %k) : f32[2,8,8]
+  %1 = Softmax(%0) {axis=-1} : f32[2,8,8]
+  %2 = MatMul(%1, %v) : f32[2,8,6]
+  return y=%2, s=%0
+}""")
+    assert all(n.op.name != "Kernel" or n.op.kind != "attention" for n in g.nodes)
+    np.testing.assert_allclose(run_kernels(g, feeds)["y"], want, rtol=1e-5, atol=1e-5)
+    # the softmax along another axis: the lowering refuses, the decision says so
+    g, p, feeds, want = _fused("""graph @g(%q: f32[2,8,4], %k: f32[2,4,8], %v: f32[2,8,6]) -> (y: f32[2,8,6]) {
+  %0 = MatMul(%q, %k) : f32[2,8,8]
+  %1 = Softmax(%0) {axis=1} : f32[2,8,8]
+  %2 = MatMul(%1, %v) : f32[2,8,6]
+  return y=%2
+}""")
+    assert all(n.op.name != "Kernel" for n in g.nodes)
+    why = [d.reason for d in p.decisions if d.producer.op.name == "Softmax"]
+    assert why and "not as attention: the Softmax is not along the last axis" in why[0]
+    np.testing.assert_allclose(run_kernels(g, feeds)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_max_fused_ops_limits_the_block():
+    g = parse(bert_block())
+    p = FuseKernels(max_ops=5)
+    p.run(g)
+    assert all(n.op.kind != "attention" for n in g.nodes if n.op.name == "Kernel")
+    assert any("over max_fused_ops=5" in d.reason for d in p.decisions)
+
+
+def test_attention_in_a_compiled_artifact(tmp_path):
+    import compiler
+
+    g = parse(bert_block(1, 16, 4, 8, True))
+    feeds = {v.name: RNG.standard_normal([int(x) for x in v.shape]).astype(np.float32) for v in g.inputs}
+    want = interpret(g, feeds)["y"]
+    exe = compiler.compile(g, 2, output=str(tmp_path / "att.kiln"))
+    assert any(k.get("lowering") == "Attention" for k in exe.kernels), exe.kernels
+    np.testing.assert_allclose(exe.run(feeds)["y"], want, rtol=1e-5, atol=1e-5)
