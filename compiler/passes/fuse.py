@@ -23,6 +23,7 @@ from typing import Callable
 
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops.base import Pattern
+from ..ir.ops import conv as cv
 from ..ir.ops import linalg as la
 from ..ir.ops import norm as nm
 from ..ir.ops import shape as sh
@@ -87,12 +88,27 @@ def _reaches(sources: set[int], target: Node, order: dict[int, int]) -> bool:
     return False
 
 
-def default_attention(nodes: list[Node]) -> str | None:
-    """Why the CPU backend cannot run ``nodes`` as one attention kernel (None: it can)."""
+def default_check(kind: str, nodes: list[Node]) -> str | None:
+    """Why the CPU backend cannot run ``nodes`` as one kernel of ``kind`` (attention, reduction,
+    shuffle: the blocks the pass only forms when the backend can run them); None: it can."""
     from ..codegen.kernels.attention import Attention
     from ..codegen.kernels.base import KernelGroup
+    from ..codegen.kernels.row_reduce import RowReduce
+    from ..codegen.kernels.shuffle import ShuffledDepthwise
 
-    return Attention().check(KernelGroup.of(nodes))
+    low = {"attention": Attention, "reduction": RowReduce, "shuffle": ShuffledDepthwise}[kind]
+    return low().check(KernelGroup.of(nodes))
+
+
+@dataclass(frozen=True)
+class FusionBackend:
+    """What the code generator can run as one kernel: the CPU backend's by default. ``blocks``: the
+    block rules that are on (attention, reduction, shuffle), each formed only where ``check`` says the
+    backend can run it."""
+
+    fusable: Callable[[Node], bool] = default_fusable
+    check: Callable[[str, list[Node]], str | None] = default_check
+    blocks: frozenset = frozenset({"attention", "reduction", "shuffle"})
 
 
 def _only_user(v: Value) -> Node | None:
@@ -103,7 +119,7 @@ def _only_user(v: Value) -> Node | None:
 
 
 def _attention(mm1: Node, fusable, taken: set[int], max_ops: int,
-               check: Callable[[list[Node]], str | None]) -> tuple[list[Node] | None, Node | None, str | None]:
+               check: Callable[[str, list[Node]], str | None]) -> tuple[list[Node] | None, Node | None, str | None]:
     """(the nodes of an attention block whose first MatMul is ``mm1``, its Softmax, why it does not fuse)."""
     if not isinstance(mm1.op, la.MatMul):
         return None, None, None
@@ -133,17 +149,33 @@ def _attention(mm1: Node, fusable, taken: set[int], max_ops: int,
         members.append(after)
     if len(members) > max_ops:
         return None, sm, f"an attention block of {len(members)} ops is over max_fused_ops={max_ops}"
-    why = check(members)
+    why = check("attention", members)
     if why is not None and members[-1] is after:  # the head merge may be what it cannot take
         members.pop()
-        why = check(members)
+        why = check("attention", members)
     return (None if why else members), sm, why
 
 
-def plan_fusion(graph: Graph, max_ops: int = 32, fusable: Callable[[Node], bool] = default_fusable,
-                attention: Callable[[list[Node]], str | None] | None = default_attention
-                ) -> tuple[list[FusionGroup], list[Decision]]:
+def _shuffle(t: Node, fusable, taken: set[int], check) -> tuple[list[Node] | None, str | None]:
+    """(a Transpose, the Reshape after it and the depthwise Conv reading that: a channel shuffle the
+    conv reads in place; or None, why not)."""
+    if not isinstance(t.op, sh.Transpose):
+        return None, None
+    r = _only_user(t.outputs[0])
+    conv = _only_user(r.outputs[0]) if r is not None and isinstance(r.op, sh.Reshape) else None
+    if conv is None or not isinstance(conv.op, cv.Conv) or conv.inputs[0] is not r.outputs[0] or \
+            any(id(n) in taken for n in (r, conv)):
+        return None, None
+    if any(fusable(u) for u in conv.outputs[0].users):
+        return None, "the convolution's result has an elementwise chain (its epilogue)"
+    why = check("shuffle", [t, r, conv])
+    return (None if why else [t, r, conv]), why
+
+
+def plan_fusion(graph: Graph, max_ops: int = 32,
+                backend: FusionBackend = FusionBackend()) -> tuple[list[FusionGroup], list[Decision]]:
     """The groups to fuse (two nodes or more) and a decision for every adjacent pair."""
+    fusable = backend.fusable
     order = {id(n): i for i, n in enumerate(graph.nodes)}
     taken: set[int] = set()
     groups: list[FusionGroup] = []
@@ -152,13 +184,22 @@ def plan_fusion(graph: Graph, max_ops: int = 32, fusable: Callable[[Node], bool]
     for start in graph.nodes:
         if id(start) in taken:
             continue
-        members, sm, why = _attention(start, fusable, taken, max_ops, attention) if attention else (None, None, None)
+        members, sm, why = _attention(start, fusable, taken, max_ops, backend.check) \
+            if "attention" in backend.blocks else (None, None, None)
         if members:
             groups.append(FusionGroup(members, "attention"))
             taken |= {id(n) for n in members}
             continue
         if why:
-            refused[id(sm)] = why
+            refused[id(sm)] = f"not as attention: {why}"
+        members, why = _shuffle(start, fusable, taken, backend.check) if "shuffle" in backend.blocks \
+            else (None, None)
+        if members and len(members) <= max_ops:
+            groups.append(FusionGroup(members, "shuffle"))
+            taken |= {id(n) for n in members}
+            continue
+        if why:
+            refused[id(start)] = f"not as a channel shuffle the convolution reads in place: {why}"
         if _anchor(start):
             kind = "epilogue"
         elif fusable(start):
@@ -178,14 +219,34 @@ def plan_fusion(graph: Graph, max_ops: int = 32, fusable: Callable[[Node], bool]
             if not users:
                 break
             nxt = None
+            closers: list[tuple[Node, str]] = []  # reductions that may end an elementwise chain
             for u in users:  # the first fusable user in schedule order continues the chain
                 why = _refusal(u, out, ids, members, max_ops, fusable, taken, order)
                 if why is None and nxt is None:
                     nxt = u
                     decisions.append(Decision(cur, u, True, f"{kind} chain"))
+                elif why is not None and kind == "elementwise" and "reduction" in backend.blocks and \
+                        u.op.pattern is Pattern.REDUCE and u.inputs[0] is out and id(u) not in taken:
+                    closers.append((u, why))
                 else:
                     decisions.append(Decision(cur, u, False, why or "another user of the same result continues "
                                                                     "the chain (this one reads the kernel's result)"))
+            closing = None
+            for u, why in closers:  # the chain ends in a reduction when nothing continues it
+                if nxt is None and closing is None:
+                    rwhy = (f"the kernel has reached max_fused_ops={max_ops}" if len(members) >= max_ops else
+                            _cycle(u, ids, order) or backend.check("reduction", members + [u]))
+                    if rwhy is None:
+                        closing = u
+                        decisions.append(Decision(cur, u, True, "elementwise chain into its reduction"))
+                        continue
+                    why = f"{why}; not as the chain's reduction: {rwhy}"
+                decisions.append(Decision(cur, u, False, why))
+            if closing is not None:
+                members.append(closing)
+                ids.add(id(closing))
+                kind = "reduction"
+                break
             if nxt is None:
                 break
             members.append(nxt)
@@ -194,25 +255,27 @@ def plan_fusion(graph: Graph, max_ops: int = 32, fusable: Callable[[Node], bool]
         if len(members) > 1:
             groups.append(FusionGroup(members, kind))
             taken |= ids
-    return groups, _attention_decisions(groups, decisions, refused)
+    return groups, _block_decisions(groups, decisions, refused)
 
 
-def _attention_decisions(groups: list[FusionGroup], decisions: list[Decision],
-                         refused: dict[int, str]) -> list[Decision]:
-    """The decisions with attention blocks' pairs marked fused, and the reason a block was not."""
-    group_of = {id(n): i for i, g in enumerate(groups) if g.kind == "attention" for n in g.nodes}
+def _block_decisions(groups: list[FusionGroup], decisions: list[Decision],
+                     refused: dict[int, str]) -> list[Decision]:
+    """The decisions with the pairs inside attention and shuffle blocks marked fused, and the reason
+    a block was not formed added to its node's refusals."""
+    blocks = ("attention", "shuffle")
+    group_of = {id(n): i for i, g in enumerate(groups) if g.kind in blocks for n in g.nodes}
     out = []
     for d in decisions:
         gp, gc = group_of.get(id(d.producer)), group_of.get(id(d.consumer))
         if gp is not None and gp == gc:
             continue
         if not d.fused and id(d.producer) in refused:
-            d = Decision(d.producer, d.consumer, False, f"{d.reason}; not as attention: {refused[id(d.producer)]}")
+            d = Decision(d.producer, d.consumer, False, f"{d.reason}; {refused[id(d.producer)]}")
         out.append(d)
     for g in groups:
-        if g.kind == "attention":
+        if g.kind in blocks:
             ids = {id(n) for n in g.nodes}
-            out += [Decision(v.producer, n, True, "attention") for n in g.nodes for v in n.inputs
+            out += [Decision(v.producer, n, True, g.kind) for n in g.nodes for v in n.inputs
                     if v is not None and v.producer is not None and id(v.producer) in ids]
     return out
 
@@ -232,6 +295,11 @@ def _refusal(u: Node, out: Value, ids: set[int], members: list[Node], max_ops: i
         return f"{u.op.name} broadcasts the result to a larger shape {list(u.outputs[0].shape)}"
     if len(members) >= max_ops:
         return f"the kernel has reached max_fused_ops={max_ops}"
+    return _cycle(u, ids, order)
+
+
+def _cycle(u: Node, ids: set[int], order) -> str | None:
+    """Why ``u`` joining the group ``ids`` would make a cycle (None: it would not)."""
     for v in u.inputs:
         p = v.producer if v is not None else None
         if p is not None and id(p) not in ids and _reaches(ids, p, order):
@@ -310,15 +378,13 @@ class FuseKernels(Pass):
 
     name = "fuse"
 
-    def __init__(self, max_ops: int = 32, fusable: Callable[[Node], bool] = default_fusable,
-                 attention: Callable[[list[Node]], str | None] | None = default_attention):
+    def __init__(self, max_ops: int = 32, backend: FusionBackend = FusionBackend()):
         self.max_ops = max_ops
-        self.fusable = fusable
-        self.attention = attention
+        self.backend = backend
         self.decisions: list[Decision] = []
 
     def run(self, graph: Graph) -> bool:
-        groups, self.decisions = plan_fusion(graph, self.max_ops, self.fusable, self.attention)
+        groups, self.decisions = plan_fusion(graph, self.max_ops, self.backend)
         for i, g in enumerate(groups):
             outline(graph, g, i)
         if groups:

@@ -16,12 +16,14 @@ from .linalg import Gemm, MatMul
 from .norm import LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
 from .reduce import Reduce
+from .row_reduce import RowReduce
+from .shuffle import ShuffledDepthwise
 
 #: every lowering, in the order they are consulted
 _GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), Softmax(),
                              LayerNorm(), Lrn(), *DATA_LOWERINGS, *CONVERT_LOWERINGS,
-                             Epilogue((_GEMM, _MATMUL, _CONV)), Attention())
+                             Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())
 
 #: op class -> the first lowering that takes it alone (Epilogue, last, also lists the ops it fuses)
 LOWERINGS: dict[type, Lowering] = {op: low for low in reversed(ALL) for op in low.ops}

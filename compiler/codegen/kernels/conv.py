@@ -33,7 +33,7 @@ from ...ir.ops.base import OpError
 from ..llvm.elementwise import _For
 from .base import F32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
 from .im2col import _gep, _helper_fn, _span, im2col, im2col_phased, pad_plane
-from .linalg import TASK_MAX_FLOPS, call_sgemm, gemm_loop
+from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
 from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
 from .tile_epilogue import plan_tile_epilogue
 
@@ -219,11 +219,13 @@ class Conv(Lowering):
 
 
     # -- depthwise ---------------------------------------------------------------------------------
-    def _depthwise(self, k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te=None):
+    def _depthwise(self, k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te=None,
+                   planes_of=None):
         """Planes (image, input channel) split among the threads in ``ntask`` runs, each with a padded
         scratch plane of its own; each plane by a module-level helper taking the sizes at run time
         (one helper per kernel size and width stride). ``te``: a ``TileEpilogue`` run on each output
-        plane once computed (one image)."""
+        plane once computed (one image). ``planes_of``: for each input plane, the plane of ``x`` it
+        is (a channel shuffle read in place, ``shuffle.py``); None: plane i is x's plane i."""
         hp = (oh - 1) * sh + (kh - 1) * dh + 1
         wpd = (ow - 1) * sw + (kw - 1) * dw + 1
         padded = not (pt == 0 and pl == 0 and hp <= h and wpd <= wd and sw == 1)
@@ -245,12 +247,13 @@ class Conv(Lowering):
             taps = [(ki, kj, ((kj * dw) % sw) * hp * wq + ki * dh * rs + (kj * dw) // sw)
                     for ki in range(kh) for kj in range(kw)]
             ep = te.call_args([c64(0)], c64(0)) if te is not None else None
+            table = const_table(k, "planes", planes_of) if planes_of is not None else None
             with _span(b, lo, hi, "dwt") as t:
                 plane = k.at(scr, b.mul(t, c64(psize))) if padded else None
                 p0 = b.mul(t, c64(group_size))
                 p1 = k.f.min(b.add(p0, c64(group_size)), c64(planes))
                 with _span(b, p0, p1, "dwp") as pc:  # (image, input channel)
-                    xin = k.at(xp, b.mul(pc, c64(h * wd)))
+                    xin = k.at(xp, b.mul(pc if table is None else table_load(k, table, pc), c64(h * wd)))
                     if padded:
                         pad_plane(k, xin, plane, h, wd, hp, wq, pt, pl, sw)
                     src = plane if padded else xin

@@ -182,36 +182,42 @@ class LayerNorm(Lowering):
         params = [None if v is None else _trailing(v, x, a) for v in (scale, bias)]
         want_mean = len(node.outputs) > 1 and node.outputs[1].uses
         want_inv = len(node.outputs) > 2 and node.outputs[2].uses
-        nD = cf32(float(D))
         with par_loop(k, R, 3 * D, "row") as r:  # rows split among the threads
             b = k.b
-            xp, yp = k.ptr(x), k.ptr(y)
             sp, bp = [None if p is None else k.ptr(v) if p[0] == "ptr" else k.weight(p[1])
                       for v, p in zip((scale, bias), params)]
-            mean_out = k.ptr(node.outputs[1]) if want_mean else None
-            inv_out = k.ptr(node.outputs[2]) if want_inv else None
             base = b.mul(r, c64(D))
-            mean = b.fdiv(reduce_row(k, D, lambda i, w: vload(k, xp, b.add(base, i), w), "sum"), nD)
+            mean, inv = layernorm_row(k, k.at(k.ptr(x), base), k.at(k.ptr(y), base), D, sp, bp, node.op.epsilon)
+            if want_mean:
+                vstore(k, mean, k.ptr(node.outputs[1]), r)
+            if want_inv:
+                vstore(k, inv, k.ptr(node.outputs[2]), r)
 
-            def sq(i, w):
-                d = b.fsub(vload(k, xp, b.add(base, i), w), splat(b, mean, w))
-                return b.fmul(d, d)
-            var = b.fdiv(reduce_row(k, D, sq, "sum"), nD)
-            std = b.call(k.math.intrinsic("sqrt"), [b.fadd(var, cf32(node.op.epsilon))])
-            inv = b.fdiv(cf32(1.0), std)
 
-            def norm(i):
-                v = b.fmul(b.fsub(vload(k, xp, b.add(base, i)), mean), inv)
-                if sp is not None:
-                    v = b.fmul(v, vload(k, sp, i))
-                if bp is not None:
-                    v = b.fadd(v, vload(k, bp, i))
-                vstore(k, v, yp, b.add(base, i))
-            map_row(k, D, norm, "y")
-            if mean_out is not None:
-                vstore(k, mean, mean_out, r)
-            if inv_out is not None:
-                vstore(k, inv, inv_out, r)
+def layernorm_row(k: KernelBuilder, xp: ir.Value, yp: ir.Value, D: int, sp: ir.Value | None, bp: ir.Value | None,
+                  epsilon: float) -> tuple[ir.Value, ir.Value]:
+    """Normalize the ``D`` floats at ``xp`` into ``yp`` (times ``sp``, plus ``bp``, each ``D`` floats
+    or None); returns (mean, 1 / std)."""
+    b = k.b
+    nD = cf32(float(D))
+    mean = b.fdiv(reduce_row(k, D, lambda i, w: vload(k, xp, i, w), "sum"), nD)
+
+    def sq(i, w):
+        d = b.fsub(vload(k, xp, i, w), splat(b, mean, w))
+        return b.fmul(d, d)
+    var = b.fdiv(reduce_row(k, D, sq, "sum"), nD)
+    std = b.call(k.math.intrinsic("sqrt"), [b.fadd(var, cf32(epsilon))])
+    inv = b.fdiv(cf32(1.0), std)
+
+    def norm(i):
+        v = b.fmul(b.fsub(vload(k, xp, i), mean), inv)
+        if sp is not None:
+            v = b.fmul(v, vload(k, sp, i))
+        if bp is not None:
+            v = b.fadd(v, vload(k, bp, i))
+        vstore(k, v, yp, i)
+    map_row(k, D, norm, "y")
+    return mean, inv
 
 
 # ---------------------------------------------------------------------------------------------
