@@ -1,5 +1,6 @@
 """Fusion on and off: Kiln's median latency on the model suite at -O2 with and without the ``fuse``
-pass, in one run, as a speed-up, with the ops -> kernels counts.
+pass (and ``sink-reshapes``, which only serves it), in one run, as a speed-up, with the ops ->
+kernels counts.
 
     PYTHONPATH=. .venv/bin/python benchmarks/fusion.py [--threads 2] [--runs 30] [MODEL ...]
 
@@ -32,7 +33,7 @@ def main() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fused = compiler.compile(spec, nthreads=args.threads)
-            plain = compiler.compile(spec, nthreads=args.threads, disabled_passes=("fuse",))
+            plain = compiler.compile(spec, nthreads=args.threads, disabled_passes=("sink-reshapes", "fuse"))
         feeds = random_feeds(fused.inputs, 0)
         times = {"fused": [], "plain": []}
         for r in range(args.runs):
