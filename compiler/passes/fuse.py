@@ -3,9 +3,18 @@ native kernel computes; ``compiler/ir/ops/kernel.py``).
 
 Rules, in order of each group's first node (``plan_fusion``):
 
+* **attention**: MatMul, an elementwise chain (scale, mask), Softmax on the last axis and a second
+  MatMul, with the Transposes computing the MatMuls' operands and the one after the second
+  (``_attention``);
+* **shuffle**: a Transpose and the Reshape after it, read by a depthwise Conv only (``_shuffle``);
 * **epilogue**: a GEMM or convolution (pattern out-elementwise-fusable) takes the chain of
   elementwise ops after it: bias, folded BatchNorm scale/shift, activation, residual add;
-* **elementwise**: a chain of elementwise/broadcast ops becomes one loop.
+* **elementwise**: a chain of elementwise/broadcast ops becomes one loop; when nothing continues it,
+  it ends in the row reduction that reads its result, if any (kind **reduction**: LayerNorm,
+  Softmax, global pooling, Reduce* over trailing axes).
+
+The blocks (attention, shuffle, reduction) are formed only where the backend says it can run them
+(``FusionBackend.check``: the CPU lowerings' ``check``), else the reason joins the refusals.
 
 A chain grows from its last node ``cur`` to the first user of ``cur``'s result that is a fusable
 elementwise op producing the same shape (side operands may broadcast into it). Other users of
@@ -65,7 +74,9 @@ def default_fusable(node: Node) -> bool:
         for v in list(node.inputs) + list(node.outputs))
 
 
-def _anchor(node: Node) -> bool:
+def is_anchor(node: Node) -> bool:
+    """Whether ``node`` can take an epilogue: a GEMM or convolution (out-elementwise-fusable) with one
+    static float32 result."""
     out = node.outputs[0] if node.outputs else None
     return (node.op.pattern is Pattern.OUT_ELEMWISE_FUSABLE and len(node.outputs) == 1 and out is not None
             and isinstance(out.type, TensorType) and out.type.dtype is DType.f32 and out.type.is_static)
@@ -200,7 +211,7 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             continue
         if why:
             refused[id(start)] = f"not as a channel shuffle the convolution reads in place: {why}"
-        if _anchor(start):
+        if is_anchor(start):
             kind = "epilogue"
         elif fusable(start):
             kind = "elementwise"

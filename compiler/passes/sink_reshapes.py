@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph, Node, Value
-from .fuse import _anchor, default_fusable
+from .fuse import is_anchor, default_fusable
 from .manager import Pass
 from .rewrite import Rule, apply_rules
 from .simplify.canonicalize import reshape_to
@@ -41,7 +41,7 @@ def _common_suffix(a: tuple, b: tuple) -> int:
 def _joins(v: Value) -> bool:
     """Whether ``v`` is computed by a node an elementwise op can fuse with (a GEMM/conv or a loop)."""
     p = v.producer
-    return p is not None and (_anchor(p) or default_fusable(p))
+    return p is not None and (is_anchor(p) or default_fusable(p))
 
 
 def _reshaped(v: Value | None, out: tuple) -> Value | None:

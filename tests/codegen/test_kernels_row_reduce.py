@@ -147,3 +147,23 @@ def test_an_elementwise_user_continues_the_chain_first():
     assert [n.op.name for n in g.nodes] == ["Kernel", "LayerNormalization"]
     assert g.nodes[0].op.kind == "elementwise"
     _check(g, feeds, want)
+
+
+def test_rows_split_among_threads():
+    # enough rows for the thread pool (the row loop runs as parallel tasks, each row buffer on its
+    # task's stack); GAP over 2 images x 64 channels of 28 x 28 the same
+    g, p, feeds, want = _fuse("""graph @g(%x: f32[256,384], %r: f32[256,384]) -> (y: f32[256,384]) {
+  %s = const f32[384]
+  %0 = Add(%x, %r) : f32[256,384]
+  %1 = LayerNormalization(%0, %s) {axis=-1} : f32[256,384]
+  return y=%1
+}""", {"s": RNG.standard_normal(384).astype(np.float32)})
+    assert [n.op.kind for n in g.nodes] == ["reduction"]
+    _check(g, feeds, want, threads=(1, 2, 3))
+    g, p, feeds, want = _fuse("""graph @g(%x: f32[2,64,28,28]) -> (y: f32[2,64,1,1]) {
+  %0 = Relu(%x) : f32[2,64,28,28]
+  %1 = GlobalMaxPool(%0) : f32[2,64,1,1]
+  return y=%1
+}""")
+    assert [n.op.kind for n in g.nodes] == ["reduction"]
+    _check(g, feeds, want, threads=(1, 2, 3))
