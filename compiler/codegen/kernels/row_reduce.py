@@ -21,17 +21,16 @@ from typing import Sequence
 
 from llvmlite import ir
 
-from ...ir.graph import Graph, Node, Value
+from ...ir.graph import Node, Value
 from ...ir.ops import norm as nm
 from ...ir.ops import pool as P
 from ...ir.ops import reduce as rd
-from ...ir.types import DType, TensorType
-from ..llvm.elementwise import _is_inlined, emit_elementwise
+from ..llvm.elementwise import _is_inlined
 from .base import F32, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason, strides_of
 from .elementwise import Elementwise
 from .norm import _trailing, layernorm_row, softmax_row
 from .reduce import par_loop, reduce_axes, reduce_row, vload, vstore
-from .tile_epilogue import _broadcast_strides
+from .tile_epilogue import RowChain, _broadcast_strides
 
 #: the longest row (floats) computed into a stack buffer
 MAX_ROW = 1 << 14
@@ -99,7 +98,7 @@ class RowReduce(Lowering):
                     return t
         if type(red.op) is P.GlobalAveragePool and math.prod(shape[2:]) >= 1 << 24:
             return "averages over 2^24 or more elements (the count is not exact in float32)"
-        return _RowChain.reason(chain, shape, a)
+        return _Rows.reason(chain, shape, a)
 
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         red, chain = group.nodes[-1], list(group.nodes[:-1])
@@ -108,7 +107,7 @@ class RowReduce(Lowering):
         a = row_axis(red)
         R, D = math.prod(shape[:a]), math.prod(shape[a:])
         own = any(v is x for v in group.outputs)  # x needed outside: its own buffer is the row buffer
-        rows = _RowChain(k, chain, [v for v in group.outputs if v is not y], x, shape, a, own)
+        rows = _Rows(k, chain, [v for v in group.outputs if v is not y], x, shape, a)
         op = red.op
         params = None
         if type(op) is nm.LayerNormalization:  # Scale and B: as the LayerNorm lowering takes them
@@ -134,37 +133,17 @@ class RowReduce(Lowering):
                 vstore(k, v, k.ptr(y), r)
 
 
-class _RowChain:
+class _Rows:
     """The chain of one row: ``emit(r, dst)`` computes row ``r`` of ``x`` into ``dst`` (and writes the
     other values needed outside, ``extra``, to their buffers)."""
 
     def __init__(self, k: KernelBuilder, chain: Sequence[Node], extra: Sequence[Value], x: Value,
-                 shape: list[int], a: int, own: bool):
+                 shape: list[int], a: int):
         self.k, self.shape, self.a = k, shape, a
-        g = Graph("row")
-        synth: dict[int, Value] = {}
-        self.operands: list[tuple[Value, tuple[int, ...]]] = []
-        by_synth: dict[int, tuple[Value, tuple[int, ...]]] = {}
-        for n in chain:
-            ins = []
-            for v in n.inputs:
-                if v is not None and id(v) not in synth:
-                    if _is_inlined(v, True):
-                        synth[id(v)] = g.add_constant(v.const.reshape([1]).astype("float32"))
-                    else:
-                        st = _broadcast_strides(v.shape, shape)
-                        col = any(st[a:])
-                        synth[id(v)] = g.add_input(f"in{len(by_synth)}", TensorType(DType.f32, [16] if col else [1]))
-                        by_synth[id(synth[id(v)])] = (v, st)
-                ins.append(None if v is None else synth[id(v)])
-            synth[id(n.outputs[0])] = g.add(n.op, *ins)
+        row = RowChain(lambda st: any(st[a:]))
+        row.add_chain(chain, tuple(shape))
         self.outs = [x] + [v for v in extra if v is not x]
-        self.kern = emit_elementwise(k.module, list(g.nodes), f"{k.name}.row",
-                                     outputs=[synth[id(v)] for v in self.outs], math_lib=k.math)
-        self.fn = k.module.globals[self.kern.name]
-        self.fn.linkage = "internal"
-        self.operands = [by_synth[id(s)] for s in self.kern.inputs]
-        self.own = own
+        self.fn, self.kern, self.operands = row.emit(k, f"{k.name}.row", self.outs)
 
     @staticmethod
     def reason(chain: Sequence[Node], shape: tuple, a: int) -> str | None:

@@ -56,45 +56,19 @@ class TileEpilogue:
             in_place = c  # C + bias is the GEMM's result: written over C
         shape = tuple(int(d) for d in c.shape)
         self.shape = shape
-        g = Graph("epilogue")
-        synth: dict[int, Value] = {}
-        # operands: (the group's value, its strides over S, its synthetic 1-D input)
-        operands: list[tuple[Value, tuple[int, ...], Value]] = []
-
-        def operand(v: Value, strides: tuple[int, ...]) -> Value:
-            key = id(v)
-            if key not in synth:
-                if _is_inlined(v, True):
-                    synth[key] = g.add_constant(v.const.reshape([1]).astype("float32"))
-                else:
-                    col = self._col(strides)
-                    synth[key] = g.add_input(f"in{len(operands)}", TensorType(DType.f32, [_L] if col else [1]))
-                    operands.append((v, strides, synth[key]))
-            return synth[key]
-
+        row = RowChain(lambda st: self._col(st))
         full = tuple(strides_of(shape))
-        cv = cv_in = operand(c, full)
+        cv = cv_in = row.operand(c, full)
         if bias is not None:
             per_row = tuple(1 if a == row_axis else 0 for a in range(len(shape)))
-            cv = g.add(ops.elementwise.Add(), cv, operand(bias, bias_strides or per_row))
-        synth[id(c)] = cv
-        for n in nodes:
-            ins = [None if v is None else synth[id(v)] if id(v) in synth else
-                   operand(v, _broadcast_strides(v.shape, shape)) for v in n.inputs]
-            out = g.add(n.op, *ins)
-            synth[id(n.outputs[0])] = out
+            cv = row.g.add(ops.elementwise.Add(), cv, row.operand(bias, bias_strides or per_row))
+        row.synth[id(c)] = cv
+        row.add_chain(nodes, shape)
         # what the row function writes: first the value written over C (if any), then the others
         outs = ([in_place] if in_place is not None else []) + [v for v in outputs if v is not in_place]
-        nodes_ = list(g.nodes)
-        in_place_map = {0: _pointer_inputs(nodes_).index(cv_in)} if in_place is not None else {}
-        self.kern = emit_elementwise(k.module, nodes_, f"{k.name}.eprow", outputs=[synth[id(v)] for v in outs],
-                                     math_lib=k.math, in_place=in_place_map)
-        row_fn = k.module.globals[self.kern.name]
-        row_fn.linkage = "internal"
-        # the order of the row function's pointers: its inputs, then its pointer outputs
-        by_synth = {id(sv): (v, st) for v, st, sv in operands}
-        self.args: list[tuple[Value, tuple[int, ...]]] = [by_synth[id(s)] for s in self.kern.inputs]
-        self.args += [(outs[o], full) for o in self.kern.pointer_outputs]
+        in_place_map = {0: _pointer_inputs(list(row.g.nodes)).index(cv_in)} if in_place is not None else {}
+        row_fn, self.kern, args = row.emit(k, f"{k.name}.eprow", outs, in_place_map)
+        self.args: list[tuple[Value, tuple[int, ...]]] = args + [(outs[o], full) for o in self.kern.pointer_outputs]
         self.fn = self._emit_callback(row_fn)
 
     def _col(self, strides: tuple[int, ...]) -> int:
@@ -184,6 +158,48 @@ class TileEpilogue:
         return self.fn, self.context(lead, row0, bases)
 
 
+class RowChain:
+    """An elementwise chain rebuilt on one row, for a row function (``emit_elementwise``): each
+    operand of the chain is a 1-D input, ``[_L]`` when it moves along the row (``col(strides)``: its
+    strides over the chain's shape) or ``[1]`` when it is constant along it; scalar constants are
+    inlined. Used by the tile epilogue (rows of a GEMM's C) and by ``row_reduce`` (rows of a
+    reduction's input)."""
+
+    def __init__(self, col):
+        self.col = col
+        self.g = Graph("row")
+        self.synth: dict[int, Value] = {}  # id(a value of the group) -> its value in ``g``
+        self.operands: list[tuple[Value, tuple[int, ...], Value]] = []  # (value, strides, synthetic input)
+
+    def operand(self, v: Value, strides: tuple[int, ...]) -> Value:
+        key = id(v)
+        if key not in self.synth:
+            if _is_inlined(v, True):
+                self.synth[key] = self.g.add_constant(v.const.reshape([1]).astype("float32"))
+            else:
+                ty = TensorType(DType.f32, [_L] if self.col(strides) else [1])
+                self.synth[key] = self.g.add_input(f"in{len(self.operands)}", ty)
+                self.operands.append((v, strides, self.synth[key]))
+        return self.synth[key]
+
+    def add_chain(self, nodes: Sequence[Node], shape: tuple) -> None:
+        """The chain's nodes, their outside operands read broadcast over ``shape``."""
+        for n in nodes:
+            ins = [None if v is None else self.synth[id(v)] if id(v) in self.synth else
+                   self.operand(v, _broadcast_strides(v.shape, shape)) for v in n.inputs]
+            self.synth[id(n.outputs[0])] = self.g.add(n.op, *ins)
+
+    def emit(self, k: KernelBuilder, name: str, outputs: Sequence[Value], in_place=None):
+        """(the internal row function ``name(inputs..., pointer outputs..., n)`` writing ``outputs``,
+        its ``ElementwiseKernel``, its inputs in argument order as (value, strides))."""
+        kern = emit_elementwise(k.module, list(self.g.nodes), name, outputs=[self.synth[id(v)] for v in outputs],
+                                math_lib=k.math, in_place=in_place or {})
+        fn = k.module.globals[kern.name]
+        fn.linkage = "internal"
+        by_synth = {id(sv): (v, st) for v, st, sv in self.operands}
+        return fn, kern, [by_synth[id(s)] for s in kern.inputs]
+
+
 def _pointer_inputs(nodes: Sequence[Node]) -> list[Value]:
     """The inputs ``emit_elementwise`` takes pointers for, in its order (first use, not inlined)."""
     produced = {id(o) for n in nodes for o in n.outputs}
@@ -218,4 +234,4 @@ def plan_tile_epilogue(k: KernelBuilder, y: Value, epilogue, bias: Value | None,
     return TileEpilogue(k, y, nodes, outputs, over, bias, row_axis, bias_strides=strides), fused
 
 
-__all__ = ["TileEpilogue", "plan_tile_epilogue"]
+__all__ = ["RowChain", "TileEpilogue", "plan_tile_epilogue"]
