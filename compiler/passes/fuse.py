@@ -11,9 +11,10 @@ Rules, in order of each group's first node (``plan_fusion``):
   elementwise ops after it: bias, folded BatchNorm scale/shift, activation, residual add;
 * **elementwise**: a chain of elementwise/broadcast ops becomes one loop; when nothing continues it,
   it ends in the row reduction that reads its result, if any (kind **reduction**: LayerNorm,
-  Softmax, global pooling, Reduce* over trailing axes).
+  Softmax, global pooling, Reduce* over trailing axes), or in the 1x1 convolution reading it (kind
+  **prologue**: computed as the conv's GEMM packs its input), which then takes its epilogue.
 
-The blocks (attention, shuffle, reduction) are formed only where the backend says it can run them
+The blocks (attention, shuffle, reduction, prologue) are formed only where the backend says it can run them
 (``FusionBackend.check``: the CPU lowerings' ``check``), else the reason joins the refusals.
 
 A chain grows from its last node ``cur`` to the first user of ``cur``'s result that is a fusable
@@ -101,12 +102,19 @@ def _reaches(sources: set[int], target: Node, order: dict[int, int]) -> bool:
 
 def default_check(kind: str, nodes: list[Node]) -> str | None:
     """Why the CPU backend cannot run ``nodes`` as one kernel of ``kind`` (attention, reduction,
-    shuffle: the blocks the pass only forms when the backend can run them); None: it can."""
+    shuffle, prologue: the blocks the pass only forms when the backend can run them); None: it can."""
     from ..codegen.kernels.attention import Attention
     from ..codegen.kernels.base import KernelGroup
     from ..codegen.kernels.row_reduce import RowReduce
     from ..codegen.kernels.shuffle import ShuffledDepthwise
 
+    if kind == "prologue":
+        from ..codegen.kernels import LOWERINGS
+
+        low = LOWERINGS[type(nodes[-1].op)]  # the conv's lowering takes the prologue
+        if any(v is not nodes[-1].outputs[0] for v in KernelGroup.of(nodes).outputs):
+            return "a value of the chain is needed outside the kernel"
+        return low.check(KernelGroup.of(nodes[-1:])) or low.prologue_reason(nodes[-1], nodes[:-1])
     low = {"attention": Attention, "reduction": RowReduce, "shuffle": ShuffledDepthwise}[kind]
     return low().check(KernelGroup.of(nodes))
 
@@ -119,7 +127,7 @@ class FusionBackend:
 
     fusable: Callable[[Node], bool] = default_fusable
     check: Callable[[str, list[Node]], str | None] = default_check
-    blocks: frozenset = frozenset({"attention", "reduction", "shuffle"})
+    blocks: frozenset = frozenset({"attention", "reduction", "shuffle", "prologue"})
 
 
 def _only_user(v: Value) -> Node | None:
@@ -235,29 +243,34 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
                 why = _refusal(u, out, ids, members, max_ops, fusable, taken, order)
                 if why is None and nxt is None:
                     nxt = u
-                    decisions.append(Decision(cur, u, True, f"{kind} chain"))
-                elif why is not None and kind == "elementwise" and "reduction" in backend.blocks and \
-                        u.op.pattern is Pattern.REDUCE and u.inputs[0] is out and id(u) not in taken:
+                    label = "epilogue" if kind == "prologue" else kind  # after a prologue: the conv's epilogue
+                    decisions.append(Decision(cur, u, True, f"{label} chain"))
+                elif why is not None and kind == "elementwise" and _closing(u, out, backend.blocks) and \
+                        id(u) not in taken:
                     closers.append((u, why))
                 else:
                     decisions.append(Decision(cur, u, False, why or "another user of the same result continues "
                                                                     "the chain (this one reads the kernel's result)"))
             closing = None
-            for u, why in closers:  # the chain ends in a reduction when nothing continues it
+            for u, why in closers:  # the chain ends in a reduction or a conv when nothing continues it
+                block = _closing(u, out, backend.blocks)
                 if nxt is None and closing is None:
                     rwhy = (f"the kernel has reached max_fused_ops={max_ops}" if len(members) >= max_ops else
-                            _cycle(u, ids, order) or backend.check("reduction", members + [u]))
+                            _cycle(u, ids, order) or backend.check(block, members + [u]))
                     if rwhy is None:
                         closing = u
-                        decisions.append(Decision(cur, u, True, "elementwise chain into its reduction"))
+                        decisions.append(Decision(cur, u, True, _CLOSED[block]))
                         continue
-                    why = f"{why}; not as the chain's reduction: {rwhy}"
+                    why = f"{why}; not as the chain's {_WHAT[block]}: {rwhy}"
                 decisions.append(Decision(cur, u, False, why))
             if closing is not None:
                 members.append(closing)
                 ids.add(id(closing))
-                kind = "reduction"
-                break
+                kind = _closing(closing, out, backend.blocks)
+                if kind == "reduction":
+                    break
+                cur = closing  # a prologue: the conv takes its epilogue next
+                continue
             if nxt is None:
                 break
             members.append(nxt)
@@ -267,6 +280,23 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             groups.append(FusionGroup(members, kind))
             taken |= ids
     return groups, _block_decisions(groups, decisions, refused)
+
+
+_CLOSED = {"reduction": "elementwise chain into its reduction",
+           "prologue": "elementwise chain computed as the convolution's GEMM packs its input (a prologue)"}
+_WHAT = {"reduction": "reduction", "prologue": "prologue"}
+
+
+def _closing(u: Node, out: Value, blocks) -> str | None:
+    """The block an elementwise chain with result ``out`` may end in at its user ``u``: "reduction"
+    (a reduction reading it), "prologue" (a convolution reading it as its input), or None."""
+    if u.inputs[0] is not out:
+        return None
+    if u.op.pattern is Pattern.REDUCE and "reduction" in blocks:
+        return "reduction"
+    if isinstance(u.op, cv.Conv) and is_anchor(u) and "prologue" in blocks:
+        return "prologue"
+    return None
 
 
 def _block_decisions(groups: list[FusionGroup], decisions: list[Decision],

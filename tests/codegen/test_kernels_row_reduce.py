@@ -7,28 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.codegen.kernels.testing import run_kernels
-from compiler.ir.interpreter import interpret
-from compiler.ir.parser import parse
-from compiler.passes.fuse import FuseKernels
+from .fused import check_native, fuse
 
 RNG = np.random.default_rng(17)
 
 
 def _fuse(text, weights=None):
-    g = parse(text, weights)
-    feeds = {v.name: RNG.standard_normal([int(x) for x in v.shape]).astype(np.float32) for v in g.inputs}
-    want = interpret(g, feeds)
-    p = FuseKernels()
-    p.run(g)
-    return g, p, feeds, want
+    return fuse(text, weights, RNG)
 
 
 def _check(g, feeds, want, threads=(1, 2)):
-    for t in threads:
-        got = run_kernels(g, feeds, nthreads=t)
-        for name, ref in want.items():
-            np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-5, err_msg=f"{name}, {t} thread(s)")
+    check_native(g, feeds, want, threads)
 
 
 CASES = {

@@ -8,9 +8,8 @@ import pytest
 
 from compiler.codegen.kernels.shuffle import plane_table
 from compiler.codegen.kernels.testing import run_kernels
-from compiler.ir.interpreter import interpret
-from compiler.ir.parser import parse
-from compiler.passes.fuse import FuseKernels
+
+from .fused import fuse
 
 RNG = np.random.default_rng(23)
 
@@ -36,12 +35,8 @@ def shuffle_block(n=1, g=4, cg=3, h=7, w=6, stride=1, perm="0, 2, 1, 3, 4", tail
 
 
 def _fuse(text, weights):
-    g = parse(text, weights)
-    feeds = {v.name: RNG.standard_normal([int(d) for d in v.shape]).astype(np.float32) for v in g.inputs}
-    want = interpret(g, feeds)["y"]
-    p = FuseKernels()
-    p.run(g)
-    return g, p, feeds, want
+    g, p, feeds, want = fuse(text, weights, RNG)
+    return g, p, feeds, want["y"]
 
 
 def test_plane_table_is_the_shuffle():

@@ -35,6 +35,7 @@ from .base import F32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, dtyp
 from .im2col import _gep, _helper_fn, _span, im2col, im2col_phased, pad_plane
 from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
 from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
+from .prologue import ProloguePacker, prologue_reason
 from .tile_epilogue import plan_tile_epilogue
 
 
@@ -84,10 +85,25 @@ class Conv(Lowering):
         del geo
         return None
 
-    def emit(self, k: KernelBuilder, group: KernelGroup, epilogue=None) -> bool:
+    @staticmethod
+    def prologue_reason(node, nodes) -> str | None:
+        """Why the elementwise chain ``nodes`` computing the input of conv ``node`` cannot run in its
+        GEMM's B packing (``prologue.py``; None if it can): a 1x1 conv, stride 1, no padding, one
+        image and group."""
+        n, c, h, wd, m, kh, kw, oh, ow, strides, _, pads = _geometry(node)
+        if not (kh == kw == 1 and all(int(v) == 1 for v in strides) and all(int(v) == 0 for v in pads)
+                and (oh, ow) == (h, wd) and len(node.inputs[0].shape) == 4):
+            return "the convolution is not 1x1 with stride 1 and no padding"
+        if n != 1 or int(node.op.group) != 1:
+            return "the convolution has several images or groups"
+        return prologue_reason(nodes, node.inputs[0])
+
+    def emit(self, k: KernelBuilder, group: KernelGroup, epilogue=None, prologue=None) -> bool:
         """Emit the conv; with ``epilogue`` = (chain nodes, their values needed outside, the value
         written over the result's buffer or None) also the chain, as a tile epilogue of the GEMM
-        when this conv's path allows (returns True; False: the caller emits the chain after)."""
+        when this conv's path allows (returns True; False: the caller emits the chain after). With
+        ``prologue`` (the chain computing the input; ``prologue_reason`` must have allowed it) the
+        GEMM's B blocks are computed by it as they are packed (the input has no buffer)."""
         node = group.node
         op = node.op
         x, w = node.inputs[0], node.inputs[1]
@@ -96,7 +112,7 @@ class Conv(Lowering):
         n, c, h, wd, m, kh, kw, oh, ow, (sh, sw), (dh, dw), (pt, pl) = _geometry(node)
         g = int(op.group)
         cg, mg = c // g, m // g
-        xp, yp = k.ptr(x), k.ptr(y)
+        xp, yp = (None if prologue else k.ptr(x)), k.ptr(y)
         bp = k.ptr(bias) if bias is not None else None
         if cg == 1 and g > 1:
             # one image: the chain on each output plane as soon as it is computed (in cache)
@@ -151,6 +167,9 @@ class Conv(Lowering):
                "transposed GEMM (few pixels, several images or groups)" if trans else "im2col + GEMM")
         if te is not None:
             k.note("bias and chain inside the GEMM" if fused else "bias inside the GEMM")
+        if prologue:
+            k.note("the elementwise chain before it computed as the GEMM packs B (a prologue)")
+        pre = ProloguePacker(k, prologue, x, cfg.NR) if prologue else None
         # one image and group: the input padded here, the GEMM's B blocks packed when it asks
         pack_cb = None
         if packed:
@@ -163,7 +182,7 @@ class Conv(Lowering):
             img, gi = b.udiv(i, c64(g)), b.urem(i, c64(g))
             slot = i if copies > 1 else c64(0)
             xbase = b.mul(i, c64(cg * h * wd))
-            xt, wg = k.again(xp), k.at(k.again(wp), b.mul(gi, c64(wstride)))
+            xt, wg = (k.again(xp) if xp is not None else None), k.at(k.again(wp), b.mul(gi, c64(wstride)))
             cptr = k.at(k.again(yp), b.mul(i, c64(mg * p)))
             colt, pln, ctt = (k.at(k.again(v), b.mul(slot, c64(f))) if v is not None else None
                               for v, f in ((col, col_f), (planes, planes_f), (ctr, ctr_f)))
@@ -172,7 +191,9 @@ class Conv(Lowering):
                 self._blocks(k, k.at(xt, xbase), colt, wg, wt, cptr, beta, block, cg, kk,
                              mg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
                 return
-            if direct:
+            if pre is not None:
+                src = ir.Constant(PTR, None)  # (not read: the prologue packer makes B's blocks)
+            elif direct:
                 src = k.at(xt, xbase)
             elif packed:
                 src = xt  # (not read: the packer makes B's blocks)
@@ -188,7 +209,7 @@ class Conv(Lowering):
                 _transpose_out(k, ctt, cptr, p, mg, k.again(bp) if bp is not None else None, b.mul(gi, c64(mg)))
             else:
                 call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p, epilogue=ep,
-                           pack_b=(pack_cb, k.again(xpad)) if packed else None)
+                           pack_b=(pack_cb, k.again(xpad)) if packed else pre.call_args() if pre else None)
 
         # (image, group) pairs: input, output and the chain's context are laid out by i = img * g + gi
         gemm_loop(k, n * g, tasks, one, "imgrp")

@@ -26,11 +26,11 @@ from ...ir.ops import norm as nm
 from ...ir.ops import pool as P
 from ...ir.ops import reduce as rd
 from ..llvm.elementwise import _is_inlined
-from .base import F32, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason, strides_of
+from .base import F32, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
 from .elementwise import Elementwise
 from .norm import _trailing, layernorm_row, softmax_row
 from .reduce import par_loop, reduce_axes, reduce_row, vload, vstore
-from .tile_epilogue import RowChain, _broadcast_strides
+from .tile_epilogue import RowChain, _broadcast_strides, dense_strides
 
 #: the longest row (floats) computed into a stack buffer
 MAX_ROW = 1 << 14
@@ -148,7 +148,7 @@ class _Rows:
     @staticmethod
     def reason(chain: Sequence[Node], shape: tuple, a: int) -> str | None:
         produced = {id(o) for n in chain for o in n.outputs}
-        tail = tuple(strides_of(shape[a:]))
+        tail = dense_strides(shape)[a:]
         for n in chain:
             for v in n.inputs:
                 if v is None or id(v) in produced or _is_inlined(v, True):

@@ -33,9 +33,15 @@ _L = 16
 
 def _broadcast_strides(shape: Sequence[int], out: Sequence[int]) -> tuple[int, ...]:
     """Element strides of a row-major tensor of ``shape`` read at the index of ``out`` (broadcast
-    dimensions: stride 0)."""
+    dimensions, and those where ``out`` has size 1 so the index is always 0: stride 0)."""
     shape = (1,) * (len(out) - len(shape)) + tuple(int(d) for d in shape)
-    return tuple(0 if d == 1 and o != 1 else s for d, o, s in zip(shape, out, strides_of(shape)))
+    return tuple(0 if d == 1 or o == 1 else s for d, o, s in zip(shape, out, strides_of(shape)))
+
+
+def dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a row-major tensor of ``shape`` read at its own index, as ``_broadcast_strides``
+    gives them (size-1 axes: 0), for comparing an operand's layout with it."""
+    return _broadcast_strides(shape, shape)
 
 
 class TileEpilogue:
@@ -85,8 +91,8 @@ class TileEpilogue:
         batch of sequences): each operand must then be laid out like the result over them, or be
         constant over them all."""
         shape = tuple(int(d) for d in c.shape)
-        tail = strides_of(shape[row_axis + 1:])
-        full = strides_of(shape)
+        tail = dense_strides(shape)[row_axis + 1:]
+        full = dense_strides(shape)
         lo = row_axis if rows_from is None else rows_from
         produced = {id(c)} | {id(o) for n in nodes for o in n.outputs}
         for v in [v for n in nodes for v in n.inputs] + list(extra):
