@@ -14,8 +14,8 @@ Rules, in order of each group's first node (``plan_fusion``):
   Softmax, global pooling, Reduce* over trailing axes), or in the 1x1 convolution reading it (kind
   **prologue**: computed as the conv's GEMM packs its input), which then takes its epilogue.
 
-The blocks (attention, shuffle, reduction, prologue) are formed only where the backend says it can run them
-(``FusionBackend.check``: the CPU lowerings' ``check``), else the reason joins the refusals.
+The blocks (attention, shuffle, reduction, prologue) are formed only where the backend says it can
+run them (``FusionBackend.check``: the CPU lowerings' ``check``), else the reason joins the refusals.
 
 A chain grows from its last node ``cur`` to the first user of ``cur``'s result that is a fusable
 elementwise op producing the same shape (side operands may broadcast into it). Other users of
@@ -103,27 +103,22 @@ def _reaches(sources: set[int], target: Node, order: dict[int, int]) -> bool:
 def default_check(kind: str, nodes: list[Node]) -> str | None:
     """Why the CPU backend cannot run ``nodes`` as one kernel of ``kind`` (attention, reduction,
     shuffle, prologue: the blocks the pass only forms when the backend can run them); None: it can."""
+    from ..codegen.kernels import ALL, KernelGroup
     from ..codegen.kernels.attention import Attention
-    from ..codegen.kernels.base import KernelGroup
+    from ..codegen.kernels.epilogue import Epilogue
     from ..codegen.kernels.row_reduce import RowReduce
     from ..codegen.kernels.shuffle import ShuffledDepthwise
 
-    if kind == "prologue":
-        from ..codegen.kernels import LOWERINGS
-
-        low = LOWERINGS[type(nodes[-1].op)]  # the conv's lowering takes the prologue
-        if any(v is not nodes[-1].outputs[0] for v in KernelGroup.of(nodes).outputs):
-            return "a value of the chain is needed outside the kernel"
-        return low.check(KernelGroup.of(nodes[-1:])) or low.prologue_reason(nodes[-1], nodes[:-1])
-    low = {"attention": Attention, "reduction": RowReduce, "shuffle": ShuffledDepthwise}[kind]
-    return low().check(KernelGroup.of(nodes))
+    cls = {"attention": Attention, "reduction": RowReduce, "shuffle": ShuffledDepthwise, "prologue": Epilogue}[kind]
+    low = next(low for low in ALL if type(low) is cls)
+    return low.check(KernelGroup.of(nodes))
 
 
 @dataclass(frozen=True)
 class FusionBackend:
     """What the code generator can run as one kernel: the CPU backend's by default. ``blocks``: the
-    block rules that are on (attention, reduction, shuffle), each formed only where ``check`` says the
-    backend can run it."""
+    block rules that are on (attention, reduction, shuffle, prologue), each formed only where
+    ``check`` says the backend can run it."""
 
     fusable: Callable[[Node], bool] = default_fusable
     check: Callable[[str, list[Node]], str | None] = default_check
@@ -238,35 +233,33 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             if not users:
                 break
             nxt = None
-            closers: list[tuple[Node, str]] = []  # reductions that may end an elementwise chain
+            closers: list[tuple[Node, str, str]] = []  # (user, refusal, block) that may end the chain
             for u in users:  # the first fusable user in schedule order continues the chain
                 why = _refusal(u, out, ids, members, max_ops, fusable, taken, order)
                 if why is None and nxt is None:
                     nxt = u
                     label = "epilogue" if kind == "prologue" else kind  # after a prologue: the conv's epilogue
                     decisions.append(Decision(cur, u, True, f"{label} chain"))
-                elif why is not None and kind == "elementwise" and _closing(u, out, backend.blocks) and \
-                        id(u) not in taken:
-                    closers.append((u, why))
+                elif why is not None and kind == "elementwise" and id(u) not in taken and \
+                        (block := _closing(u, out, backend.blocks)):
+                    closers.append((u, why, block))
                 else:
                     decisions.append(Decision(cur, u, False, why or "another user of the same result continues "
                                                                     "the chain (this one reads the kernel's result)"))
             closing = None
-            for u, why in closers:  # the chain ends in a reduction or a conv when nothing continues it
-                block = _closing(u, out, backend.blocks)
+            for u, why, block in closers:  # the chain ends in a reduction or a conv when nothing continues it
                 if nxt is None and closing is None:
                     rwhy = (f"the kernel has reached max_fused_ops={max_ops}" if len(members) >= max_ops else
                             _cycle(u, ids, order) or backend.check(block, members + [u]))
                     if rwhy is None:
-                        closing = u
+                        closing, kind = u, block
                         decisions.append(Decision(cur, u, True, _CLOSED[block]))
                         continue
-                    why = f"{why}; not as the chain's {_WHAT[block]}: {rwhy}"
+                    why = f"{why}; not as the chain's {block}: {rwhy}"
                 decisions.append(Decision(cur, u, False, why))
             if closing is not None:
                 members.append(closing)
                 ids.add(id(closing))
-                kind = _closing(closing, out, backend.blocks)
                 if kind == "reduction":
                     break
                 cur = closing  # a prologue: the conv takes its epilogue next
@@ -284,7 +277,6 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
 
 _CLOSED = {"reduction": "elementwise chain into its reduction",
            "prologue": "elementwise chain computed as the convolution's GEMM packs its input (a prologue)"}
-_WHAT = {"reduction": "reduction", "prologue": "prologue"}
 
 
 def _closing(u: Node, out: Value, blocks) -> str | None:

@@ -31,7 +31,7 @@ def pipeline(opts: CompileOptions) -> list[Pass]:
     if opts.opt_level >= 2:
         passes += [FoldBatchNorm(), FoldScaleBias(), FoldConstants(opts.fold_limit_bytes),
                    Canonicalize(max_rounds=opts.max_rewrite_rounds), EliminateDead(),
-                   SinkReshapes(),  # a Reshape between a GEMM and its elementwise users moves below them
+                   SinkReshapes(opts.max_rewrite_rounds),  # Reshapes after a GEMM move below its elementwise users
                    FuseKernels(max_ops=opts.max_fused_ops),  # kiln.Kernel nodes: one native kernel each
                    ScheduleForMemory()]  # last: a topological order with a lower peak of live bytes
     return passes

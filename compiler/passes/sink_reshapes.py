@@ -17,8 +17,8 @@ op), every such Reshape comes from the same S, no other operand already comes st
 node (which keeps the rule from sinking Reshapes back and forth), and each other operand maps into
 S: it has the full result shape (it is reshaped to S too), or it broadcasts only along trailing
 dimensions that S and the result share (a bias per column, a scalar). Otherwise the rule says why
-not. The rule runs at
--O2, just before ``fuse``, on the ops that pass fuses (``fuse.default_fusable``).
+not. The rule runs at -O2, just before ``fuse``, on the ops that pass fuses
+(``fuse.default_fusable``).
 """
 from __future__ import annotations
 
@@ -80,6 +80,19 @@ def _mapping(v: Value, src: tuple, out: tuple) -> str | tuple | None:
     return tuple(tail)
 
 
+def _viewed(graph: Graph, v: Value, shape: tuple, before: Node) -> Value:
+    """``v`` seen as ``shape`` (same elements): itself, the input of the Reshape computing it, a
+    constant reshaped now, or a new Reshape (a view)."""
+    if tuple(v.shape) == shape:
+        return v
+    p = v.producer
+    if p is not None and p.op.name == "Reshape" and tuple(p.inputs[0].shape) == shape:
+        return p.inputs[0]
+    if v.const is not None:
+        return graph.add_constant(np.asarray(v.const).reshape(shape), name=v.name)
+    return reshape_to(graph, v, shape, before)
+
+
 class SinkReshape(Rule):
     name = "sink-reshape"
     roots = ()  # every fusable elementwise op: see SinkReshapes.run
@@ -109,23 +122,8 @@ class SinkReshape(Rule):
         src = _source_shape(node)
         args: list[Value | None] = []
         for v in node.inputs:
-            m = None if v is None else _mapping(v, src, out)
-            if v is None:
-                args.append(None)
-            elif m == "reshape":
-                p = v.producer
-                if p is not None and p.op.name == "Reshape" and tuple(p.inputs[0].shape) == src:
-                    args.append(p.inputs[0])
-                elif v.const is not None:
-                    args.append(graph.add_constant(np.asarray(v.const).reshape(src), name=v.name))
-                else:
-                    args.append(reshape_to(graph, v, src, node))
-            elif tuple(v.shape) == m:
-                args.append(v)
-            elif v.const is not None:
-                args.append(graph.add_constant(np.asarray(v.const).reshape(m), name=v.name))
-            else:
-                args.append(reshape_to(graph, v, m, node))
+            m = None if v is None else _mapping(v, src, out)  # "reshape": v has the result's shape
+            args.append(None if v is None else _viewed(graph, v, src if m == "reshape" else m, node))
         moved = graph.add_node(node.op, args, name=node.name, before=node)
         node.outputs[0].replace_all_uses_with(reshape_to(graph, moved.outputs[0], out, node))
 

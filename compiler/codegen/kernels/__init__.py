@@ -25,7 +25,8 @@ ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(
                              LayerNorm(), Lrn(), *DATA_LOWERINGS, *CONVERT_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())
 
-#: op class -> the first lowering that takes it alone (Epilogue, last, also lists the ops it fuses)
+#: op class -> the first lowering that takes it alone (the fused lowerings, last, also list the ops
+#: they fuse)
 LOWERINGS: dict[type, Lowering] = {op: low for low in reversed(ALL) for op in low.ops}
 
 

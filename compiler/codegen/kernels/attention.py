@@ -33,7 +33,7 @@ from ...ir.graph import Node, Value
 from ...ir.ops import linalg as la
 from ...ir.ops import norm as nm
 from ...ir.ops import shape as sh
-from .base import KernelBuilder, KernelGroup, Lowering, c64, dtype_reason, strides_of
+from .base import KernelBuilder, KernelGroup, Lowering, c64, dtype_reason, strides_of, unravel
 from .elementwise import Elementwise
 from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
 from .norm import softmax_row
@@ -188,7 +188,7 @@ class Attention(Lowering):
         v = parts.operand(parts.mm2.inputs[1], batch)
         out = parts.result(batch)
         scores = k.scratch(4 * nb * m * n)
-        te, final = None, None
+        te = None
         if parts.chain:
             final = parts.chain[-1].outputs[0]
             te, _ = plan_tile_epilogue(k, s, (parts.chain, [final], final), None, len(s.shape) - 2)
@@ -204,12 +204,12 @@ class Attention(Lowering):
                 return k.at(k.ptr(op.value), table_load(k, tables[name], t))
             ep = None
             if te is not None:  # the chain reads S_t and writes over it
-                lead = [b.urem(b.udiv(t, c64(math.prod(batch[a + 1:]))), c64(d)) for a, d in enumerate(batch)]
-                ep = te.call_args(lead, c64(0), bases={id(s): k.again(scores), id(final): k.again(scores)})
+                ep = te.call_args(unravel(b, t, batch), c64(0), bases={id(s): k.again(scores)})
             call_sgemm(k, q.trans, kt.trans, m, n, kk, 1.0, at("q", q), q.ld, at("k", kt), kt.ld, 0.0, sp, n,
                        epilogue=ep)
             with k.loop(m, "row") as i:
-                softmax_row(k, sp, sp, b.mul(i, c64(n)), n)
+                row = k.at(sp, b.mul(i, c64(n)))
+                softmax_row(k, row, row, n)
             call_sgemm(k, 0, v.trans, m, n2, n, 1.0, sp, n, at("v", v), v.ld, 0.0, at("o", out), out.ld)
 
         gemm_loop(k, nb, nb > 1 and 2 * m * n * kk < TASK_MAX_FLOPS, one, "head")

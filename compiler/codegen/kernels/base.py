@@ -23,6 +23,7 @@ warning for an interpreter fallback) and must then never be asked to ``emit``.
 from __future__ import annotations
 
 import functools
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -468,6 +469,11 @@ def unary_f32_reason(group: KernelGroup) -> str | None:
     return None
 
 
+def unravel(b: ir.IRBuilder, index: ir.Value, shape: Sequence[int]) -> list[ir.Value]:
+    """The per-axis indices of the flat (row-major) ``index`` into ``shape``."""
+    return [b.urem(b.udiv(index, c64(math.prod(shape[a + 1:]))), c64(int(d))) for a, d in enumerate(shape)]
+
+
 def strides_of(shape: Sequence[int]) -> list[int]:
     out, s = [], 1
     for d in reversed(list(shape)):
@@ -476,5 +482,5 @@ def strides_of(shape: Sequence[int]) -> list[int]:
     return list(reversed(out))
 
 
-__all__ = ["ALIGN", "F32", "F64", "I1", "I8", "I32", "I64", "PTR", "VOID", "LLVM_TYPES", "KernelBuilder",
+__all__ = ["ALIGN", "F32", "F64", "I1", "I8", "I32", "I64", "PTR", "VOID", "LLVM_TYPES", "KernelBuilder", "unravel",
            "KernelGroup", "Lowering", "Services", "Slot", "c64", "cf32", "dtype_reason", "strides_of"]

@@ -55,7 +55,7 @@ class Epilogue(Lowering):
             if not hasattr(low, "prologue_reason"):
                 return f"{head.node.op.name} takes no prologue"
             if any(o in group.outputs for n in pro for o in n.outputs):
-                return "a value of the prologue is needed outside the group"
+                return "a value of the chain is needed outside the kernel"
             why = self.chain.check(KernelGroup.of(pro)) or low.prologue_reason(head.node, pro)
             if why:
                 return why
@@ -65,8 +65,9 @@ class Epilogue(Lowering):
 
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         low, pro, head, tail, a_out = self._parts(group)
+        with_pro = {"prologue": pro} if pro else {}  # (only a Conv takes one: see check)
         if tail is None:  # a prologue only
-            low.emit(k, head, prologue=pro)
+            low.emit(k, head, **with_pro)
             return
         final = group.nodes[-1].outputs[0]
         own = any(v is a_out for v in group.outputs)  # needed outside: it keeps its own buffer
@@ -79,7 +80,7 @@ class Epilogue(Lowering):
                 k.in_place = {list(tail.outputs).index(final): list(tail.inputs).index(a_out)}
                 over = final
             # the chain inside the anchor's GEMM when it can (True), else a pass after it
-            if not low.emit(k, head, epilogue=(tail.nodes, tail.outputs, over), **({"prologue": pro} if pro else {})):
+            if not low.emit(k, head, epilogue=(tail.nodes, tail.outputs, over), **with_pro):
                 self.chain.emit(k, tail)
                 k.note("chain: a second pass over the output, in place")
         finally:

@@ -15,7 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...ir.ops import linalg as la
-from .base import I32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
+from .base import I32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason, unravel
 from .tile_epilogue import plan_tile_epilogue
 
 
@@ -232,8 +232,7 @@ class MatMul(Lowering):
             pc = k.at(k.ptr(y), bld.mul(t, c64(m * n)))
             ep = None
             if te is not None:  # the batch index per axis of the output
-                lead = [bld.urem(bld.udiv(t, c64(math.prod(batch[ax + 1:]))), c64(d)) for ax, d in enumerate(batch)]
-                ep = te.call_args(lead, c64(0))
+                ep = te.call_args(unravel(bld, t, batch), c64(0))
             call_sgemm(k, ta, tb, m, n, kk, 1.0, pa, kk, pb, n, 0.0, pc, n, epilogue=ep)
 
         gemm_loop(k, nb, nb > 1 and 2 * m * n * kk < TASK_MAX_FLOPS, one, "batch")

@@ -49,20 +49,18 @@ def _isfinite_or_zero(k: KernelBuilder, m: ir.Value) -> ir.Value:
 # Softmax, LogSoftmax
 # ---------------------------------------------------------------------------------------------
 
-def softmax_row(k: KernelBuilder, xp: ir.Value, yp: ir.Value, base: ir.Value, A: int, log: bool = False) -> None:
-    """(Log)Softmax of the ``A`` floats at ``xp + base`` into ``yp + base`` (which may be ``xp``)."""
+def softmax_row(k: KernelBuilder, xp: ir.Value, yp: ir.Value, A: int, log: bool = False) -> None:
+    """(Log)Softmax of the ``A`` floats at ``xp`` into ``yp`` (which may be ``xp`` for Softmax)."""
     b = k.b
-    m = reduce_row(k, A, lambda i, w: vload(k, xp, b.add(base, i), w), "max")
+    m = reduce_row(k, A, lambda i, w: vload(k, xp, i, w), "max")
     shift = _isfinite_or_zero(k, m)
-    map_row(k, A, lambda i: vstore(k, k.math.exp(b, b.fsub(vload(k, xp, b.add(base, i)), shift)), yp,
-                                   b.add(base, i)), "e", interleave=2)
-    s = reduce_row(k, A, lambda i, w: vload(k, yp, b.add(base, i), w), "sum")
+    map_row(k, A, lambda i: vstore(k, k.math.exp(b, b.fsub(vload(k, xp, i), shift)), yp, i), "e", interleave=2)
+    s = reduce_row(k, A, lambda i, w: vload(k, yp, i, w), "sum")
     if log:  # (x - shift) - log(sum): x is read again, so not in place
         ls = k.math.log(b, s)
-        map_row(k, A, lambda i: vstore(k, b.fsub(b.fsub(vload(k, xp, b.add(base, i)), shift), ls),
-                                       yp, b.add(base, i)), "y")
+        map_row(k, A, lambda i: vstore(k, b.fsub(b.fsub(vload(k, xp, i), shift), ls), yp, i), "y")
     else:
-        map_row(k, A, lambda i: vstore(k, b.fdiv(vload(k, yp, b.add(base, i)), s), yp, b.add(base, i)), "y")
+        map_row(k, A, lambda i: vstore(k, b.fdiv(vload(k, yp, i), s), yp, i), "y")
 
 
 class Softmax(Lowering):
@@ -83,7 +81,8 @@ class Softmax(Lowering):
         exp = k.math.exp
         if I == 1:
             with par_loop(k, O, SOFTMAX_COST * A, "row") as r:  # rows split among the threads
-                softmax_row(k, k.ptr(x), k.ptr(y), k.b.mul(r, c64(A)), A, log)
+                base = k.b.mul(r, c64(A))
+                softmax_row(k, k.at(k.ptr(x), base), k.at(k.ptr(y), base), A, log)
             return
         # the running max and sum of each outer index (scratch vectors of I floats): one pair per
         # outer index when the outer loop is split among the threads, else one pair for all
@@ -174,24 +173,36 @@ class LayerNorm(Lowering):
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
         node = group.node
         x, y = node.inputs[0], node.outputs[0]
-        scale, bias = (list(node.inputs[1:]) + [None])[:2]
         shape = [int(d) for d in x.shape]
         a = node.op.axis % len(shape)
         R, D = math.prod(shape[:a]), math.prod(shape[a:])
-        # Scale and B: their own buffers, or constants expanded to the normalized block (made once)
-        params = [None if v is None else _trailing(v, x, a) for v in (scale, bias)]
+        params = ScaleBias(node, a)
         want_mean = len(node.outputs) > 1 and node.outputs[1].uses
         want_inv = len(node.outputs) > 2 and node.outputs[2].uses
         with par_loop(k, R, 3 * D, "row") as r:  # rows split among the threads
             b = k.b
-            sp, bp = [None if p is None else k.ptr(v) if p[0] == "ptr" else k.weight(p[1])
-                      for v, p in zip((scale, bias), params)]
             base = b.mul(r, c64(D))
-            mean, inv = layernorm_row(k, k.at(k.ptr(x), base), k.at(k.ptr(y), base), D, sp, bp, node.op.epsilon)
+            mean, inv = layernorm_row(k, k.at(k.ptr(x), base), k.at(k.ptr(y), base), D, *params.pointers(k),
+                                      node.op.epsilon)
             if want_mean:
                 vstore(k, mean, k.ptr(node.outputs[1]), r)
             if want_inv:
                 vstore(k, inv, k.ptr(node.outputs[2]), r)
+
+
+class ScaleBias:
+    """A LayerNormalization's Scale and B over its normalized block (``_trailing``): their own
+    buffers, or constants expanded to the block (made once)."""
+
+    def __init__(self, node, a: int):
+        x = node.inputs[0]
+        self.values = (list(node.inputs[1:]) + [None])[:2]
+        self.params = [None if v is None else _trailing(v, x, a) for v in self.values]
+
+    def pointers(self, k: KernelBuilder) -> list:
+        """(Scale, B) pointers in the function being built (None for a missing B)."""
+        return [None if p is None else k.ptr(v) if p[0] == "ptr" else k.weight(p[1])
+                for v, p in zip(self.values, self.params)]
 
 
 def layernorm_row(k: KernelBuilder, xp: ir.Value, yp: ir.Value, D: int, sp: ir.Value | None, bp: ir.Value | None,

@@ -26,9 +26,9 @@ from ...ir.ops import norm as nm
 from ...ir.ops import pool as P
 from ...ir.ops import reduce as rd
 from ..llvm.elementwise import _is_inlined
-from .base import F32, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason
+from .base import F32, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason, unravel
 from .elementwise import Elementwise
-from .norm import _trailing, layernorm_row, softmax_row
+from .norm import ScaleBias, _trailing, layernorm_row, softmax_row
 from .reduce import par_loop, reduce_axes, reduce_row, vload, vstore
 from .tile_epilogue import RowChain, _broadcast_strides, dense_strides
 
@@ -109,21 +109,16 @@ class RowReduce(Lowering):
         own = any(v is x for v in group.outputs)  # x needed outside: its own buffer is the row buffer
         rows = _Rows(k, chain, [v for v in group.outputs if v is not y], x, shape, a)
         op = red.op
-        params = None
-        if type(op) is nm.LayerNormalization:  # Scale and B: as the LayerNorm lowering takes them
-            sb = (list(red.inputs[1:]) + [None])[:2]
-            params = [None if v is None else _trailing(v, x, a) for v in sb]
+        params = ScaleBias(red, a) if type(op) is nm.LayerNormalization else None
         k.note("the elementwise chain computed row by row into the reduction (no intermediate tensor)")
         with par_loop(k, R, 4 * D, "row") as r:
             b = k.b
             xp = k.at(k.ptr(x), b.mul(r, c64(D))) if own else k.f.alloca(ir.ArrayType(F32, D), name="xrow")
             rows.emit(r, xp)
             if params is not None:
-                sp, bp = [None if p is None else k.ptr(v) if p[0] == "ptr" else k.weight(p[1])
-                          for v, p in zip(sb, params)]
-                layernorm_row(k, xp, k.at(k.ptr(y), b.mul(r, c64(D))), D, sp, bp, op.epsilon)
+                layernorm_row(k, xp, k.at(k.ptr(y), b.mul(r, c64(D))), D, *params.pointers(k), op.epsilon)
             elif type(op) in (nm.Softmax, nm.LogSoftmax):
-                softmax_row(k, xp, k.at(k.ptr(y), b.mul(r, c64(D))), c64(0), D, type(op) is nm.LogSoftmax)
+                softmax_row(k, xp, k.at(k.ptr(y), b.mul(r, c64(D))), D, type(op) is nm.LogSoftmax)
             else:
                 kind = "max" if type(op) in (P.GlobalMaxPool, rd.ReduceMax) else \
                     "sum" if type(op) is P.GlobalAveragePool else _REDUCE_KIND[type(op)]
@@ -162,7 +157,7 @@ class _Rows:
 
     def emit(self, r: ir.Value, dst: ir.Value) -> None:
         k, b, a, shape = self.k, self.k.b, self.a, self.shape
-        lead = [b.urem(b.udiv(r, c64(math.prod(shape[i + 1:a]))), c64(d)) for i, d in enumerate(shape[:a])]
+        lead = unravel(b, r, shape[:a])
         D = math.prod(shape[a:])
         ptrs = []
         for v, st in self.operands:
