@@ -67,6 +67,26 @@ def test_conv_gemm_paths(monkeypatch, task_budget):
     t.run()
 
 
+@pytest.mark.parametrize("col_budget", [None, 3000])
+def test_conv_im2col_stride_pad_sweep(monkeypatch, col_budget):
+    """Regression (issue 21): with two images, strides (2, 1) and pads summing to KW - 1 (output
+    width = input width) im2col copied the window as one run of the plane, right only for a height
+    stride of 1. Every stride/pad/dilation pair of a small grid, several images (im2col), also by
+    row blocks."""
+    from compiler.codegen.kernels import conv as conv_lowering
+
+    if col_budget is not None:
+        monkeypatch.setattr(conv_lowering, "COL_BUDGET", col_budget)
+    t = Bench()
+    for sh in (1, 2, 3):
+        for sw in (1, 2):
+            for (pl, pr) in ((0, 0), (1, 1), (0, 2), (2, 0)):
+                for dh in (1, 2):
+                    conv(t, (2, 2, 9, 7), 3, (3, 3), strides=(sh, sw), dilations=(dh, 1),
+                         pads=(1, pl, 0, pr), bias=(sh + sw) % 2 == 0)
+    t.run()
+
+
 def test_conv_packed_cols():
     """One image: the GEMM asks the conv for each block of the col matrix, packed straight from the
     padded input (``packed_cols.py``); panels straddle two output rows, or several when rows are

@@ -199,7 +199,8 @@ def _build_im2col(module: ir.Module, sw: int) -> ir.Function:
     gep = lambda ptr, i: b.gep(ptr, [i], inbounds=True, source_etype=F32)  # noqa: E731
     oh, ow, wd = v["oh"], v["ow"], v["wd"]
     p = b.mul(oh, ow)
-    contiguous = b.icmp_signed("==", ow, wd) if sw == 1 else None
+    # one output row per input row, full width: the valid window of a tap is one run of the plane
+    contiguous = b.and_(b.icmp_signed("==", ow, wd), b.icmp_signed("==", v["sh"], c64(1))) if sw == 1 else None
     swc = c64(sw)
     with _For(b, v["cg"], "ic") as ci:
         xc = gep(x, b.mul(ci, v["cs"]))
