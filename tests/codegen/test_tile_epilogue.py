@@ -171,6 +171,26 @@ def test_matmul_linear_layer_folds_the_batch_into_rows():
     _gemm_run(text, _weights({"w": [32, 16], "c": [16]}), True)
 
 
+@pytest.mark.parametrize("x, r", [
+    ((3, 1, 32), (3, 1, 16)),        # issue 21: every batch read batch 0's residual row
+    ((2, 3, 1, 32), (2, 3, 1, 16)),  # several folded axes, the innermost of size 1
+    ((2, 1, 4, 32), (2, 1, 4, 16)),  # a size-1 axis between folded ones
+    ((3, 1, 32), (1, 1, 16)),        # a residual broadcast over every folded row
+])
+def test_folded_rows_with_size_one_axes(x, r):
+    """C's rows fold the leading axes; a size-1 axis among them has stride 0, so the row stride of an
+    operand is that of the innermost folded axis longer than 1, not the last axis's."""
+    y = x[:-1] + (16,)
+    text = f"""graph @g(%x: f32{_dims(x)}, %r: f32{_dims(r)}) -> (y: f32{_dims(y)}) {{
+  %w = const f32[32,16]
+  %0 = MatMul(%x, %w) : f32{_dims(y)}
+  %1 = Add(%0, %r) : f32{_dims(y)}
+  %2 = Relu(%1) : f32{_dims(y)}
+  return y=%2
+}}"""
+    _gemm_run(text, _weights({"w": [32, 16]}), True)
+
+
 def test_batched_matmul_scale_and_mask():
     """Attention scores: a batched MatMul, a scale and a mask broadcast over heads and queries."""
     text = """graph @g(%q: f32[2,3,8,16], %k: f32[2,3,16,8], %m: f32[2,1,1,8]) -> (y: f32[2,3,8,8]) {

@@ -56,8 +56,10 @@ class TileEpilogue:
     """
 
     def __init__(self, k: KernelBuilder, c: Value, nodes: Sequence[Node], outputs: Sequence[Value],
-                 in_place: Value | None, bias: Value | None, row_axis: int, bias_strides: tuple | None = None):
+                 in_place: Value | None, bias: Value | None, row_axis: int, bias_strides: tuple | None = None,
+                 rows_from: int | None = None):
         self.k, self.c, self.row_axis = k, c, row_axis
+        self.rows_from = row_axis if rows_from is None else rows_from
         if in_place is None and bias is not None:
             in_place = c  # C + bias is the GEMM's result: written over C
         shape = tuple(int(d) for d in c.shape)
@@ -81,6 +83,14 @@ class TileEpilogue:
         """0: the operand holds one value per row of C (the same for all its columns); 1: it moves
         with C's columns (laid out like the result along them)."""
         return 1 if any(strides[self.row_axis + 1:]) else 0
+
+    def _row(self, strides: tuple[int, ...]) -> int:
+        """The operand's stride from one row of C to the next. C's rows are the axes
+        ``rows_from..row_axis`` folded; ``reason`` allowed only operands laid out like the result over
+        them (or constant over them), so the stride is that of the innermost of them longer than 1
+        (size-1 axes have stride 0: with a [B, 1, D] result it is B's, not the 1's)."""
+        long = [a for a in range(self.rows_from, self.row_axis + 1) if self.shape[a] > 1]
+        return strides[long[-1]] if long else 0
 
     @staticmethod
     def reason(c: Value, nodes: Sequence[Node], row_axis: int, extra: Sequence[Value] = (),
@@ -120,14 +130,13 @@ class TileEpilogue:
         nr = k.services.gemm_cfg.NR
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         bases = [b.load(b.gep(ctx, [c64(j)], source_etype=PTR), typ=PTR) for j in range(len(self.args))]
-        ra = self.row_axis
         # (the row loop is not vectorized: its body, whole vectors along the row, would be
         # gathered across rows)
         with _For(b, b.sub(i1, i0), "eprow", no_vectorize_metadata(k.module)) as r:
             i = b.add(i0, r)
             ptrs = []
             for base, (_, st) in zip(bases, self.args):
-                off = b.add(b.mul(i, c64(st[ra])), b.mul(j0, c64(self._col(st))))
+                off = b.add(b.mul(i, c64(self._row(st))), b.mul(j0, c64(self._col(st))))
                 ptrs.append(b.gep(base, [off], inbounds=True, source_etype=F32))
             # the GEMM's blocks are NR columns wide but at C's right edge: with the width a
             # constant the inlined row is a few whole vectors (no remainder loops; measured 2x
@@ -150,7 +159,7 @@ class TileEpilogue:
         b = k.b
         table = k.f.alloca(PTR, len(self.args), name="epctx")
         for j, (v, st) in enumerate(self.args):
-            off = b.mul(row0, c64(st[self.row_axis]))
+            off = b.mul(row0, c64(self._row(st)))
             for a, idx in enumerate(lead):
                 if st[a]:
                     off = b.add(off, b.mul(idx, c64(st[a])))
@@ -237,7 +246,7 @@ def plan_tile_epilogue(k: KernelBuilder, y: Value, epilogue, bias: Value | None,
             return None, False
         nodes, outputs, over = (), (), None
     strides = _broadcast_strides(bias.shape, y.shape) if extra else None
-    return TileEpilogue(k, y, nodes, outputs, over, bias, row_axis, bias_strides=strides), fused
+    return TileEpilogue(k, y, nodes, outputs, over, bias, row_axis, bias_strides=strides, rows_from=rows_from), fused
 
 
 __all__ = ["RowChain", "TileEpilogue", "plan_tile_epilogue"]
