@@ -11,6 +11,7 @@ from .convert import LOWERINGS as CONVERT_LOWERINGS
 from .data import LOWERINGS as DATA_LOWERINGS
 from .conv import Conv
 from .elementwise import Elementwise, View
+from .empty import Empty
 from .epilogue import Epilogue
 from .linalg import Gemm, MatMul
 from .norm import LayerNorm, Lrn, Softmax
@@ -25,13 +26,19 @@ ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(
                              LayerNorm(), Lrn(), *DATA_LOWERINGS, *CONVERT_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())
 
+#: the lowering of groups with nothing to compute
+EMPTY = Empty()
+
 #: op class -> the first lowering that takes it alone (the fused lowerings, last, also list the ops
 #: they fuse)
 LOWERINGS: dict[type, Lowering] = {op: low for low in reversed(ALL) for op in low.ops}
 
 
 def lowering_for(group: KernelGroup) -> tuple[Lowering | None, str | None]:
-    """(the lowering, None), or (None, the reason the group cannot run natively)."""
+    """(the lowering, None), or (None, the reason the group cannot run natively). A group whose
+    results are all empty tensors needs no code, whatever its ops."""
+    if EMPTY.check(group) is None:
+        return EMPTY, None
     kinds = {type(n.op) for n in group.nodes}
     candidates = [low for low in ALL if kinds <= set(low.ops)]
     if not candidates:
@@ -46,4 +53,4 @@ def lowering_for(group: KernelGroup) -> tuple[Lowering | None, str | None]:
     return None, reasons[0]  # the first candidate's: the most specific lowering for the group
 
 
-__all__ = ["ALL", "LOWERINGS", "KernelBuilder", "KernelGroup", "Lowering", "Services", "lowering_for"]
+__all__ = ["ALL", "EMPTY", "LOWERINGS", "KernelBuilder", "KernelGroup", "Lowering", "Services", "lowering_for"]

@@ -148,6 +148,8 @@ def conv_nd(x: np.ndarray, w: np.ndarray, strides, dilations, pads_begin, out: S
     nd = len(ks)
     mg = m // group
     p, kn = math.prod(out), math.prod(ks)
+    if n * c * m * p * kn == 0:  # an empty tensor: no output, or sums over nothing (0)
+        return np.zeros((n, m) + tuple(out), dtype=x.dtype)
     lengths = [(o - 1) * s + (k - 1) * d + 1 for o, s, d, k in zip(out, strides, dilations, ks)]
     xp = pad_to(x, pads_begin, lengths)
     if kn == 1:  # 1x1: a plain matmul on the (strided) input
