@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import __version__
+from . import __version__, limits
 from .codegen.llvm.target import Target, host_target
 from .codegen.program import Program, build_program, value_key
 from .errors import KilnError
@@ -33,7 +33,7 @@ class FallbackWarning(UserWarning):
 def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
             output: str | os.PathLike | None = None, target: Target | None = None, fallback: bool = True,
             nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),
-            timings: dict | None = None, profile: bool = False) -> Executable:
+            timings: dict | None = None, profile: bool = False, memory_limit: int | None = None) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
     this CPU (or ``target``) and return it loaded.
 
@@ -43,7 +43,9 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     them in the reference interpreter (with a ``FallbackWarning``). ``nthreads``: threads per run
     (default: the CPUs this process may use). ``timings``, if given, receives seconds per phase.
     ``profile=True`` builds the forward pass with a clock read after every step
-    (``Executable.step_seconds``).
+    (``Executable.step_seconds``). ``memory_limit``: the most bytes the model may need (arena plus
+    weights, and any one value; default: this machine's memory); past it a ``LimitError`` names the
+    size and the node.
     """
     from .models import load_graph
     from .passes.manager import Verify
@@ -53,7 +55,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
 
     t0 = time.perf_counter()
     opts = CompileOptions.make(opt_level=opt_level, input_shapes=dict(input_shapes or {}),
-                               disabled_passes=tuple(disabled_passes), verify=verify)
+                               disabled_passes=tuple(disabled_passes), verify=verify,
+                               memory_limit_bytes=memory_limit)
     graph = load_graph(model, opts.input_shapes)
     if isinstance(model, Graph) and opts.input_shapes:
         pass  # InferShapes applies them
@@ -64,8 +67,11 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     passes = [p for p in pipeline(opts) if p.name not in opts.disabled_passes]
     PassManager(passes, [Verify()] if verify else []).run(graph)
     t2 = time.perf_counter()
+    limit = opts.memory_limit_bytes or limits.machine_memory()
+    limits.check_values(graph, limit)
     target = target or host_target()
     prog = build_program(graph, target, fallback=fallback, profile=profile)
+    limits.check_program(prog.arena_bytes, prog.weights_bytes, prog.buffers, limit)
     t3 = time.perf_counter()
     if prog.fallback_steps:
         ops = sorted({s.node.op.name for s in prog.fallback_steps})
@@ -182,6 +188,7 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
         "plan": prog.runtime_plan(),
         "kernels": kernels, "views": views, "concats_in_place": concats, "fallback": fallback,
         "memory": prog.memory_summary(),
+        "status_offset": prog.status_offset,
         "nodes": len(graph.nodes), "profile": profile,
         "compile_seconds": {k: round(v, 4) for k, v in times.items()},
     }

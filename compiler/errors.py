@@ -15,3 +15,7 @@ class UnsupportedError(KilnError):
 
 class InputError(KilnError, ValueError):
     """Inputs that do not match a model's signature (name, element type, rank, dimension)."""
+
+
+class LimitError(KilnError):
+    """A model past one of Kiln's limits (memory, node count, nesting depth): each limit is an option."""

@@ -27,6 +27,9 @@ class CompileOptions:
     max_rewrite_rounds: int = 50
     #: the fusion pass puts at most this many ops in one kernel
     max_fused_ops: int = 32
+    #: the most memory a compiled model may need (arena + weights, and any one value); None: this
+    #: machine's physical memory (``limits.memory_limit``)
+    memory_limit_bytes: int | None = None
 
     def __post_init__(self):
         if self.opt_level not in (0, 1, 2, 3):
@@ -35,6 +38,8 @@ class CompileOptions:
         object.__setattr__(self, "input_shapes", {k: tuple(v) for k, v in dict(self.input_shapes).items()})
         if self.fold_limit_bytes < 0:
             raise OptionError("fold_limit_bytes must be >= 0")
+        if self.memory_limit_bytes is not None and self.memory_limit_bytes < 1:
+            raise OptionError(f"memory_limit_bytes must be >= 1, got {self.memory_limit_bytes}")
         if self.max_fused_ops < 1:
             raise OptionError(f"max_fused_ops must be >= 1, got {self.max_fused_ops}")
 

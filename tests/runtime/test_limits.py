@@ -1,0 +1,47 @@
+"""Compile-time limits (issue 21): a model needing more memory than the limit (default: this
+machine's memory) is refused with the size and the node responsible, before any native code runs."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import compiler
+from compiler.errors import KilnError, LimitError
+from compiler.passes.options import CompileOptions, OptionError
+
+
+def _model(nodes, inputs, inits=()):
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
+    g = helper.make_graph(nodes, "big", vi, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(a, n) for n, a in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("model, words", [
+    (_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [2 ** 31, 40])]), "input 'x'"),
+    (_model([helper.make_node("Pad", ["x", "p"], ["y"], name="pad0")], [("x", [1, 4])],
+            [("p", np.array([0, 0, 0, 2 ** 33], np.int64))]), "Pad node 'pad0'"),
+    (_model([helper.make_node("Expand", ["c", "s"], ["y"], name="ex")], [],
+            [("c", np.ones(1, np.float32)), ("s", np.array([8, 2 ** 30], np.int64))]), "Expand node 'ex'"),
+])
+def test_huge_values_are_refused_at_compile_time(model, words):
+    with pytest.raises(LimitError) as e:
+        compiler.compile(model)
+    msg = str(e.value)
+    assert words in msg and "GiB" in msg and "memory limit" in msg
+
+
+def test_the_limit_is_an_option():
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Relu", ["t"], ["y"])],
+               [("x", [64, 256])], [("w", np.ones((256, 256), np.float32))])
+    with pytest.raises(LimitError, match=r"arena .* \+ weights .*largest buffer"):
+        compiler.compile(m, memory_limit=100_000)
+    x = np.ones((64, 256), np.float32)
+    assert compiler.compile(m, memory_limit=10 << 20).run({"x": x})["y"].shape == (64, 256)
+    assert issubclass(LimitError, KilnError)
+    with pytest.raises(OptionError):
+        CompileOptions.make(memory_limit_bytes=0)
