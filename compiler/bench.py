@@ -222,20 +222,23 @@ def cpu_name() -> str:
 
 # -- the model -------------------------------------------------------------------------------------
 
-def random_feeds(inputs: Sequence[tuple], seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs for ``exe.inputs`` ((name, DType, shape) triples): normal floats, ints in [0, 10)."""
+def random_feeds(inputs: Sequence[tuple], seed: int = 0, highs: Mapping[str, int] | None = None
+                 ) -> dict[str, np.ndarray]:
+    """Seeded inputs for ``exe.inputs`` ((name, DType, shape) triples): normal floats, ints in [0, 10)
+    or, for the names in ``highs`` (``feeds.index_limits``: inputs used as indices), in [0, high)."""
+    from .feeds import DEFAULT_HIGH, random_array
+    from .ir.types import TensorType
+
     rng = np.random.default_rng(seed)
     feeds = {}
     for name, dtype, shape in inputs:
-        np_dt = np.dtype(dtype.np)
-        if np_dt.kind == "f":
-            feeds[name] = rng.standard_normal(shape).astype(np_dt)
-        elif np_dt.kind == "b":
-            feeds[name] = rng.integers(0, 2, shape).astype(bool)
-        elif np_dt.kind in "iu":
-            feeds[name] = rng.integers(0, 10, shape).astype(np_dt)
-        else:
-            raise BenchError(f"cannot make benchmark data for input {name!r} of type {dtype}")
+        if dtype is None:
+            raise BenchError(f"cannot make benchmark data for input {name!r} of type {shape}")
+        try:
+            feeds[name] = random_array(rng, name, TensorType(dtype, tuple(shape)), None,
+                                       (highs or {}).get(name, DEFAULT_HIGH))
+        except KilnError as e:
+            raise BenchError(str(e)) from None
     return feeds
 
 

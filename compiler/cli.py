@@ -124,10 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
 def random_inputs(graph, given: dict, seed: int = 0, notes=None) -> dict:
     """Seeded random arrays for the graph inputs not in ``given`` (symbolic dimensions become 1; a
     sequence input gets its known length, or 2 elements)."""
+    from .feeds import DEFAULT_HIGH, index_limits, random_array
     from .ir.types import OptionalType, SequenceType, TensorType
 
     rng = np.random.default_rng(seed)
     feeds = dict(given)
+    highs = index_limits(graph)
     for v in graph.inputs:
         if v.name in feeds:
             continue
@@ -138,34 +140,10 @@ def random_inputs(graph, given: dict, seed: int = 0, notes=None) -> dict:
                                 "give it with --input")
             elem = TensorType(t.dtype, t.elem_shape)
             n = t.length if t.length is not None else 2
-            feeds[v.name] = [_random_array(rng, v.name, elem, notes) for _ in range(n)]
+            feeds[v.name] = [random_array(rng, v.name, elem, notes) for _ in range(n)]
             continue
-        feeds[v.name] = _random_array(rng, v.name, t, notes)
+        feeds[v.name] = random_array(rng, v.name, t, notes, highs.get(v.name, DEFAULT_HIGH))
     return feeds
-
-
-def _random_array(rng, name: str, t, notes) -> np.ndarray:
-    from .ir.types import DType
-
-    shape = []
-    for d in t.shape:
-        if not isinstance(d, int):
-            if notes is not None:
-                notes.append(f"input {name!r}: dimension {d or '?'} set to 1 (use --input-shape to choose)")
-            d = 1
-        shape.append(d)
-    dt = t.dtype
-    if dt.is_float:
-        arr = rng.standard_normal(shape).astype(dt.np)
-    elif dt is DType.bool:
-        arr = rng.integers(0, 2, shape).astype(bool)
-    elif dt.is_int:
-        arr = rng.integers(0, 10, shape).astype(dt.np)
-    elif dt is DType.string:
-        arr = np.array(["kiln"] * int(np.prod(shape)), dtype=object).reshape(shape)
-    else:
-        raise KilnError(f"cannot make random data for input {name!r} of type {t}")
-    return arr
 
 
 def describe_array(name: str, a: np.ndarray) -> str:

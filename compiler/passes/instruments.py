@@ -129,9 +129,14 @@ class CheckNumerics(Instrument):
         self.reference: dict[str, np.ndarray] = {}
 
     def before_pipeline(self, graph):
-        from ..ir.interpreter import interpret
+        from ..errors import InputError
+        from ..ir.interpreter import InterpreterError, interpret
 
-        self.reference = interpret(graph, self.inputs)
+        try:
+            self.reference = interpret(graph, self.inputs)
+        except InterpreterError as e:  # before any pass: the inputs' fault (e.g. an index out of range)
+            raise InputError(f"the inputs of the check are not valid for the model (before any pass ran): "
+                             f"{e}") from None
 
     def after_pass(self, p: Pass, index, graph, changed):
         from ..ir.interpreter import interpret
