@@ -31,7 +31,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from .gemm.config import model_config
 from .kernels import KernelBuilder, KernelGroup, Services, lowering_for
-from .kernels.base import ALIGN, I32, PTR, VOID, c64
+from .kernels.base import ALIGN, I32, I64, PTR, STATUS_BYTES, VOID, c64
 from .llvm.elementwise import new_module
 from .llvm.target import Target
 from .llvm.toolchain import CodegenError
@@ -102,6 +102,8 @@ class Program:
     naive_bytes: int = 0
     #: every step is timed (``build_program(profile=True)``)
     profiled: bool = False
+    #: the arena offset of the status record (``KernelBuilder.fail_if``), None when no kernel checks
+    status_offset: int | None = None
 
     def memory_summary(self) -> dict:
         """The memory figures (manifest, ``kiln compile``/``inspect``, docs/memory.md), all from the
@@ -347,6 +349,11 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
             buffers.append(buf)
             naive += _align(st.scratch_bytes)
             arena_value[-(st.index + 1)] = buf
+    status = None  # the status record of kernels that check their input data (live all along)
+    if any(sl.kind == "status" for st in steps for sl in st.slots):
+        status = Buffer("status record", STATUS_BYTES, 0, len(steps), kind="scratch")
+        buffers.append(status)
+        naive += _align(STATUS_BYTES)
     arena_bytes = plan_arena(buffers, ALIGN, reuse=reuse_memory)
     for key, buf in arena_value.items():
         if key >= 0:
@@ -373,6 +380,8 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
                 st.slot_places.append(place)
             elif sl.kind == "weight":
                 st.slot_places.append(Place("weight", weight_at[id(sl.array)]))
+            elif sl.kind == "status":
+                st.slot_places.append(Place("arena", status.offset))
             else:
                 st.slot_places.append(Place("arena", arena_value[-(st.index + 1)].offset + sl.offset))
     segments: list[list[int]] = [[]]
@@ -384,12 +393,14 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     if not segments[-1] and len(segments) > 1:
         segments.pop()
     prog = Program("", steps, segments, places, weights, wbytes, arena_bytes, buffers, graph, naive_bytes=naive)
+    prog.status_offset = status.offset if status is not None else None
     if not any(st.native and not st.alias for st in steps):
         prog.segments = segments = []  # nothing to run natively: no library at all
     if profile and segments:
         services.uses_parallel = True
     for j, seg in enumerate(segments):
-        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg], services.uses_parallel, profile)
+        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg], services.uses_parallel, profile,
+                      prog.status_offset)
     prog.llvm_ir = str(module)
     prog.uses_gemm, prog.gemm_cfg = services.uses_gemm, services.gemm_cfg
     prog.uses_parallel = services.uses_parallel
@@ -456,7 +467,10 @@ def _has_subgraph(group: KernelGroup) -> bool:
 
 
 def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool: bool = False,
-                  profile: bool = False) -> None:
+                  profile: bool = False, status: int | None = None) -> None:
+    """The forward function of one segment: each step's kernel called with its slot table. A kernel
+    that checks its input data (a status slot) is followed by a look at the status record: if it
+    reported an error, the step's index is written there and the function returns."""
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, PTR, I32]), name)
     fn.attributes.add("nounwind")
     inputs, weights, arena, nthreads = fn.args
@@ -491,6 +505,11 @@ def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool
         for j, place in enumerate(st.slot_places):
             b.store(address(place), b.gep(table, [c64(j)], source_etype=PTR))
         b.call(module.globals[st.kernel], [b.bitcast(table, PTR), nthreads])
+        if any(sl.kind == "status" for sl in st.slots):
+            rec = b.gep(arena, [c64(status)], inbounds=True, source_etype=ir.IntType(8))
+            with b.if_then(b.icmp_unsigned("!=", b.load(rec, typ=I64), c64(0)), likely=False):
+                b.store(c64(st.index), b.gep(rec, [c64(3)], source_etype=I64))
+                b.ret_void()
         if mark is not None:
             b.call(mark, [ir.Constant(I32, st.index)])
     b.ret_void()

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import InputError, KilnError
 from .artifact import IR_TEXT, LIBRARY, WEIGHTS, ArtifactError, read_manifest
+from .status import clear as clear_status, raise_reported
 
 
 _NUMPY = {"f32": "float32", "f64": "float64", "f16": "float16", "i8": "int8", "i16": "int16", "i32": "int32",
@@ -198,9 +199,14 @@ class Executable:
         arena, address = self._take_arena()
         try:
             env: dict[str, Any] = {}
+            status = self.manifest.get("status_offset")
             for step, fn in self._steps:
                 if fn is not None:
+                    if status is not None:
+                        clear_status(arena, status)
                     fn(ctypes.addressof(table), self._wptr, address, self.nthreads)
+                    if status is not None:
+                        raise_reported(arena, status, self.manifest["kernels"])
                 else:
                     self._run_fallback(step, arrays, arena, env)
             result = {}

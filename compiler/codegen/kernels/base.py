@@ -55,6 +55,8 @@ LLVM_TYPES: dict[DType, ir.Type] = {
 }
 
 ALIGN = 64
+#: the status record of one call (``KernelBuilder.fail_if``): i64 flag, value, limit, step
+STATUS_BYTES = 32
 #: slots past this many are plain (not ``noalias``) pointers loaded from the slot array
 MAX_NOALIAS = 24
 
@@ -131,7 +133,7 @@ class KernelGroup:
 class Slot:
     """One pointer argument of a kernel: a group value, compile-time data, or scratch memory."""
 
-    kind: str                        # "value" | "weight" | "scratch"
+    kind: str                        # "value" | "weight" | "scratch" | "status"
     value: Value | None = None       # kind "value"
     array: np.ndarray | None = None  # kind "weight"
     offset: int = 0                  # kind "scratch": offset in the kernel's scratch region
@@ -338,6 +340,21 @@ class KernelBuilder:
         self.scratch_bytes += -(-max(int(nbytes), 1) // ALIGN) * ALIGN
         self.slots.append(Slot("scratch", offset=off))
         return self._slot_ptr(len(self.slots) - 1)
+
+    def fail_if(self, bad: ir.Value, value: ir.Value, limit: int) -> None:
+        """Report a run-time error of the input data (e.g. an index ``value`` out of ``[-limit,
+        limit)``) when ``bad`` (i1) holds: the kernel writes ``(1, value, limit)`` to the call's status
+        record (``STATUS_BYTES`` in the arena), the forward function returns after this kernel and
+        the runtime raises an error naming the node. The kernel itself must still not touch memory
+        out of bounds (it goes on to its end)."""
+        b = self.b
+        if not any(sl.kind == "status" for sl in self.slots):
+            self.slots.append(Slot("status"))
+        j = next(i for i, sl in enumerate(self.slots) if sl.kind == "status")
+        rec = self._slot_ptr(j)
+        with b.if_then(bad, likely=False):
+            for i, v in enumerate((c64(1), value, c64(limit))):
+                b.store(v, b.gep(rec, [c64(i)], source_etype=I64))
 
     # -- parallel loops --------------------------------------------------------------------------
     @contextmanager

@@ -557,8 +557,9 @@ class Pad(_Copy):
 
 class Gather(_Copy):
     """Gather: one contiguous run of the axes after ``axis`` per (outer, index) pair. Constant
-    indices are checked and normalized at compile time; runtime ones are checked per element, an
-    index out of range leaves zeros (the interpreter raises an error there)."""
+    indices are checked and normalized at compile time; run-time ones are checked per element: an
+    index out of range is reported (``fail_if``: the run raises an error naming the node and the
+    index, as the interpreter and ONNX Runtime do) and never read."""
 
     ops = (ix.Gather,)
 
@@ -603,12 +604,12 @@ class Gather(_Copy):
                 q = b.add(lo, t)
                 o, j = b.udiv(q, c64(m)), b.urem(q, c64(m))
                 obase = b.mul(o, c64(dim * inner))
-                v = k.load(iptr, j, ity)
-                if ity != I64:
-                    v = b.sext(v, I64)
+                raw = k.load(iptr, j, ity)
+                v = raw = raw if ity == I64 else b.sext(raw, I64)
                 if c is None:
                     v = b.select(b.icmp_signed("<", v, c64(0)), b.add(v, c64(dim)), v)
                     ok = b.icmp_unsigned("<", v, c64(dim))
+                    k.fail_if(b.not_(ok), raw, dim)
                     v = b.select(ok, v, c64(0))
                 dst = b.mul(q, c64(inner))
                 src = b.add(obase, b.mul(v, c64(inner)))
