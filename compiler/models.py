@@ -51,10 +51,15 @@ def load_graph(spec, input_shapes: Mapping[str, Sequence] | None = None) -> Grap
         path = resolve(spec)
         if path.endswith(".kir"):
             from .ir.parser import load_text
+            from .ir.verify import VerifyError, verify
 
-            g = load_text(path)
+            g = load_text(path)  # a ParseError (a KilnError) for text that is not Kiln IR
             if input_shapes:
                 raise ModelError("--input-shape applies to ONNX models; a .kir file has its shapes")
+            try:
+                verify(g)  # a malformed graph in a file is the file's fault, not a compiler bug
+            except VerifyError as e:
+                raise ModelError(f"{path}: {e}") from None
             return g
         spec = path
     from frontends.onnx import import_model

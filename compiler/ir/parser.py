@@ -8,6 +8,10 @@ are ``ParseError`` with line, column, the offending line and a caret under the p
 A subgraph attribute (``body=graph @body(...) -> (...) { ... }``) is parsed as a graph of its own, in
 a scope of its own: its statements see its inputs and its own definitions only (the IR passes outer
 values to a body as explicit inputs).
+
+Nesting is bounded, so no text makes the parser exceed Python's recursion limit: subgraphs nest at
+most ``max_nesting_depth`` deep (64 by default, the ONNX importer's default too), attribute lists
+``MAX_LIST_DEPTH`` deep, and a dense literal has at most ``MAX_RANK`` dims (NumPy's limit).
 """
 from __future__ import annotations
 
@@ -27,7 +31,14 @@ from .graph import Graph, Node, Value
 from .ops.base import infer_node
 from .types import DType, OptionalType, SequenceType, TensorType
 
-__all__ = ["ParseError", "parse", "load_text"]
+__all__ = ["ParseError", "parse", "load_text", "MAX_NESTING_DEPTH"]
+
+#: how deep subgraphs may be nested (the graph is depth 0, a body of a node in it depth 1)
+MAX_NESTING_DEPTH = 64
+#: how deep attribute lists may be nested ([[1, 2], [3]] is 2 deep)
+MAX_LIST_DEPTH = 32
+#: the most dims a dense literal may have (NumPy's limit)
+MAX_RANK = 64
 
 
 class ParseError(KilnError, ValueError):
@@ -113,7 +124,7 @@ def _unescape(src: _Source, body: str, pos: int) -> str:
             if len(digits) != width or not all(c in "0123456789abcdefABCDEF" for c in digits):
                 raise src.error(f"bad escape \\{nxt}: expects {width} hex digits", pos + i)
             code = int(digits, 16)
-            if code > 0x10FFFF:
+            if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:  # surrogates are not characters (nor UTF-8)
                 raise src.error(f"bad escape \\{nxt}{digits}: not a character", pos + i)
             out.append(chr(code))
             i += 2 + width
@@ -176,11 +187,15 @@ _FLOAT_WORDS = {"inf": float("inf"), "nan": float("nan")}
 
 
 class _Parser:
-    def __init__(self, text: str, weights: Mapping[str, np.ndarray] | None, filename: str | None):
+    def __init__(self, text: str, weights: Mapping[str, np.ndarray] | None, filename: str | None,
+                 max_nesting_depth: int = MAX_NESTING_DEPTH):
         self.src = _Source(text, filename)
         self.toks = tokenize(self.src)
         self.i = 0
         self.weights = weights
+        self.max_depth = max_nesting_depth
+        self.depth = 0  # of the graph being parsed
+        self.list_depth = 0
         self.graph: Graph | None = None
         # ("#", digits) for bare numbered names, ("$", name) for the others -> (value, position)
         self.scope: dict[tuple[str, str], tuple[Value, int]] = {}
@@ -312,10 +327,9 @@ class _Parser:
         if self.at_word("opt"):
             self.next()
             self.expect("<", "after opt")
-            start = self.tok
+            if self.at_word("opt"):  # refused before reading it: no recursion on opt<opt<opt<...
+                raise self.error("optionals do not nest: opt<opt<...>> is not a type")
             elem = self.type()
-            if isinstance(elem, OptionalType):
-                raise self.error("optionals do not nest: opt<opt<...>> is not a type", start)
             self.expect(">", "to close opt<...>")
             return OptionalType(elem)
         return self.tensor_type()
@@ -372,6 +386,8 @@ class _Parser:
         start = self.tok
         if not t.is_static:
             raise self.error(f"a dense literal needs a static shape, not {t}", start)
+        if t.rank > MAX_RANK:
+            raise self.error(f"a dense literal has at most {MAX_RANK} dims, this one {t.rank}", start)
         flat: list = []
 
         def level(depth: int) -> None:
@@ -431,8 +447,14 @@ class _Parser:
             self.next()
             return tok.value
         if tok.kind == "punct" and tok.text == "[":
+            if self.list_depth >= MAX_LIST_DEPTH:
+                raise self.error(f"attribute lists are nested more than {MAX_LIST_DEPTH} deep")
             self.next()
-            return tuple(self.comma_list("]", self.attr_value))
+            self.list_depth += 1
+            try:
+                return tuple(self.comma_list("]", self.attr_value))
+            finally:
+                self.list_depth -= 1
         if tok.kind == "ident":
             word = tok.text
             if word in ("true", "false"):
@@ -479,12 +501,18 @@ class _Parser:
 
     def subgraph(self) -> Graph:
         """A graph written as an attribute value: parsed in a scope of its own."""
-        saved = self.graph, self.scope
+        if self.depth >= self.max_depth:
+            raise self.error(f"subgraphs are nested more than {self.max_depth} deep (the limit: "
+                             f"max_nesting_depth={self.max_depth})")
+        saved = self.graph, self.scope, self.list_depth
         self.scope = {}
+        self.depth += 1
+        self.list_depth = 0
         try:
             return self.parse_graph()
         finally:
-            self.graph, self.scope = saved
+            self.graph, self.scope, self.list_depth = saved
+            self.depth -= 1
 
     def parse_graph(self, where: str = "") -> Graph:
         self.expect_word("graph", where)
@@ -724,27 +752,42 @@ class _Parser:
         self.graph.set_outputs([v for _, _, v in pairs], [n for _, n, _ in pairs])
 
 
-def parse(text: str, weights: Mapping[str, np.ndarray] | None = None, *, filename: str | None = None) -> Graph:
-    """The graph written in ``text`` (Kiln IR text format, as ``print_graph`` writes it).
+def parse(text: str, weights: Mapping[str, np.ndarray] | None = None, *, filename: str | None = None,
+          max_nesting_depth: int = MAX_NESTING_DEPTH) -> Graph:
+    """The graph written in ``text`` (Kiln IR text format, as ``print_graph`` writes it; UTF-8 bytes
+    are read too).
 
     ``weights`` maps the printed names of constants whose data is not inline (``%w = const
     f32[784,512]``) to arrays (``external_weights(graph)`` gives them for a graph; ``load_text``
     reads them from the ``.kir.npz`` sidecar). The graph is not verified: call ``verify`` for that.
+    Subgraphs nested deeper than ``max_nesting_depth`` are a ``ParseError``.
     """
-    return _Parser(text, weights, filename).parse()
+    if isinstance(text, (bytes, bytearray)):
+        text = _decode(bytes(text), filename)
+    return _Parser(text, weights, filename, max_nesting_depth).parse()
 
 
-def load_text(path) -> Graph:
+def _decode(data: bytes, filename: str | None) -> str:
+    """UTF-8 text, or a ParseError pointing at the first byte that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        src = _Source(data.decode("utf-8", "replace"), filename)
+        pos = len(data[:e.start].decode("utf-8", "replace"))
+        raise src.error(f"not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start}", pos) from None
+
+
+def load_text(path, *, max_nesting_depth: int = MAX_NESTING_DEPTH) -> Graph:
     """Read a graph written by ``save_text``: ``path`` (``model.kir``) and, when there is one, the
     sidecar ``model.kir.npz`` holding its large constants."""
     from .printer import sidecar_path
 
     path = os.fspath(path)
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    with open(path, "rb") as f:
+        text = _decode(f.read(), path)
     side = sidecar_path(path)
     weights = None
     if os.path.exists(side):
         with np.load(side, allow_pickle=False) as z:
             weights = {k: z[k] for k in z.files}
-    return parse(text, weights, filename=path)
+    return parse(text, weights, filename=path, max_nesting_depth=max_nesting_depth)

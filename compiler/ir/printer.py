@@ -45,9 +45,20 @@ _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 _NUMPY_FLOATS = (DType.f16, DType.f32, DType.f64)
 
 
+def _text(s) -> str:
+    """A name as text: the importers give only ``str`` names; anything else a graph built by hand holds
+    (bytes that are not UTF-8, say) prints as its escaped text, so printing never fails."""
+    if isinstance(s, str):
+        return s
+    if isinstance(s, (bytes, bytearray)):
+        return bytes(s).decode("utf-8", "backslashreplace")
+    return str(s)
+
+
 def quote(s: str) -> str:
     """A double-quoted string literal: backslash escapes for \\ \" \\n \\t \\r, \\uXXXX for other
     unprintable characters (so a printed line never contains a line break)."""
+    s = _text(s)
     out = []
     for ch in s:
         esc = _ESCAPES.get(ch)
@@ -65,19 +76,21 @@ def quote(s: str) -> str:
 def _value_ref(name: str) -> str:
     """``%name`` for a plain name, ``%"name"`` otherwise (all-digit names are quoted: bare digits
     are node results)."""
+    name = _text(name)
     if _BARE_VALUE.fullmatch(name) and not name.isdigit():
         return "%" + name
     return "%" + quote(name)
 
 
 def _ident_or_quoted(name: str) -> str:
+    name = _text(name)
     return name if _IDENT.fullmatch(name) else quote(name)
 
 
 def _plain(name: str) -> str:
     """A constant's printed name: characters other than [A-Za-z0-9_.] become '_'; all digits get a
     'c' in front (bare digits are node results)."""
-    s = _NOT_PLAIN.sub("_", name)
+    s = _NOT_PLAIN.sub("_", _text(name))
     return "c" + s if s.isdigit() else s
 
 
@@ -235,7 +248,7 @@ class Printer:
         taken: set[str] = set()
         wanted: list[tuple[Value, str | None, str]] = []
         for v in g.inputs:
-            wanted.append((v, v.name or None, "input"))
+            wanted.append((v, _text(v.name) if v.name else None, "input"))
         for v in g.constants:
             wanted.append((v, _plain(v.name) if v.name else None, "const"))
         pending = []
@@ -313,9 +326,9 @@ class Printer:
     def header(self) -> str:
         g = self.graph
         params = ", ".join(f"{self.ref(v)}: {format_type(v.type)}" for v in g.inputs)
-        results = ", ".join(f"{_ident_or_quoted(str(name))}: {format_type(v.type)}"
+        results = ", ".join(f"{_ident_or_quoted(name)}: {format_type(v.type)}"
                             for name, v in zip(self._output_names(), g.outputs))
-        gname = g.name if isinstance(g.name, str) else str(g.name)
+        gname = _text(g.name)
         at = "@" + (gname if _BARE_VALUE.fullmatch(gname) else quote(gname))
         return f"graph {at}({params}) -> ({results}) {{"
 
@@ -368,7 +381,7 @@ class Printer:
         g = self.graph
         if not g.outputs:
             return f"{self.indent}  return"
-        pairs = ", ".join(f"{_ident_or_quoted(str(name))}={self.ref(v)}"
+        pairs = ", ".join(f"{_ident_or_quoted(name)}={self.ref(v)}"
                           for name, v in zip(self._output_names(), g.outputs))
         return f"{self.indent}  return {pairs}"
 

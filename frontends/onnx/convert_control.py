@@ -87,8 +87,14 @@ def _carried_body(ctx: Ctx, attr: str, fixed_before: list, carried: list, fixed_
                   out_offset: int) -> tuple[Graph, list[tuple[str, Value]]]:
     """Import a Loop/Scan body whose inputs are ``fixed_before + carried + fixed_after`` (types);
     the carried value k comes back as body result ``out_offset + k``. The carried types are widened
-    (joined with what the body returns) until the body returns what it takes."""
-    types = list(carried)
+    (joined with what the body returns) until the body returns what it takes.
+
+    The types found are remembered (``importer.carried_types``): when the enclosing body is imported
+    again (an outer loop widening its own types), this search starts from them, so nested loops cost one
+    import per level and round, not rounds ** depth."""
+    imp = ctx.importer
+    key = (imp.path, imp.index, attr, tuple(fixed_before), tuple(carried), tuple(fixed_after))
+    types = list(imp.carried_types.get(key, carried))
     error: Exception | None = None
     for round_ in range(MAX_ROUNDS + 1):
         try:
@@ -105,6 +111,7 @@ def _carried_body(ctx: Ctx, attr: str, fixed_before: list, carried: list, fixed_
             return body, caps  # the op's validation says what is wrong
         env: dict = {}
         if all(bind(t, o.type, env, strict=True) is None for t, o in zip(types, outs)):
+            imp.carried_types[key] = tuple(types)
             return body, caps
         new = []
         for t, o in zip(types, outs):

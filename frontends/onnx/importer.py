@@ -1,6 +1,6 @@
 """ONNX → Kiln IR.
 
-``import_model(path | bytes | ModelProto, input_shapes=None) -> Graph``: initializers become constants,
+``import_model(path | bytes | ModelProto, input_shapes=None, ...) -> Graph``: initializers become constants,
 ``Constant`` nodes become constants too, and every other node becomes one IR node (or a few, where an
 older opset's form is rewritten into the IR's one form; see ``converters.py``).
 
@@ -8,6 +8,13 @@ Subgraph attributes (the bodies of If, Loop, Scan, SequenceMap) import recursive
 own, *closure-converted*: a value of an enclosing graph that a body reads by name becomes an extra
 input of the body (after its ONNX inputs) and of the node (after its ONNX inputs), through every level
 of nesting, so no IR value is used across graph boundaries (see ``convert_control.py``).
+
+What ONNX's checker and ONNX Runtime refuse is refused here too, with a ``ModelError`` naming the
+value, node or attribute (``checks.py``): strings that are not UTF-8, an IR version not set, no
+opset_import, initializers, inputs or outputs listed twice, nodes with more or fewer inputs, outputs
+than their schema allows or attributes of another type, declared types that the computed ones
+disagree with, negative dims, unknown element types; and so are models over Kiln's limits
+(``max_nodes``, ``max_nesting_depth``), with a ``LimitError``.
 """
 from __future__ import annotations
 
@@ -26,6 +33,8 @@ from compiler.ir.ops.base import OpError
 from compiler.ir.types import DType, OptionalType, SequenceType, TensorType
 
 from . import converters
+from .checks import (MAX_NESTING_DEPTH, MAX_NODES, attribute_type_name, check_model, check_node_schema,
+                     declared_type_problem, onnx_type_name)
 
 #: the opsets of the default domain Kiln imports (1-6 for the old models of ONNX's pytorch suites)
 MIN_OPSET = 1
@@ -54,6 +63,9 @@ def load_proto(model) -> onnx.ModelProto:
     try:
         proto.ParseFromString(data)
     except Exception as e:  # protobuf's DecodeError and friends
+        if "MaxDepth" in str(e) or "recursion" in str(e).lower():
+            raise ModelError(f"{where} is nested too deeply for protobuf to read (its limit is 100 nested "
+                             "messages, about 32 levels of subgraphs)") from None
         raise ModelError(f"{where} is not a valid ONNX model (truncated or corrupt file?): "
                          f"{type(e).__name__}: {e}") from None
     if not proto.HasField("graph") or not (proto.graph.node or proto.graph.output):
@@ -79,15 +91,19 @@ def _elem_and_shape(tt: onnx.TypeProto.Tensor, what: str) -> tuple[DType, tuple 
     try:
         dt = DType.from_onnx(tt.elem_type)
     except TypeError:
-        raise UnsupportedError(f"{what}: element type {onnx.TensorProto.DataType.Name(tt.elem_type)} "
-                               "is not supported") from None
+        if tt.elem_type not in onnx.TensorProto.DataType.values():
+            raise ModelError(f"{what}: element type {tt.elem_type} is not an ONNX element type") from None
+        raise UnsupportedError(f"{what}: element type {onnx_type_name(tt.elem_type)} is not supported") from None
     if dt.np is None:
         raise UnsupportedError(f"{what}: element type {dt} needs the ml_dtypes package")
     if not tt.HasField("shape"):
         return dt, None
     dims = []
-    for d in tt.shape.dim:
+    for i, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value"):
+            if d.dim_value < 0:
+                raise ModelError(f"{what}: dimension {i} is {d.dim_value}; a dimension is >= 0 (an unknown size "
+                                 "is a dim_param, or no value)")
             dims.append(int(d.dim_value))
         elif d.HasField("dim_param") and d.dim_param:
             dims.append(d.dim_param)
@@ -131,7 +147,7 @@ def specialize(t, shape: Sequence, name: str):
     model leaves its rank unknown), the shape inside an optional."""
     if isinstance(t, OptionalType):
         return OptionalType(specialize(t.elem, shape, name))
-    shape = tuple(d if d is None or isinstance(d, str) else int(d) for d in shape)
+    shape = _user_shape(shape, name)
     if isinstance(t, SequenceType):
         if t.elem_shape is None:
             return SequenceType(t.dtype, shape, t.length)
@@ -149,6 +165,29 @@ def specialize(t, shape: Sequence, name: str):
     return t.with_shape(shape)
 
 
+def _user_shape(shape, name: str) -> tuple:
+    """A shape given in ``input_shapes=``: dims are ints >= 0, names (symbolic sizes) or None."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise ModelError(f"input_shapes[{name!r}] = {shape!r}: a shape is a sequence of dims, such as (1, 3, 224, 224)")
+    dims = []
+    for i, d in enumerate(shape):
+        if isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) and d >= 0:
+            dims.append(int(d))
+        elif d is None or (isinstance(d, str) and d):
+            dims.append(d)
+        else:
+            raise ModelError(f"input_shapes[{name!r}] = {list(shape)!r}: dimension {i} is {d!r}; a dimension is "
+                             "an integer >= 0, a name (a symbolic size) or None")
+    return tuple(dims)
+
+
+def _utf8(b: bytes, what: str) -> str:
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ModelError(f"{what}: {b[:40]!r} is not valid UTF-8 (ONNX strings are UTF-8 text)") from None
+
+
 def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
     try:
         arr = numpy_helper.to_array(t)
@@ -157,7 +196,7 @@ def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
     if arr.dtype.kind in "SU":
         arr = arr.astype(object)
     if arr.dtype == object:
-        arr = np.array([x.decode("utf-8") if isinstance(x, bytes) else x for x in arr.ravel()],
+        arr = np.array([_utf8(x, what) if isinstance(x, bytes) else x for x in arr.ravel()],
                        dtype=object).reshape(arr.shape)
     return arr
 
@@ -169,7 +208,7 @@ def attribute_value(a: onnx.AttributeProto, what: str):
     if a.type == A.INT:
         return a.i
     if a.type == A.STRING:
-        return a.s.decode("utf-8")
+        return _utf8(a.s, what)
     if a.type == A.TENSOR:
         return tensor_to_array(a.t, what)
     if a.type == A.FLOATS:
@@ -177,7 +216,7 @@ def attribute_value(a: onnx.AttributeProto, what: str):
     if a.type == A.INTS:
         return tuple(a.ints)
     if a.type == A.STRINGS:
-        return tuple(s.decode("utf-8") for s in a.strings)
+        return tuple(_utf8(s, what) for s in a.strings)
     if a.type == A.TENSORS:
         return tuple(tensor_to_array(t, what) for t in a.tensors)
     if a.type == A.TYPE_PROTO:  # Optional's type: an IR type
@@ -188,7 +227,7 @@ def attribute_value(a: onnx.AttributeProto, what: str):
         return a.g
     if a.type == A.GRAPHS:
         raise UnsupportedError(f"{what}: lists of subgraphs are not supported")
-    raise UnsupportedError(f"{what}: attribute type {A.AttributeType.Name(a.type)} is not supported")
+    raise UnsupportedError(f"{what}: attribute type {attribute_type_name(a.type)} is not supported")
 
 
 class NodeContext:
@@ -201,6 +240,7 @@ class NodeContext:
         self.domain = "" if proto.domain in ("", "ai.onnx") else proto.domain
         self.opset = opset
         self.name = proto.name or None
+        check_node_schema(proto, self.domain, opset, self.where)
         self.attrs = {a.name: attribute_value(a, self.where(f"attribute {a.name!r}")) for a in proto.attribute}
         self.inputs: list[Value | None] = [importer.lookup(n, self) if n else None for n in proto.input]
         while self.inputs and self.inputs[-1] is None:
@@ -266,9 +306,16 @@ class _Importer:
         self.proto = proto
         self.opsets = _opsets(proto)
         self.input_shapes = dict(input_shapes or {})
+        #: static dims declared for outputs are checked only when input_shapes= did not change the inputs
+        self.specialized = bool(input_shapes)
         self.graph = Graph(proto.graph.name or "main")
         self.values: dict[str, Value] = {}
         self.index = 0
+        #: where this graph is in the model: (node index, node and attribute) for each enclosing body
+        self.path: tuple = ()
+        #: (path, node index, attribute, body input types) -> the loop-carried types found for that body
+        #: (convert_control), so a body imported again does not search for its inner loops' types again
+        self.carried_types: dict = {}
 
     def resolve(self, name: str) -> Value | None:
         """The value ``name`` stands for here (in a body: capturing it from an enclosing graph)."""
@@ -287,12 +334,12 @@ class _Importer:
             raise UnsupportedError(f"model uses opset {opset} of the default ONNX domain; Kiln imports opsets "
                                    f"{MIN_OPSET} to {max_opset()}")
         g = self.proto.graph
-        for t in g.initializer:
-            arr = tensor_to_array(t, f"initializer {t.name!r}")
-            self.values[t.name] = self.graph.add_constant(arr, name=t.name)
-        for t in g.sparse_initializer:
-            raise UnsupportedError(f"sparse initializer {t.values.name!r} is not supported")
+        self.add_initializers(g)
+        listed: set[str] = set()
         for vi in g.input:
+            if vi.name in listed:
+                raise ModelError(f"graph input {vi.name!r} is listed twice (input names are unique)")
+            listed.add(vi.name)
             if vi.name in self.values:
                 continue  # an initializer also listed as input (IR version < 4): a constant
             t = type_from_proto(vi.type, f"input {vi.name!r}")
@@ -309,11 +356,38 @@ class _Importer:
             if vi.name not in self.values:
                 raise ModelError(f"graph output {vi.name!r} is not computed by any node")
             outs.append(self.values[vi.name])
+        self.check_declared(g, "graph")
         self.graph.set_outputs(outs, [vi.name for vi in g.output])
         for vi in list(g.input) + list(g.value_info):
             if vi.name in self.values and not self.values[vi.name].name:
                 self.values[vi.name].name = vi.name
         return self.graph
+
+    def add_initializers(self, g: onnx.GraphProto) -> None:
+        for t in g.initializer:
+            if t.name in self.values:
+                raise ModelError(f"initializer {t.name!r} is defined twice (names are unique in a graph)")
+            arr = tensor_to_array(t, f"initializer {t.name!r}")
+            self.values[t.name] = self.graph.add_constant(arr, name=t.name)
+        for t in g.sparse_initializer:
+            raise UnsupportedError(f"sparse initializer {t.values.name!r} is not supported")
+
+    def check_declared(self, g: onnx.GraphProto, kind: str) -> None:
+        """The types the ``kind`` (graph or body) declares for its outputs and in its value_info must be
+        what the values are computed as (kind, element type and rank; static dims in the model's graph
+        when ``input_shapes=`` was not given); output names are unique."""
+        seen: set[str] = set()
+        for vi in g.output:
+            if vi.name in seen:
+                raise ModelError(f"{kind} output {vi.name!r} is listed twice (output names are unique)")
+            seen.add(vi.name)
+        dims = kind == "graph" and not self.specialized
+        for what, vis in ((f"{kind} output", g.output), ("value_info of", g.value_info)):
+            for vi in vis:
+                v = self.values.get(vi.name)
+                problem = declared_type_problem(vi.type, v.type, dims) if v is not None else None
+                if problem:
+                    raise ModelError(f"{what} {vi.name!r} is {problem} (a declared type must be the computed one)")
 
     def convert(self, node: onnx.NodeProto) -> None:
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
@@ -356,6 +430,8 @@ class _BodyImporter(_Importer):
         self.values: dict[str, Value] = {}
         self.index = 0
         self.captures: list[tuple[str, Value]] = []
+        self.path = parent.path + ((parent.index, where),)
+        self.carried_types = parent.carried_types
 
     def resolve(self, name: str) -> Value | None:
         v = self.values.get(name)
@@ -378,11 +454,7 @@ class _BodyImporter(_Importer):
         if len(gp.input) != len(self.input_types):
             raise ModelError(f"{self.where}: the body has {len(gp.input)} input(s), the op gives it "
                              f"{len(self.input_types)}")
-        for t in gp.initializer:
-            arr = tensor_to_array(t, f"initializer {t.name!r}")
-            self.values[t.name] = self.graph.add_constant(arr, name=t.name)
-        for t in gp.sparse_initializer:
-            raise UnsupportedError(f"sparse initializer {t.values.name!r} is not supported")
+        self.add_initializers(gp)
         for vi, t in zip(gp.input, self.input_types):
             declared = vi.type.WhichOneof("value")
             if declared == "tensor_type" and vi.type.tensor_type.elem_type and isinstance(t, TensorType):
@@ -403,14 +475,26 @@ class _BodyImporter(_Importer):
             if v is None:
                 raise ModelError(f"{self.where}: body output {vi.name!r} is not computed by any node")
             outs.append(v)
+        self.check_declared(gp, "body")
         self.graph.set_outputs(outs, [vi.name for vi in gp.output])
         return self.graph, self.captures
 
 
-def import_model(model, input_shapes: Mapping[str, Sequence] | None = None) -> Graph:
+def import_model(model, input_shapes: Mapping[str, Sequence] | None = None, *,
+                 max_nesting_depth: int = MAX_NESTING_DEPTH, max_nodes: int = MAX_NODES) -> Graph:
     """Import an ONNX model (a path, serialized bytes or a ModelProto) as a Kiln graph.
 
-    ``input_shapes`` maps input names to shapes that replace the model's symbolic dimensions.
+    ``input_shapes`` maps input names to shapes that replace the model's symbolic dimensions (each dim
+    an int >= 0, a name, or None).
+
+    Limits (``LimitError`` past them, checked before anything is imported):
+    ``max_nesting_depth`` (default 64): how deep subgraphs (the bodies of If, Loop, Scan, SequenceMap)
+    may be nested; the model's graph is depth 0, an If's branch in it depth 1.
+    ``max_nodes`` (default 1,000,000): how many nodes the model may hold, its subgraphs' included.
+
+    A malformed model (what ONNX's checker or ONNX Runtime refuses) raises ``ModelError``; an op,
+    opset, element type or attribute Kiln does not support raises ``UnsupportedError``.
     """
     proto = load_proto(model)
+    check_model(proto, max_nesting_depth, max_nodes)
     return _Importer(proto, input_shapes).run()
