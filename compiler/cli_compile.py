@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 
 from .errors import KilnError
+from .runtime.artifact import ArtifactError
 
 COMPILE_EPILOG = """\
 examples:
@@ -66,7 +67,8 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
                                    "values.", epilog=epilog, formatter_class=fmt)
     r.add_argument("model", metavar="ARTIFACT|MODEL")
     r.add_argument("--input", "-i", action="append", type=parse_input, default=[], metavar="NAME=FILE.npy",
-                   help="an input from a .npy file (repeat for several inputs)")
+                   help="an input from a .npy file, or an .npz holding one array (NAME=FILE.npz:KEY picks "
+                        "one of several); repeat for several inputs")
     r.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
                    help="give a symbolic input dimension a size (models only)")
     r.add_argument("--output", "-o", metavar="OUT.npz", help="also save all outputs to a .npz file")
@@ -103,6 +105,10 @@ def _target(name):
 def cmd_compile(args) -> int:
     from .driver import FallbackWarning, compile
 
+    if _is_artifact(args.model):
+        raise KilnError(f"{args.model} is a compiled Kiln artifact, not a model: run it with `kiln run "
+                        f"{args.model}` (`kiln compile` takes a .onnx or .kir file, light:NAME or zoo:NAME)")
+    _refuse_directory(args.model)
     timings: dict = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FallbackWarning)
@@ -150,22 +156,55 @@ def _mib(n: int) -> str:
 
 
 def _is_artifact(path: str) -> bool:
-    return os.path.isdir(path) and os.path.exists(os.path.join(path, "manifest.json"))
+    """A directory with a manifest (whether it loads is for ``read_manifest`` to say)."""
+    return os.path.isdir(path) and os.path.lexists(os.path.join(path, "manifest.json"))
+
+
+def _refuse_directory(path: str) -> None:
+    """A model is a file: a directory that is not an artifact gets an error saying so."""
+    if os.path.isdir(path):
+        raise ArtifactError(f"{path} is a directory but not a Kiln artifact (it has no manifest.json); give a "
+                            f"model file (.onnx, .kir), light:NAME, zoo:NAME, or an artifact written by "
+                            f"`kiln compile`")
+
+
+def read_input(name: str, spec: str) -> np.ndarray:
+    """``--input NAME=FILE.npy``, ``NAME=FILE.npz`` (holding one array) or ``NAME=FILE.npz:KEY``."""
+    path, key = spec, None
+    head, sep, tail = spec.rpartition(":")
+    if sep and head.lower().endswith(".npz") and not os.path.exists(spec):
+        path, key = head, tail
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise KilnError(f"cannot read input {name!r} from {path}: {e}") from None
+    if isinstance(loaded, np.ndarray):
+        if key is not None:
+            raise KilnError(f"input {name!r}: {path} holds one array, not an archive: drop ':{key}'")
+        return loaded
+    with loaded:  # an .npz archive
+        keys = list(loaded.files)
+        if key is None and len(keys) != 1:
+            raise KilnError(f"input {name!r}: {path} holds {len(keys)} arrays ({', '.join(keys) or 'none'}); "
+                            f"name one with --input {name}={path}:KEY")
+        key = keys[0] if key is None else key
+        if key not in keys:
+            raise KilnError(f"input {name!r}: {path} has no array {key!r} (it holds {', '.join(keys) or 'none'})")
+        try:
+            return loaded[key]
+        except (OSError, ValueError, EOFError) as e:
+            raise KilnError(f"cannot read input {name!r} from {path}:{key}: {e}") from None
 
 
 def cmd_run(args) -> int:
-    from .cli import describe_array, random_inputs
+    from .cli import describe_array
     from .models import load_graph
 
-    given = {}
-    for name, path in args.input:
-        try:
-            given[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise KilnError(f"cannot read input {name!r} from {path}: {e}") from None
+    given = {name: read_input(name, path) for name, path in args.input}
     if args.interpret:
         from .ir.interpreter import interpret
 
+        _refuse_directory(args.model)
         graph = load_graph(args.model, dict(args.input_shape) or None)
         feeds = _feeds(graph, given, args.seed)
         outs = interpret(graph, feeds)
@@ -178,6 +217,7 @@ def cmd_run(args) -> int:
             exe = load(args.model, args.threads)
             feeds = _feeds_for(exe, given, args.seed)
         else:
+            _refuse_directory(args.model)
             # the inputs first (given, or random with symbolic dimensions 1), checked against the
             # model's signature; then the model is compiled for exactly their shapes
             from .ir.interpreter import check_inputs
@@ -238,7 +278,7 @@ def cmd_inspect(args) -> int:
           f"(format {m['format_version']})")
     print(f"target   {t['triple']} cpu={t['cpu']} ({' '.join(t['isa']) or 'baseline'})")
     for i in m["inputs"]:
-        print(f"input    {i['name']}: {i['dtype']}{i['shape']}")
+        print(f"input    {i['name']}: {str(i['dtype']) + str(i['shape']) if 'dtype' in i else i['type']}")
     for o in m["outputs"]:
         print(f"output   {o['name']}: {o['type']}")
     print(f"memory   {memory_line(m['memory'])}")

@@ -85,9 +85,9 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
         dest = os.fspath(output)
     name = model if isinstance(model, str) else getattr(graph, "name", "model")
     times = {"load": t1 - t0, "passes": t2 - t1, "codegen": t3 - t2}
-    write_artifact(prog, dest, target, model_name=str(name), opt_level=opt_level, times=times)
+    exe = write_artifact(prog, dest, target, model_name=str(name), opt_level=opt_level, times=times,
+                         nthreads=nthreads)
     t4 = time.perf_counter()
-    exe = Executable(dest, _read(dest), nthreads)
     exe._owner = owner
     times.update(llvm_and_link=t4 - t3, total=time.perf_counter() - t0)
     if timings is not None:
@@ -102,8 +102,10 @@ def _read(dest: str) -> dict:
 
 
 def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "model", opt_level: int = 2,
-                   times: Mapping[str, float] | None = None) -> None:
-    """Compile ``prog``'s LLVM IR and write the artifact directory ``dest`` (atomically)."""
+                   times: Mapping[str, float] | None = None, nthreads: int | None = None) -> Executable:
+    """Compile ``prog``'s LLVM IR and write the artifact directory ``dest`` (atomically); returns it
+    loaded. It is loaded from the staging directory, before the swap: another process writing the
+    same path at once cannot hand this one its model (the loaded artifact keeps nothing open there)."""
     from .codegen.llvm import toolchain
     from .ir.printer import print_graph, save_text
 
@@ -134,6 +136,9 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
                 f.write(print_graph(graph))
         finish_manifest(tmp, manifest_of(prog, target, model_name, opt_level, dict(times or {}, llvm=t_llvm),
                                          prog.profiled))
+        exe = Executable(tmp, _read(tmp), nthreads)
+    exe.path = dest
+    return exe
 
 
 def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, times: dict,

@@ -10,32 +10,295 @@
       model.kir       the final IR, as text (what ``kiln inspect`` shows)
       model.kir.npz   the large constants of that IR, only when some nodes run in the interpreter
 
-``write_artifact`` builds the directory under a temporary name beside the destination and renames it
-into place only when complete, so a failed compile leaves nothing behind. ``read_manifest``
-verifies format version, checksums and CPU features before anything is loaded.
+Writing (``staging``): the directory is built under a name of its own beside the destination and,
+once complete, swapped into place under a lock, so a failed compile leaves nothing and concurrent
+writers leave one complete artifact. Reading (``read_manifest``, ``ArtifactDir``): only regular files
+inside the directory are opened (no symbolic links, FIFOs, devices or subdirectories; names of one
+component), the manifest is size-limited and validated against its schema (``manifest.py``) before
+use, and every byte the runtime uses is hashed as it is read. ``load_library`` opens a verified
+library under a name no earlier load can alias.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import fcntl
 import hashlib
+import itertools
 import json
+import mmap
 import os
+import secrets
 import shutil
+import stat
 import tempfile
-from typing import Any
+from typing import Any, Iterator
 
 from ..errors import KilnError
+from .manifest import (FILE_NAME, FORMAT, FORMAT_VERSION, IR_TEXT, LIBRARY, MANIFEST, WEIGHTS, SchemaError,
+                       check_depth, validate)
 
-FORMAT = "kiln-artifact"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-LIBRARY = "model.so"
-WEIGHTS = "weights.bin"
-IR_TEXT = "model.kir"
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_LIBRARY_BYTES = 1 << 30
 
 
 class ArtifactError(KilnError):
-    """An artifact that cannot be loaded here: missing, corrupt, tampered, newer, or for another CPU."""
+    """An artifact that cannot be loaded here: missing, corrupt, tampered, inconsistent, newer, or for
+    another CPU."""
 
+
+def _manifest_digest(manifest: dict) -> str:
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+# -- reading the files of an artifact ----------------------------------------------------------------
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+class ArtifactDir:
+    """An artifact directory, opened once: its files are opened relative to it, by one name each,
+    and only if they are regular files (lstat, then ``O_NOFOLLOW | O_NONBLOCK``, then fstat: a
+    symbolic link, FIFO, device or directory is refused without being read, and nothing can hang)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise ArtifactError(f"no artifact at {self.path}") from None
+        except NotADirectoryError:
+            raise ArtifactError(f"no artifact at {self.path} (a file: Kiln artifacts are directories)") from None
+        except OSError as e:
+            raise ArtifactError(f"cannot open the artifact {self.path}: {e.strerror}") from None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "ArtifactDir":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def has(self, name: str) -> bool:
+        try:
+            os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            return True
+        except OSError:
+            return False
+
+    @contextlib.contextmanager
+    def open(self, name: str) -> Iterator[tuple[int, int]]:
+        """``with d.open(name) as (fd, size):`` a regular file of the artifact (``ArtifactError`` otherwise)."""
+        if not FILE_NAME.match(name):
+            raise ArtifactError(f"{self.path}: refusing to open {name!r}: not a file name inside the artifact")
+        try:
+            st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                raise ArtifactError(f"{self.path}: {name} is {_kind(st.st_mode)}, not a regular file; refusing "
+                                    f"to read it")
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.fd)
+        except FileNotFoundError:
+            raise ArtifactError(f"{self.path} is incomplete: {name} is missing") from None
+        except OSError as e:
+            raise ArtifactError(f"{self.path}: cannot open {name}: {e.strerror}") from None
+        try:
+            now = os.fstat(fd)
+            if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                raise ArtifactError(f"{self.path}: {name} changed while it was being opened; refusing to read it")
+            yield fd, now.st_size
+        finally:
+            os.close(fd)
+
+    def read(self, name: str, digest: str | None, limit: int) -> bytes:
+        """The bytes of ``name`` (at most ``limit``), checked against ``digest`` when given: the bytes
+        returned are the bytes hashed."""
+        with self.open(name) as (fd, size):
+            if size > limit:
+                raise ArtifactError(f"{self.path}: {name} is {size} bytes, more than the {limit} Kiln reads")
+            chunks, got = [], 0
+            while got <= limit and (chunk := os.read(fd, min(1 << 22, limit + 1 - got))):
+                chunks.append(chunk)  # (in pieces: read(limit + 1) would allocate the whole limit)
+                got += len(chunk)
+            data = b"".join(chunks)
+        if len(data) > limit:
+            raise ArtifactError(f"{self.path}: {name} is more than the {limit} bytes Kiln reads")
+        if digest is not None:
+            self._check(name, hashlib.sha256(data).hexdigest(), digest)
+        return data
+
+    def map(self, name: str, digest: str, size: int) -> mmap.mmap | None:
+        """``name`` memory-mapped read-only (None when empty), of exactly ``size`` bytes, checked
+        against ``digest`` by hashing the mapping itself."""
+        with self.open(name) as (fd, actual):
+            if actual != size:
+                raise ArtifactError(f"{self.path}: {name} is {actual} bytes, the manifest says {size} "
+                                    f"(memory.weights_bytes)")
+            mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
+        self._check(name, hashlib.sha256(mapped if mapped is not None else b"").hexdigest(), digest)
+        return mapped
+
+    def verify(self, name: str, digest: str) -> None:
+        """Hash ``name`` as it is read (for the files the runtime does not use itself)."""
+        h = hashlib.sha256()
+        with self.open(name) as (fd, _):
+            while chunk := os.read(fd, 1 << 22):
+                h.update(chunk)
+        self._check(name, h.hexdigest(), digest)
+
+    def copy(self, name: str, dest: str) -> None:
+        with self.open(name) as (fd, _), open(dest, "xb") as out:
+            while chunk := os.read(fd, 1 << 22):
+                out.write(chunk)
+
+    def _check(self, name: str, got: str, want: str) -> None:
+        if got != want:
+            raise ArtifactError(f"{self.path}: {name} does not match its checksum (corrupt or tampered)")
+
+
+def read_manifest(directory: "str | os.PathLike | ArtifactDir", check_files: bool = True) -> dict[str, Any]:
+    """The verified manifest of the artifact in ``directory`` (see ``ArtifactError``): format version,
+    checksum, schema (``manifest.validate``), CPU features and, with ``check_files``, every file's
+    checksum."""
+    with contextlib.ExitStack() as stack:
+        d = directory if isinstance(directory, ArtifactDir) else stack.enter_context(ArtifactDir(directory))
+        if not d.has(MANIFEST):
+            raise ArtifactError(f"{d.path} is not a Kiln artifact: it has no {MANIFEST}")
+        manifest = _parse(d.read(MANIFEST, None, MAX_MANIFEST_BYTES), os.path.join(d.path, MANIFEST))
+        _check_version(manifest, d.path)
+        if manifest.get("manifest_sha256") != _manifest_digest(manifest):
+            raise ArtifactError(f"{d.path}/{MANIFEST} was modified after the artifact was written (its checksum "
+                                f"does not match)")
+        try:
+            validate(manifest)
+        except SchemaError as e:
+            raise ArtifactError(f"{d.path}: {e}") from None
+        _check_target(manifest, d.path)
+        if check_files:
+            for name, digest in manifest["files"].items():
+                d.verify(name, digest)
+    return manifest
+
+
+def _parse(data: bytes, path: str) -> dict:
+    try:
+        manifest = json.loads(data)
+    except RecursionError:
+        raise ArtifactError(f"{path} is not a Kiln artifact manifest: its JSON is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{path} is not readable JSON: {e}") from None
+    try:
+        check_depth(manifest)
+    except SchemaError:
+        raise ArtifactError(f"{path} is not a Kiln artifact manifest: its JSON is nested too deeply") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ArtifactError(f"{path} is not a Kiln artifact manifest")
+    return manifest
+
+
+def _check_version(manifest: dict, directory: str) -> None:
+    version = manifest.get("format_version")
+    if type(version) is not int or version > FORMAT_VERSION:
+        raise ArtifactError(f"{directory} has artifact format version {version!r}, newer than this Kiln "
+                            f"({manifest.get('kiln_version', '?')} wrote it) reads (up to {FORMAT_VERSION}); "
+                            f"upgrade Kiln or recompile the model")
+
+
+def _check_target(manifest: dict, directory: str) -> None:
+    from ..codegen.llvm.target import host_target
+
+    host = host_target()
+    target = manifest["target"]
+    missing = sorted(set(target["isa"]) - set(host.isa))
+    if missing:
+        raise ArtifactError(f"{directory} was compiled for CPU {target['cpu']!r} with "
+                            f"{', '.join(missing)}, which this CPU ({host.cpu}) lacks; recompile it here "
+                            f"(or compile with a target this CPU supports)")
+    if target["triple"].split("-")[0] != host.triple.split("-")[0]:
+        raise ArtifactError(f"{directory} was compiled for {target['triple']}, this machine is {host.triple}")
+
+
+# -- loading a library -------------------------------------------------------------------------------
+
+_serial = itertools.count()
+
+
+def load_library(data: bytes, label: str = "model.so") -> ctypes.CDLL:
+    """Load the shared library ``data`` (bytes already verified) under a name no earlier load can alias.
+
+    ``dlopen`` returns an already-loaded library when the path, or the file's device and inode, match
+    one: loading a rebuilt ``model.so`` from the same path would run the old code. So the bytes are
+    written to a new private file (pid and a per-process serial in its name, created with O_EXCL, mode
+    0600), opened, and unlinked at once. The mapping keeps the inode alive (Kiln never unloads a
+    library), so neither its name nor its inode can be reused while it is loaded; nothing is left on
+    disk. ``OSError`` if the library cannot be loaded (message in terms of ``label``)."""
+    tmp = tempfile.gettempdir()
+    while True:
+        path = os.path.join(tmp, f".kiln-{os.getpid()}-{next(_serial)}-{secrets.token_hex(4)}.so")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            hint = (f" (is {tmp} mounted noexec? set TMPDIR to a directory that allows executables)"
+                    if "map" in str(e) or "ermission" in str(e) else "")
+            raise OSError(str(e).replace(path, label) + hint) from None
+    finally:
+        os.unlink(path)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _dladdr():
+    for lib in (None, "libdl.so.2"):
+        try:
+            f = ctypes.CDLL(lib).dladdr
+        except (OSError, AttributeError):
+            continue
+        f.argtypes, f.restype = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)], ctypes.c_int
+        return f
+    return None
+
+
+def library_function(lib: ctypes.CDLL, name: str, label: str = "model.so"):
+    """The function ``name`` defined in ``lib`` itself: ``dlsym`` on the library's handle also finds its
+    dependencies' symbols (libc's ``abort``), so the address must lie in ``lib``'s own file
+    (``dladdr``). ``ArtifactError`` otherwise."""
+    try:
+        fn = lib[name]
+    except AttributeError:
+        raise ArtifactError(f"{label} has no function {name!r}") from None
+    dladdr = _dladdr()
+    info = _DlInfo()
+    if dladdr is not None:
+        address = ctypes.cast(fn, ctypes.c_void_p).value
+        if not dladdr(address, ctypes.byref(info)) or info.dli_fname != os.fsencode(lib._name):
+            raise ArtifactError(f"{label} does not define {name!r} itself (found in "
+                                f"{(info.dli_fname or b'?').decode(errors='replace')}); refusing to call it")
+    return fn
+
+
+# -- writing -----------------------------------------------------------------------------------------
 
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
@@ -43,11 +306,6 @@ def sha256_file(path: str) -> str:
         while chunk := f.read(1 << 22):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _manifest_digest(manifest: dict) -> str:
-    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def finish_manifest(directory: str, manifest: dict) -> dict:
@@ -62,77 +320,119 @@ def finish_manifest(directory: str, manifest: dict) -> dict:
     return manifest
 
 
+def _check_replaceable(dest: str, shown: str) -> None:
+    """Refuse to replace anything at ``dest`` but a Kiln artifact (a directory with a manifest)."""
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode) or not os.path.isfile(os.path.join(dest, MANIFEST)):
+        what = _kind(st.st_mode) if not stat.S_ISDIR(st.st_mode) else "a directory"
+        raise ArtifactError(f"{shown} exists ({what}) and is not a Kiln artifact; refusing to replace it")
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the lock file ``path``, and remove it when done. A waiter that
+    wakes on a lock file its holder has removed tries again, so exactly one process holds it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        finally:
+            os.close(fd)
+
+
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap the directories ``a`` and ``b`` in one step (Linux ``renameat2``); False where unsupported."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
 class staging:
     """``with staging(dest) as tmp:`` build the artifact in ``tmp``; on success it becomes ``dest``
-    (replacing an older artifact there), on any error ``tmp`` is removed and ``dest`` is untouched."""
+    (replacing an older artifact there), on any error ``tmp`` is removed and ``dest`` is untouched.
 
-    def __init__(self, dest: str):
-        self.dest = os.path.abspath(os.fspath(dest))
-        parent = os.path.dirname(self.dest) or "."
-        if not os.path.isdir(parent):
-            raise ArtifactError(f"cannot write {dest}: directory {parent} does not exist")
-        if os.path.exists(self.dest) and not os.path.exists(os.path.join(self.dest, MANIFEST)):
-            raise ArtifactError(f"{dest} exists and is not a Kiln artifact; refusing to replace it")
-        self.parent = parent
+    ``tmp`` is a directory of this writer's own beside ``dest``; the swap into place holds a lock
+    (``.NAME.lock`` beside it, removed after), so writers racing for one ``dest`` replace each other
+    in turn: the last one wins, each leaves a complete artifact and no debris. Where the file system
+    can, the old and new directories are exchanged in one step, so a reader never finds ``dest``
+    missing."""
+
+    def __init__(self, dest: str | os.PathLike):
+        self.shown = os.fspath(dest)
+        self.dest = os.path.abspath(self.shown)
+        self.parent = os.path.dirname(self.dest)
+        if not os.path.isdir(self.parent):
+            raise ArtifactError(f"cannot write {self.shown}: directory {self.parent} does not exist")
+        _check_replaceable(self.dest, self.shown)
+        self.base = os.path.basename(self.dest)
 
     def __enter__(self) -> str:
-        self.tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(self.dest)}.", suffix=".partial", dir=self.parent)
+        try:
+            self.tmp = tempfile.mkdtemp(prefix=f".{self.base}.", suffix=".partial", dir=self.parent)
+        except OSError as e:
+            raise ArtifactError(f"cannot write {self.shown}: {e.strerror}") from None
         return self.tmp
 
     def __exit__(self, kind, exc, tb) -> bool:
         if kind is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
-        old = None
-        if os.path.exists(self.dest):
-            old = self.tmp + ".old"
-            os.rename(self.dest, old)
-        os.rename(self.tmp, self.dest)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            with _locked(os.path.join(self.parent, f".{self.base}.lock")):
+                self._swap()
+        except OSError as e:
+            raise ArtifactError(f"cannot write {self.shown}: {e}") from None
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)  # the old artifact, or what is left of a failure
         return False
 
+    def _swap(self) -> None:
+        """Put ``tmp`` at ``dest``; afterwards ``tmp`` holds the old artifact, or nothing."""
+        _check_replaceable(self.dest, self.shown)  # another writer may have put something else there
+        if os.path.lexists(self.dest):
+            if _exchange(self.tmp, self.dest):
+                return
+            old = self.tmp[:-len(".partial")] + ".old"
+            os.rename(self.dest, old)
+            try:
+                os.rename(self.tmp, self.dest)
+            except BaseException:
+                os.rename(old, self.dest)
+                raise
+            os.rename(old, self.tmp)
+        else:
+            os.rename(self.tmp, self.dest)
 
-def read_manifest(directory: str, check_files: bool = True) -> dict[str, Any]:
-    """The verified manifest of the artifact in ``directory`` (see ``ArtifactError``)."""
-    from ..codegen.llvm.target import host_target
 
-    directory = os.fspath(directory)
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.isdir(directory):
-        raise ArtifactError(f"no artifact at {directory}" + (" (a file: Kiln artifacts are directories)"
-                                                             if os.path.exists(directory) else ""))
-    if not os.path.exists(path):
-        raise ArtifactError(f"{directory} is not a Kiln artifact: it has no {MANIFEST}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ArtifactError(f"{path} is not readable JSON: {e}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArtifactError(f"{path} is not a Kiln artifact manifest")
-    version = manifest.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ArtifactError(f"{directory} has artifact format version {version!r}, newer than this Kiln "
-                            f"({manifest.get('kiln_version', '?')} wrote it) reads (up to {FORMAT_VERSION}); "
-                            f"upgrade Kiln or recompile the model")
-    if manifest.get("manifest_sha256") != _manifest_digest(manifest):
-        raise ArtifactError(f"{path} was modified after the artifact was written (its checksum does not match)")
-    host = host_target()
-    need = set(manifest["target"]["isa"])
-    missing = sorted(need - set(host.isa))
-    if missing:
-        raise ArtifactError(f"{directory} was compiled for CPU {manifest['target']['cpu']!r} with "
-                            f"{', '.join(missing)}, which this CPU ({host.cpu}) lacks; recompile it here "
-                            f"(or compile with a target this CPU supports)")
-    if manifest["target"]["triple"].split("-")[0] != host.triple.split("-")[0]:
-        raise ArtifactError(f"{directory} was compiled for {manifest['target']['triple']}, this machine is "
-                            f"{host.triple}")
-    if check_files:
-        for name, digest in manifest.get("files", {}).items():
-            fp = os.path.join(directory, name)
-            if not os.path.exists(fp):
-                raise ArtifactError(f"{directory} is incomplete: {name} is missing")
-            if sha256_file(fp) != digest:
-                raise ArtifactError(f"{directory}: {name} does not match its checksum (corrupt or tampered)")
-    return manifest
+__all__ = ["ArtifactDir", "ArtifactError", "FORMAT", "FORMAT_VERSION", "IR_TEXT", "LIBRARY", "MANIFEST",
+           "WEIGHTS", "finish_manifest", "library_function", "load_library", "read_manifest", "staging"]

@@ -1,8 +1,9 @@
 """Loading an artifact and running it: ``load(path) -> Executable``; ``exe.run({name: array})``.
 
-Loading compiles nothing: it verifies the manifest (format, checksums, CPU features), opens the
-shared library, and memory-maps the weights (read-only, not copied). When some nodes have no
-native code it also parses the final IR to run those nodes in the reference interpreter.
+Loading compiles nothing: it verifies the manifest (format, checksum, schema, CPU features), opens
+the shared library (from the verified bytes, under a private name: ``artifact.load_library``), and
+memory-maps the weights (read-only, not copied, hashed through the mapping). When some nodes have
+no native code it also parses the final IR to run those nodes in the reference interpreter.
 
 ``run`` checks every input (names, element type, shape; a non-contiguous array is copied) before
 any native code runs, takes an arena (one per concurrent caller, allocated once and reused), calls
@@ -12,31 +13,23 @@ call from several threads at once.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import os
-import shutil
 import threading
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import InputError, KilnError
-from .artifact import IR_TEXT, LIBRARY, WEIGHTS, ArtifactError, read_manifest
+from .artifact import (MAX_LIBRARY_BYTES, ArtifactDir, ArtifactError, library_function, load_library,
+                       read_manifest)
+from .manifest import IR_TEXT, LIBRARY, WEIGHTS, SchemaError, check_fallback_nodes, machine_memory, np_dtype
 from .status import clear as clear_status, raise_reported
 
-
-_NUMPY = {"f32": "float32", "f64": "float64", "f16": "float16", "i8": "int8", "i16": "int16", "i32": "int32",
-          "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "bool": "bool"}
-
-
-def _np_dtype(name: str) -> np.dtype:
-    """The NumPy dtype of an element type name (the IR's table only for the narrow types: importing
-    it loads ml_dtypes, which takes over a second here, and loading should not)."""
-    if name in _NUMPY:
-        return np.dtype(_NUMPY[name])
-    from ..ir.types import DType
-
-    return DType[name].np
+_np_dtype = np_dtype
+_FORWARD = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
 
 
 def default_threads() -> int:
@@ -53,49 +46,37 @@ def _aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
 
 
 class Executable:
-    """A loaded model (see the module docstring). Build one with ``compiler.compile`` or ``compiler.load``."""
+    """A loaded model (see the module docstring). Build one with ``compiler.compile`` or ``compiler.load``.
 
-    def __init__(self, path: str, manifest: dict, nthreads: int | None = None, _owner: Any = None):
+    ``manifest`` must come from ``read_manifest`` (validated); every file is read here, through
+    ``ArtifactDir`` (regular files inside ``path`` only), and checked against the manifest's
+    checksums as it is read: the bytes loaded are the bytes hashed."""
+
+    def __init__(self, path: str, manifest: dict, nthreads: int | None = None, _owner: Any = None,
+                 _dir: ArtifactDir | None = None):
         self.path = path
         self.manifest = manifest
         self.nthreads = int(nthreads) if nthreads else default_threads()
         if self.nthreads < 1:
             raise ValueError(f"nthreads must be at least 1, got {nthreads}")
         self._owner = _owner  # keeps a temporary artifact directory alive
-        self._lib = None
-        if os.path.exists(os.path.join(path, LIBRARY)):  # absent when no node runs natively
-            try:
-                self._lib = ctypes.CDLL(os.path.join(path, LIBRARY))
-            except OSError as e:
-                raise ArtifactError(f"cannot load {os.path.join(path, LIBRARY)}: {e}") from None
-        wpath = os.path.join(path, WEIGHTS)
-        size = os.path.getsize(wpath)
-        self._weights = np.memmap(wpath, dtype=np.uint8, mode="r") if size else np.zeros(64, np.uint8)
-        self._wptr = self._weights.ctypes.data
-        self._segments = {}
-        for step in manifest["plan"]:
-            if "native" in step:
-                fn = getattr(self._lib, step["native"])
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
-                fn.restype = None
-                self._segments[step["native"]] = fn
+        with contextlib.ExitStack() as stack:
+            d = _dir or stack.enter_context(ArtifactDir(path))
+            self._open_files(d)
+        self._segments = {name: self._function(name, _FORWARD, None)
+                          for name in (s["native"] for s in manifest["plan"] if "native" in s)}
         # (name, NumPy dtype, shape, element type name); dtype None for an input that only
         # interpreted nodes read (a sequence, or a tensor of symbolic shape): not checked here
         self._signature_ = [(i["name"], _np_dtype(i["dtype"]), tuple(i["shape"]), i["dtype"]) if "dtype" in i
                             else (i["name"], None, i["type"], None) for i in manifest["inputs"]]
         self.outputs = [(o["name"], o.get("dtype"), o.get("shape")) for o in manifest["outputs"]]
-        self._graph = None
-        if manifest["fallback"]:
-            from ..ir.parser import load_text
-
-            self._graph = load_text(os.path.join(path, IR_TEXT))
         self._arenas: list[tuple[np.ndarray, int]] = []  # (arena, its address), one per concurrent caller
         # what run() does, decoded once: the steps, and where each output is read
         self._steps = [(step, self._segments.get(step.get("native"))) for step in manifest["plan"]]
         self._outputs = []
         for o in manifest["outputs"]:
             place = o["place"]
-            if place and place[0] == "arena" and "dtype" in o:
+            if place[0] == "arena" and "dtype" in o:
                 dt = _np_dtype(o["dtype"])
                 nbytes = int(np.prod(o["shape"], dtype=np.int64)) * dt.itemsize
                 self._outputs.append((o["name"], place[1], place[1] + nbytes, dt, tuple(o["shape"]), o))
@@ -103,6 +84,57 @@ class Executable:
                 self._outputs.append((o["name"], None, None, None, None, o))
         self._lock = threading.Lock()
         self.arena_bytes = int(manifest["memory"]["arena_bytes"])
+
+    def _open_files(self, d: ArtifactDir) -> None:
+        """The library, the weights and (with interpreted steps) the IR, each verified as it is read;
+        the other files of the artifact verified too."""
+        files, plan = self.manifest["files"], self.manifest["plan"]
+        used = {WEIGHTS}
+        self._lib = None  # absent when no node runs natively
+        if any("native" in s for s in plan):
+            used.add(LIBRARY)
+            data = d.read(LIBRARY, files[LIBRARY], MAX_LIBRARY_BYTES)
+            try:
+                self._lib = load_library(data, os.path.join(self.path, LIBRARY))
+            except OSError as e:
+                raise ArtifactError(f"cannot load {os.path.join(self.path, LIBRARY)}: {e}") from None
+        self._mapped = d.map(WEIGHTS, files[WEIGHTS], self.manifest["memory"]["weights_bytes"])
+        self._weights = np.frombuffer(self._mapped, np.uint8) if self._mapped is not None else np.zeros(64, np.uint8)
+        self._wptr = self._weights.ctypes.data
+        self._graph = None
+        if any("fallback" in s for s in plan):
+            used |= {IR_TEXT, IR_TEXT + ".npz"}
+            self._graph = self._read_graph(d)
+        for name, digest in files.items():
+            if name not in used:
+                d.verify(name, digest)
+
+    def _read_graph(self, d: ArtifactDir):
+        """The final IR (and its sidecar of constants), for the interpreted steps, checked against the plan."""
+        from ..ir.parser import parse
+
+        files, limit = self.manifest["files"], machine_memory()
+        text = d.read(IR_TEXT, files[IR_TEXT], limit)
+        weights = None
+        side = IR_TEXT + ".npz"
+        if side in files:
+            data = d.read(side, files[side], limit)
+            try:
+                with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                    weights = {k: z[k] for k in z.files}
+            except Exception as e:  # a corrupt archive: zipfile, NumPy and OS errors alike
+                raise ArtifactError(f"{self.path}: {side} is not a NumPy archive: {e}") from None
+        try:
+            graph = parse(text, weights, filename=os.path.join(self.path, IR_TEXT))
+            check_fallback_nodes(self.manifest, graph)
+        except (ValueError, KilnError, SchemaError) as e:
+            raise ArtifactError(f"{self.path}: {e}") from None
+        return graph
+
+    def _function(self, name: str, argtypes: list, restype):
+        fn = library_function(self._lib, name, os.path.join(self.path, LIBRARY))
+        fn.argtypes, fn.restype = argtypes, restype
+        return fn
 
     # -- information -----------------------------------------------------------------------------
     @property
@@ -131,11 +163,10 @@ class Executable:
         reading). Fallback steps are not timed."""
         if not self.manifest.get("profile"):
             raise KilnError("this artifact was not compiled with profile=True: no step is timed")
-        read = self._lib.kiln_profile_seconds
-        read.argtypes, read.restype = [ctypes.c_int32], ctypes.c_double
+        read = self._function("kiln_profile_seconds", [ctypes.c_int32], ctypes.c_double)
         res = [(k, read(k["step"])) for k in self.kernels]
         if reset:
-            self._lib.kiln_profile_reset()
+            self._function("kiln_profile_reset", [], None)()
         return res
 
     @property
@@ -273,21 +304,24 @@ class Executable:
                 view = self._view(place, dtype, shape, arrays, arena)
                 r = np.asarray(r)
                 if r.shape != view.shape or r.dtype != view.dtype:
-                    raise RuntimeError(f"{node.describe()} (interpreter) gave {r.dtype}{list(r.shape)}, the "
-                                       f"plan has {view.dtype}{list(view.shape)}")
+                    raise ArtifactError(f"{node.describe()} (interpreter) gave {r.dtype}{list(r.shape)}, the "
+                                        f"artifact's plan has {view.dtype}{list(view.shape)}")
                 view[...] = r
 
     # -- saving --------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str:
         """Copy the artifact to ``path`` (a directory, conventionally ``model.kiln``); returns it."""
-        from .artifact import staging
+        from .artifact import MANIFEST, staging
 
         dest = os.fspath(path)
         if os.path.abspath(dest) == os.path.abspath(self.path):
             return dest
-        with staging(dest) as tmp:
-            for name in os.listdir(self.path):
-                shutil.copy2(os.path.join(self.path, name), os.path.join(tmp, name))
+        with staging(dest) as tmp, ArtifactDir(self.path) as d:
+            for name in [MANIFEST, *self.manifest["files"]]:
+                d.copy(name, os.path.join(tmp, name))
+            copied = read_manifest(tmp)  # complete and verified before it replaces anything
+            if copied["manifest_sha256"] != self.manifest["manifest_sha256"]:
+                raise ArtifactError(f"{self.path} changed since it was loaded; not saved to {dest}")
         return dest
 
 
@@ -296,8 +330,9 @@ def load(path: str | os.PathLike, nthreads: int | None = None) -> Executable:
     that is corrupt or tampered with, newer than this Kiln, or built for CPU features this machine
     lacks (``ArtifactError``)."""
     path = os.fspath(path)
-    manifest = read_manifest(path)
-    return Executable(path, manifest, nthreads)
+    with ArtifactDir(path) as d:  # one directory for the manifest and the files it names
+        manifest = read_manifest(d, check_files=False)  # the Executable verifies each file as it reads it
+        return Executable(path, manifest, nthreads, _dir=d)
 
 
 __all__ = ["Executable", "default_threads", "load"]

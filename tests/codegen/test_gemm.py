@@ -222,9 +222,10 @@ def test_caller_packs_b(tiny, nthreads):
     """``kiln_sgemm_cb``: the caller's ``pb`` makes each block of B that a task multiplies (as a conv
     packs its im2col windows); every block it is asked for lies in B, the blocks cover B for
     every task, and the product is right (tiny blocks: many K depths and column ranges)."""
-    m, n, k = 13, 61, 30
-    a, b = rand(m, k), rand(k, n)
     NR = tiny.cfg.NR
+    # several NC column blocks and a partial panel whatever the host's register tile
+    m, n, k = 13, 2 * tiny.cfg.NC + NR // 2 + 1, 30
+    a, b = rand(m, k), rand(k, n)
     asked = []
     fp = ctypes.POINTER(ctypes.c_float)
     i64 = ctypes.c_int64

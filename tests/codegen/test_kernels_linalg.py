@@ -109,8 +109,8 @@ def test_refusals():
     s = g.add_input("s", TensorType(DType.f32, ("N", 4)))
     w = g.add_input("w", TensorType(DType.f32, (4, 4)))
     z = g.add(la.Gemm(), s, w)
-    e = g.add_input("e", TensorType(DType.f32, (0, 4)))
-    ez = g.add(la.MatMul(), e, w)
+    e = g.add_input("e", TensorType(DType.f32, (4, 0)))
+    ez = g.add(la.MatMul(), e, g.add_input("e2", TensorType(DType.f32, (0, 4))))  # [4, 4] from K = 0
     for v, words in ((y, "f64"), (z, "static"), (ez, "empty")):
         low, why = lowering_for(KernelGroup.of([v.producer]))
         assert low is None and words in why, why

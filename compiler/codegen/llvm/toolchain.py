@@ -13,8 +13,9 @@ The steps, each a plain function:
 * ``optimized_ir`` / ``assembly``: what the optimizer and the code generator made of a module, for
   reading and for tests ("did the loop vectorize?").
 
-A loaded library cannot be replaced in the same process: ``dlopen`` of a path already open returns
-the old library. Give each build its own file name (e.g. a hash of its IR).
+``dlopen`` of a path already open returns the old library; ``load_library`` therefore loads a
+private copy of the file's bytes, so rebuilding a library at the same path and loading it again runs
+the new code.
 """
 from __future__ import annotations
 
@@ -188,12 +189,18 @@ def link_shared(objects: Iterable[bytes], out_path: str | os.PathLike, extra_arg
 
 
 def load_library(path: str | os.PathLike) -> ctypes.CDLL:
-    """Open a shared library (its symbols are looked up as attributes: ``lib.kernel``)."""
+    """Open a shared library (its symbols are looked up as attributes: ``lib.kernel``).
+
+    The file's bytes are read once and loaded from a private copy (``runtime.artifact.load_library``),
+    so a library rebuilt at the same path is loaded afresh, never aliased to the one loaded before."""
+    from ...runtime.artifact import load_library as load_private
+
     p = Path(path)
     if not p.is_file():
         raise CodegenError(f"no shared library at {p}")
     try:
-        return ctypes.CDLL(str(p.resolve()))
+        data = p.read_bytes()
+        return load_private(data, str(p))
     except OSError as e:
         raise CodegenError(f"could not load {p}: {e}") from None
 
