@@ -17,11 +17,11 @@ from .graph import Graph, Node, Value
 from .types import DType, OptionalType, SequenceType, TensorType
 
 
-class InterpreterError(RuntimeError):
+from ..errors import InputError, KilnError  # noqa: E402  (defined there so the runtime need not import the IR)
+
+
+class InterpreterError(KilnError, RuntimeError):
     """A node failed, or produced a result that does not match its IR type."""
-
-
-from ..errors import InputError  # noqa: E402  (defined there so the runtime need not import the IR)
 
 
 def check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:

@@ -274,3 +274,23 @@ def test_fold_scale_bias_refuses_a_non_channel_constant():
     }""", {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
            "s": rng.standard_normal(8).astype(np.float32)})
     assert not run_pass(FoldScaleBias(), g)
+
+
+@pytest.mark.parametrize("cshape, folds", [((7, 1), False), ((1, 7), True), ((7,), True), ((1,), True)])
+def test_fold_scale_bias_into_gemm_only_with_a_per_column_c(cshape, folds):
+    """Regression (issue 21, found by the fuzzer): a Gemm's C of shape [7, 1] has as many elements
+    as output columns but is per row; the pass read it as per column and failed."""
+    rng = np.random.default_rng(3)
+    g = ir(f"""
+    graph @t(%a: f32[1,7]) -> (y: f32[7,7]) {{
+      %w = const f32[7,1]
+      %c = const f32[{','.join(str(d) for d in cshape)}]
+      %t = const f32[7]
+      %0 = Gemm(%a, %w, %c) {{transA=1, transB=1, beta=0.25}} : f32[7,7]
+      %1 = Add(%0, %t) : f32[7,7]
+      return y=%1
+    }}""", {"w": rng.standard_normal((7, 1)).astype(np.float32),
+            "c": rng.standard_normal(cshape).astype(np.float32),
+            "t": rng.standard_normal(7).astype(np.float32)})
+    assert run_pass(FoldScaleBias(), g) == folds
+    assert ("Add" in g.op_counts()) != folds

@@ -70,10 +70,9 @@ def fold_affine(graph: Graph, prod: Node, s: np.ndarray, t: np.ndarray, before: 
     else:  # Gemm: output columns; alpha scales A@B, beta scales C
         w2 = w * (s.reshape(1, m) if not prod.op.transB else s.reshape(m, 1))
     if prod.op.name == "Gemm":
-        c = np.zeros(m) if bias_in is None else np.broadcast_to(bias_in.const.astype(np.float64), (1, m))[-1] \
-            if bias_in.type.numel in (1, m) else None
-        if c is None:
+        if not gemm_per_column_bias(prod):
             raise ValueError("Gemm C is not per-column")
+        c = np.zeros(m) if bias_in is None else np.broadcast_to(bias_in.const.astype(np.float64), (1, m))[-1]
         b2 = prod.op.beta * c * s + t
         new_op = prod.op.replace(beta=1.0)
     else:
@@ -89,8 +88,10 @@ def fold_affine(graph: Graph, prod: Node, s: np.ndarray, t: np.ndarray, before: 
 def gemm_per_column_bias(prod: Node) -> bool:
     if prod.op.name != "Gemm" or len(prod.inputs) < 3 or prod.inputs[2] is None:
         return True
-    m = channel_count(prod)
-    return prod.inputs[2].type.numel in (1, m)
+    # C broadcast to [M, N] must be the same on every row: shape [], [N] or [1, N] (a [M, 1] C of
+    # M == N elements is per row)
+    shape = [int(d) for d in prod.inputs[2].shape]
+    return len(shape) <= 1 or shape[0] == 1
 
 
 class FoldBatchNorm(Pass):
