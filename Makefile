@@ -6,8 +6,13 @@ STAMP  := $(VENV)/.installed
 # The default model: SqueezeNet from the ONNX model zoo, shipped inside the onnx package.
 MODEL  ?= light:squeezenet
 JOBS   ?= 2
+# `make fuzz N=1000`: N random graphs at every -O level, MUTANTS malformed files and tampered
+# artifacts (tests/fuzz/); SEED replays a run (default: a new seed, printed)
+N       ?= 200
+MUTANTS ?= $(N)
+SEED    ?=
 
-.PHONY: run test install clean
+.PHONY: run test fuzz install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +27,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) -q tests
+
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz $(N) --mutants $(MUTANTS) $(if $(SEED),--seed $(SEED)) --out tests/fuzz/failures
 
 clean:
 	rm -rf $(VENV) build *.egg-info

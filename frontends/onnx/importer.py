@@ -340,8 +340,11 @@ class _Importer:
             if vi.name in listed:
                 raise ModelError(f"graph input {vi.name!r} is listed twice (input names are unique)")
             listed.add(vi.name)
-            if vi.name in self.values:
-                continue  # an initializer also listed as input (IR version < 4): a constant
+            if vi.name in self.values:  # an initializer also listed as input (IR version < 4): a constant
+                problem = declared_type_problem(vi.type, self.values[vi.name].type, dims=True)
+                if problem:
+                    raise ModelError(f"graph input {vi.name!r} (an initializer) is {problem}")
+                continue
             t = type_from_proto(vi.type, f"input {vi.name!r}")
             if vi.name in self.input_shapes:
                 t = specialize(t, self.input_shapes.pop(vi.name), vi.name)
@@ -382,6 +385,10 @@ class _Importer:
                 raise ModelError(f"{kind} output {vi.name!r} is listed twice (output names are unique)")
             seen.add(vi.name)
         dims = kind == "graph" and not self.specialized
+        for vi in g.output:  # ONNX Runtime refuses an output of element type 0 (UNDEFINED)
+            t = vi.type.tensor_type if vi.type.WhichOneof("value") == "tensor_type" else None
+            if t is not None and t.HasField("elem_type") and t.elem_type == 0:
+                raise ModelError(f"{kind} output {vi.name!r} is declared with element type 0 (UNDEFINED)")
         for what, vis in ((f"{kind} output", g.output), ("value_info of", g.value_info)):
             for vi in vis:
                 v = self.values.get(vi.name)

@@ -1,0 +1,115 @@
+"""The fuzzers in the test suite: a fixed-seed batch of random graphs at every -O level and of malformed
+files and tampered artifacts must give no failure (``make fuzz`` runs as many as asked); and the
+harness's own parts: the generator is deterministic and valid, the comparison and the worker pool
+classify what they see."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from . import gen
+from .harness import Diff, Report, classify, compare
+from .mutate import Mutants
+from .pool import Outcome, Pool
+
+SEED = 20260521
+GRAPHS = 40        # x 4 levels
+MUTANTS = 150
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with Pool(2) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("fuzz-failures"))
+
+
+def _explain(report: Report, out: str) -> str:
+    return f"{report.text()}\n(repros under {out}; README.md there has a line for each)"
+
+
+@pytest.mark.slow
+def test_random_graphs_match_onnxruntime_at_every_level(pool, out):
+    report = Diff(pool, out, minimize=False, log=lambda s: None).run(GRAPHS, SEED)
+    print(report.text())
+    assert report.counts["graphs"] == GRAPHS
+    assert not report.failures, _explain(report, out)
+
+
+@pytest.mark.slow
+def test_malformed_files_and_tampered_artifacts_give_clear_errors(pool, out):
+    report = Mutants(pool, out, cli_every=15, log=lambda s: None).run(MUTANTS, SEED)
+    print(report.text())
+    assert report.counts["mutants"] == MUTANTS
+    assert not report.failures, _explain(report, out)
+
+
+# -- the harness itself ---------------------------------------------------------------------------------
+def test_generator_is_deterministic_and_valid():
+    a, b = gen.generate(5, 3), gen.generate(5, 3)
+    assert a.model.SerializeToString() == b.model.SerializeToString()
+    assert a.recipes == b.recipes and sorted(a.feeds) == sorted(b.feeds)
+    for k in a.feeds:
+        np.testing.assert_array_equal(a.feeds[k], b.feeds[k])
+    for i in range(20):
+        c = gen.generate(6, i)
+        assert c.model.graph.node and c.reference
+        assert c.reference.keys() == gen.validate(c.model, c.feeds).keys()
+
+
+def test_compare_is_relative_to_the_magnitude():
+    ref = {"y": np.array([1000.0, 0.001, -3.0], np.float32)}
+    assert compare(ref, {"y": ref["y"] * np.float32(1 + 1e-5)}) is None
+    assert compare(ref, {"y": np.array([1000.05, 0.0011, -3.0], np.float32)}) is None  # within 1e-4 x 1000
+    assert "differ" in compare(ref, {"y": np.array([1000.0, 0.001, -2.5], np.float32)})
+    assert "shape" in compare(ref, {"y": ref["y"][:2]})
+    assert "dtype" in compare(ref, {"y": ref["y"].astype(np.float64)})
+    assert "outputs" in compare(ref, {"z": ref["y"]})
+    assert "differ" in compare({"i": np.array([1, 2])}, {"i": np.array([1, 3])})
+
+
+def test_classify_outcomes():
+    ref = {"y": np.ones(3, np.float32)}
+    assert classify(Outcome("ok", value={"outputs": {"y": np.ones(3, np.float32)}}), ref)[0] == "ok"
+    assert classify(Outcome("ok", value={"outputs": {"y": np.zeros(3, np.float32)}}), ref)[0] == "mismatch"
+    assert classify(Outcome("error", error="UnsupportedError", kiln=True, unsupported=True), ref)[0] == "refused"
+    assert classify(Outcome("error", error="ModelError", kiln=True), ref)[0] == "rejected"
+    assert classify(Outcome("error", error="KeyError"), ref)[0] == "exception"
+    assert classify(Outcome("crash", error="SIGSEGV"), ref)[0] == "crash"
+    assert classify(Outcome("hang", seconds=9), ref)[0] == "hang"
+
+
+def _segfault():
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+def _sleep():
+    import time
+
+    time.sleep(60)
+
+
+def _raise():
+    from compiler.errors import UnsupportedError
+
+    raise UnsupportedError("not this")
+
+
+def test_pool_survives_crashes_and_hangs(pool):
+    me = "tests.fuzz.test_fuzz"
+    crash = pool.run(f"{me}:_segfault", timeout=30)
+    assert crash.status == "crash" and crash.error == "SIGSEGV", crash
+    hang = pool.run(f"{me}:_sleep", timeout=2)
+    assert hang.status == "hang", hang
+    err = pool.run(f"{me}:_raise", timeout=30)
+    assert err.status == "error" and err.kiln and err.unsupported and "not this" in err.message
+    ok = pool.run("os:getpid", timeout=30)
+    assert ok.status == "ok" and ok.value != os.getpid()
