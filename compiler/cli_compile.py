@@ -56,6 +56,9 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     c.add_argument("--verify", action="store_true", help="run the IR verifier after every pass")
     c.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
                    help="skip this pass (repeatable; e.g. --disable-pass fuse; see `kiln dump --list-passes`)")
+    c.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
+                   help="refuse a model needing more memory than this (arena + weights, or any one value), "
+                        "e.g. 512MiB, 8GiB (default: this machine's memory)")
     c.add_argument("--json", action="store_true", help="print the compile summary as JSON")
     c.set_defaults(func=cmd_compile)
 
@@ -102,6 +105,21 @@ def _target(name):
         raise KilnError(str(e)) from None
 
 
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``512MiB``, ``8G``, ``1000000`` -> bytes (binary units)."""
+    import argparse
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512MiB or 8GiB, got {text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
 def cmd_compile(args) -> int:
     from .driver import FallbackWarning, compile
 
@@ -114,7 +132,7 @@ def cmd_compile(args) -> int:
         warnings.simplefilter("always", FallbackWarning)
         exe = compile(args.model, args.opt_level, _shapes(args.input_shape), output=args.output,
                       target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings,
-                      disabled_passes=args.disable_pass)
+                      disabled_passes=args.disable_pass, memory_limit=args.memory_limit)
     summary = summarize(exe.manifest, args.output)
     summary["compile_seconds"] = {k: round(v, 3) for k, v in timings.items()}
     if args.json:

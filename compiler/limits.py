@@ -18,7 +18,9 @@ def machine_memory() -> int:
 
 
 def gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.2f} MiB"
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    return f"{n / (1 << 20):.2f} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def _hint(limit: int) -> str:

@@ -45,3 +45,16 @@ def test_the_limit_is_an_option():
     assert issubclass(LimitError, KilnError)
     with pytest.raises(OptionError):
         CompileOptions.make(memory_limit_bytes=0)
+
+
+def test_kiln_compile_memory_limit(tmp_path, capsys):
+    from compiler.cli import main
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [64, 64])]), str(path))
+    assert main(["compile", str(path), "-o", str(tmp_path / "a.kiln"), "--memory-limit", "4KiB"]) != 0
+    err = capsys.readouterr().err
+    assert "kiln: error:" in err and "memory limit is 4096 bytes" in err and not (tmp_path / "a.kiln").exists()
+    assert main(["compile", str(path), "-o", str(tmp_path / "a.kiln"), "--memory-limit", "1MiB"]) == 0
+    with pytest.raises(SystemExit):
+        main(["compile", str(path), "-o", str(tmp_path / "b.kiln"), "--memory-limit", "lots"])
