@@ -385,10 +385,6 @@ class _Importer:
                 raise ModelError(f"{kind} output {vi.name!r} is listed twice (output names are unique)")
             seen.add(vi.name)
         dims = kind == "graph" and not self.specialized
-        for vi in g.output:  # ONNX Runtime refuses an output of element type 0 (UNDEFINED)
-            t = vi.type.tensor_type if vi.type.WhichOneof("value") == "tensor_type" else None
-            if t is not None and t.HasField("elem_type") and t.elem_type == 0:
-                raise ModelError(f"{kind} output {vi.name!r} is declared with element type 0 (UNDEFINED)")
         for what, vis in ((f"{kind} output", g.output), ("value_info of", g.value_info)):
             for vi in vis:
                 v = self.values.get(vi.name)
