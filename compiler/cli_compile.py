@@ -53,7 +53,7 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
                         "default: this machine's CPU")
     c.add_argument("--strict", action="store_true",
                    help="fail if any node has no native code instead of running it in the interpreter")
-    c.add_argument("--verify", action="store_true", help="run the IR verifier after every pass")
+    c.add_argument("--verify", action="store_true", help="run the IR verifier after every pass, and emit every kernel to check that kernels sharing one function are equal")
     c.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
                    help="skip this pass (repeatable; e.g. --disable-pass fuse; see `kiln dump --list-passes`)")
     c.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",

@@ -21,6 +21,7 @@ step list with every value's place, which ``compiler.runtime`` saves in an artif
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -179,14 +180,16 @@ def form_groups(graph: Graph) -> list[KernelGroup]:
 
 
 def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_memory: bool = True,
-                  in_place: bool = True, profile: bool = False) -> Program:
+                  in_place: bool = True, profile: bool = False, verify_shared: bool = False) -> Program:
     """Lower ``graph`` (after the pipeline) to a ``Program`` for ``target`` (see the module docstring).
 
     With ``fallback=False`` a group without a native lowering is an error naming the op, the node
     and the reason. ``reuse_memory=False`` gives every value arena memory of its own (debugging; no
     in-place reuse either); ``in_place=False`` only turns off kernels writing over their inputs.
     ``profile=True`` times every step (``kiln_profile_mark`` in ``native/parallel.c``; read with
-    ``kiln_profile_seconds(step index)``).
+    ``kiln_profile_seconds(step index)``). ``verify_shared=True`` (``compile(verify=True)``, ``--verify``)
+    emits every kernel anyway and checks that a function shared by equal kernels is exactly what each
+    step would have got (``kernel_key``).
     """
     from ..errors import UnsupportedError
 
@@ -195,8 +198,10 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
 
     # 1. groups and their lowerings
     steps: list[Step] = []
+    lowerings: dict[int, object] = {}  # step index -> its lowering
     for i, (node, group) in enumerate(zip(graph.nodes, form_groups(graph))):
         low, why = (None, "its op holds a subgraph (control flow)") if _has_subgraph(group) else lowering_for(group)
+        lowerings[i] = low
         if low is None:
             if not fallback:
                 raise UnsupportedError(f"{group.describe()}: no native code: {why} (strict mode: fallback=False)")
@@ -262,7 +267,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
                 owner_end[id(v)] = max(live_end.get(id(v), st.index), st.index)
         if not (in_place and reuse_memory and st.native and not st.alias):
             continue
-        low, _ = lowering_for(st.group)
+        low = lowerings[st.index]
         ins = st.group.inputs
         for k_out, j_in in low.in_place(st.group):
             if k_out in st.in_place or j_in in st.in_place.values():
@@ -285,17 +290,32 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
             owner_start.pop(id(o))
             st.in_place[k_out] = j_in
 
-    # 3. kernels
+    # 3. kernels: one function per distinct kernel (a step equal to an earlier one calls its function
+    # with its own slots: a chain of 20,000 Relu-like nodes needs a handful of functions, not 20,000)
+    shared: dict = {}    # kernel key -> (the step that made the function, id(value) -> canonical index)
+    digests: dict = {}
     for st in steps:
         if not st.native or st.alias:
             continue
+        low = lowerings[st.index]
+        key, canon = kernel_key(st.group, low, st.in_place, digests)
+        if key is not None and key in shared:
+            first, index = shared[key]
+            slots = _map_slots(first.slots, index, canon)
+            if slots is not None:
+                if verify_shared:
+                    _verify_shared(services, first, st, low, slots)
+                st.kernel, st.slots, st.scratch_bytes = first.kernel, slots, first.scratch_bytes
+                st.notes = list(first.notes)
+                continue
         name = f"k{st.index}_{'_'.join(st.group.ops)}"
         k = KernelBuilder(services, name, st.group)
         k.in_place = dict(st.in_place)
-        low, _ = lowering_for(st.group)
         low.emit(k, st.group)
         k.finish()
         st.kernel, st.slots, st.scratch_bytes, st.notes = name, k.slots, k.scratch_bytes, k.notes
+        if key is not None:
+            shared[key] = (st, {id(v): i for i, v in enumerate(canon)})
 
     # 4. weights: the constants native code reads, and data kernels prepared
     weights: list[tuple[int, np.ndarray]] = []
@@ -408,6 +428,131 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     return prog
 
 
+#: lowering -> the most elements a constant may hold for its contents to shape the code; a larger
+#: constant is only read through its pointer at run time, so kernels that differ in such constants
+#: alone share one function. Elementwise compiles in scalar constants only (``_is_inlined`` in
+#: ``llvm/elementwise.py``); ``tests/passes/test_large_graphs.py`` checks it. Lowerings not listed
+#: share a function only where every constant is equal.
+CONTENTS_FREE_ABOVE = {"Elementwise": 1}
+
+class _NoKey(Exception):
+    pass
+
+
+def _digest(arr, cache: dict) -> tuple:
+    """(dtype, shape, content hash) of a constant or known array (cached by identity)."""
+    got = cache.get(id(arr))
+    if got is None:
+        a = np.asarray(arr)
+        if a.dtype == object:
+            raise _NoKey
+        data = np.ascontiguousarray(a).tobytes()
+        got = (a.dtype.str, a.shape, data if len(data) <= 64 else hashlib.blake2b(data, digest_size=20).digest())
+        cache[id(arr)] = (got, arr)  # keep the array alive: its id must not be reused while cached
+        return got
+    return got[0]
+
+
+def kernel_key(group: KernelGroup, lowering, in_place: dict, cache: dict | None = None) -> tuple:
+    """(a key that is equal for two groups exactly when a lowering emits the same function for them,
+    the group's values in the key's order), or (None, None) when the group holds something the key
+    cannot describe.
+
+    A lowering sees only its group: the nodes (op and attributes), the values they read and write
+    (types, constant and known contents, which node makes each, which read it inside the group and
+    whether anything outside does), the group's inputs and results and the graph values they stand
+    for, and the in-place pairs. The key holds all of it except identities and names (and the
+    contents of constants a lowering only reads through pointers: ``CONTENTS_FREE_ABOVE``), with
+    values numbered in the order met; slots of the first function then map to the other group's
+    values by that number (``_map_slots``). ``build_program(verify_shared=True)`` checks the claim on any model."""
+    cache = {} if cache is None else cache
+    limit = CONTENTS_FREE_ABOVE.get(type(lowering).__name__)
+    nodes = group.nodes
+    at = {id(n): i for i, n in enumerate(nodes)}
+    inside: dict[int, list] = {}
+    for i, n in enumerate(nodes):
+        for j, v in enumerate(n.inputs):
+            if v is not None:
+                inside.setdefault(id(v), []).append((i, j))
+    index: dict[int, int] = {}
+    values: list[Value] = []
+    desc: list = []
+
+    def ref(v: Value | None):
+        if v is None:
+            return None
+        i = index.get(id(v))
+        if i is None:
+            i = index[id(v)] = len(values)
+            values.append(v)
+            uses = inside.get(id(v), ())
+            p = v.producer
+            c = v.const
+            if c is None:
+                contents = None
+            elif limit is not None and c.size > limit:
+                contents = ("pointer", c.dtype.str, c.shape)
+            else:
+                contents = _digest(c, cache)
+            known = None if v.known is None or c is not None or limit is not None else _digest(v.known, cache)
+            desc.append((v.type, contents, known,
+                         (at[id(p)], v.index) if p is not None and id(p) in at else None,
+                         tuple(uses), len(v.uses) > len(uses)))
+        return i
+
+    try:
+        body = tuple((n.op.key(), tuple(ref(v) for v in n.inputs), tuple(ref(v) for v in n.outputs))
+                     for n in nodes)
+        ins = tuple(ref(v) for v in group.inputs)
+        outs = tuple(ref(v) for v in group.outputs)
+        outer = tuple(ref(group.outer_of(v)) for v in group.inputs + group.outputs)
+        key = (type(lowering).__name__, tuple(sorted(in_place.items())), body, ins, outs, outer, tuple(desc))
+        hash(key)
+    except (_NoKey, TypeError):
+        return None, None
+    return key, values
+
+
+def _verify_shared(services: Services, first: Step, st: Step, low, slots) -> None:
+    """(``verify_shared``) Emit both steps' kernels under one name into modules of their own and
+    check that the texts, the slots and the scratch are the same."""
+    def emit(step: Step):
+        module = new_module("check", services.target)
+        k = KernelBuilder(Services(module, services.target, services.gemm_cfg), "kernel", step.group)
+        k.in_place = dict(step.in_place)
+        low.emit(k, step.group)
+        k.finish()
+        return str(module), k
+
+    text_a, ka = emit(first)
+    text_b, kb = emit(st)
+    same_slots = len(kb.slots) == len(slots) and all(
+        a.kind == b.kind and a.value is b.value and a.offset == b.offset and
+        (a.array is None) == (b.array is None) and (a.array is None or np.array_equal(a.array, b.array))
+        for a, b in zip(kb.slots, slots))
+    if text_a != text_b or not same_slots or ka.scratch_bytes != kb.scratch_bytes:
+        what = "code" if text_a != text_b else "slots" if not same_slots else "scratch"
+        raise CodegenError(f"{st.group.describe()} (step {st.index}) would share the function of step {first.index}, "
+                           f"but its {what} differs: kernel_key misses something the lowering {st.lowering} reads")
+
+
+def _map_slots(slots, index: dict[int, int], canon: list[Value]):
+    """The slots of a kernel for another group with the same key: each value slot takes the value with
+    the same canonical number; weights (made from equal constants), scratch and status are the same."""
+    from .kernels.base import Slot
+
+    out = []
+    for sl in slots:
+        if sl.kind == "value":
+            i = index.get(id(sl.value))
+            if i is None:
+                return None
+            out.append(Slot("value", value=canon[i]))
+        else:
+            out.append(Slot(sl.kind, array=sl.array, offset=sl.offset))
+    return out
+
+
 def _concats_in_place(steps: list[Step], graph: Graph, root: dict[int, Value]) -> dict[int, int]:
     """Concats whose pieces are contiguous runs of the result (every dimension before the axis is
     1, e.g. channels of one image) need no copy: each piece is computed by its own kernel straight
@@ -466,26 +611,60 @@ def _has_subgraph(group: KernelGroup) -> bool:
     return any(graph_fields(type(n.op)) for n in group.nodes)
 
 
+#: a segment of more steps than this is split into functions of this many steps each (called in
+#: turn by the segment's function): LLVM's optimizer and code generator take superlinear time on
+#: one function of 20,000 calls
+SEGMENT_PART_STEPS = 256
+
+
 def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool: bool = False,
                   profile: bool = False, status: int | None = None) -> None:
     """The forward function of one segment: each step's kernel called with its slot table. A kernel
     that checks its input data (a status slot) is followed by a look at the status record: if it
-    reported an error, the step's index is written there and the function returns."""
+    reported an error, the step's index is written there and the function returns. A long segment
+    calls its steps in parts (``SEGMENT_PART_STEPS``), each a function that returns nonzero when a
+    check failed."""
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, PTR, I32]), name)
     fn.attributes.add("nounwind")
-    inputs, weights, arena, nthreads = fn.args
     for a, n in zip(fn.args, ("inputs", "weights", "arena", "nthreads")):
         a.name = n
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     if wake_pool:  # threads asleep since the last call start polling while the first kernels run
         wake = module.globals.get("kiln_parallel_wake") or ir.Function(
             module, ir.FunctionType(VOID, [I32]), "kiln_parallel_wake")
-        b.call(wake, [nthreads])
+        b.call(wake, [fn.args[3]])
     mark = None
     if profile:
         mark = module.globals.get("kiln_profile_mark") or ir.Function(
             module, ir.FunctionType(VOID, [I32]), "kiln_profile_mark")
         b.call(mark, [ir.Constant(I32, -1)])
+    if len(steps) <= SEGMENT_PART_STEPS:
+        _emit_steps(module, fn, b, steps, mark, status, b.ret_void)
+        b.ret_void()
+        return
+    for j in range(0, len(steps), SEGMENT_PART_STEPS):
+        chunk = steps[j:j + SEGMENT_PART_STEPS]
+        part = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR, I32]), f"{name}.part{j // SEGMENT_PART_STEPS}")
+        part.linkage = "internal"
+        part.attributes.add("nounwind")
+        part.attributes.add("noinline")
+        for a, n in zip(part.args, ("inputs", "weights", "arena", "nthreads")):
+            a.name = n
+        pb = ir.IRBuilder(part.append_basic_block("entry"))
+        _emit_steps(module, part, pb, chunk, mark, status, lambda pb=pb: pb.ret(ir.Constant(I32, 1)))
+        pb.ret(ir.Constant(I32, 0))
+        failed = b.call(part, list(fn.args))
+        if any(sl.kind == "status" for st in chunk for sl in st.slots):
+            with b.if_then(b.icmp_unsigned("!=", failed, ir.Constant(I32, 0)), likely=False):
+                b.ret_void()
+    b.ret_void()
+
+
+def _emit_steps(module: ir.Module, fn: ir.Function, b: ir.IRBuilder, steps: Sequence[Step], mark, status,
+                fail) -> None:
+    """The calls of ``steps`` in ``fn`` (whose arguments are the forward function's); ``fail()`` emits
+    the return after a kernel reported bad input data."""
+    inputs, weights, arena, nthreads = fn.args
     width = max([len(st.slots) for st in steps] + [1])
     table = b.alloca(PTR, c64(width), name="slots")
     input_ptrs: dict[int, ir.Value] = {}
@@ -509,7 +688,6 @@ def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool
             rec = b.gep(arena, [c64(status)], inbounds=True, source_etype=ir.IntType(8))
             with b.if_then(b.icmp_unsigned("!=", b.load(rec, typ=I64), c64(0)), likely=False):
                 b.store(c64(st.index), b.gep(rec, [c64(3)], source_etype=I64))
-                b.ret_void()
+                fail()
         if mark is not None:
             b.call(mark, [ir.Constant(I32, st.index)])
-    b.ret_void()

@@ -148,15 +148,63 @@ class Graph:
     """A function from named inputs to named outputs: inputs, constants, nodes in order, a return.
 
     ``nodes`` is kept in a valid topological order (the verifier checks it).
+
+    Erasing a node and inserting one before another cost O(1): they are recorded, and the list is
+    brought up to date in one pass when ``nodes`` is next read (a rewrite over 20,000 nodes would
+    otherwise scan the list at every edit). ``nodes`` always reads as the plain, current list.
     """
 
     def __init__(self, name: str = "main"):
         self.name = name
         self.inputs: list[Value] = []
         self.constants: list[Value] = []
-        self.nodes: list[Node] = []
+        self._nodes: list[Node] = []
+        self._erased: set[int] = set()            # ids of erased nodes the list may still hold
+        self._before: dict[int, list[Node]] = {}  # id(node) -> nodes inserted just before it, in order
         self.ret = Return(self)
         self.output_names: list[str] = []
+
+    @property
+    def nodes(self) -> list[Node]:
+        if self._erased or self._before:
+            self._settle()
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, nodes: list[Node]) -> None:
+        self._nodes = nodes
+        self._erased = set()
+        self._before = {}
+
+    def _settle(self) -> None:
+        """Apply the recorded insertions and erasures to the node list (in place)."""
+        before, erased = self._before, self._erased
+        out: list[Node] = []
+        if not before:
+            out = [n for n in self._nodes if id(n) not in erased]
+        else:
+            for n in self._nodes:
+                if id(n) not in before:
+                    if id(n) not in erased:
+                        out.append(n)
+                    continue
+                stack: list[tuple[Node, bool]] = [(n, False)]
+                while stack:  # the nodes inserted before n (and before those), then n
+                    x, expanded = stack.pop()
+                    if expanded or id(x) not in before:
+                        if id(x) not in erased:
+                            out.append(x)
+                    else:
+                        stack.append((x, True))
+                        stack.extend((p, False) for p in reversed(before[id(x)]))
+        self._nodes[:] = out
+        self._erased = set()
+        self._before = {}
+
+    def __getstate__(self) -> dict:  # pickle and copy: the recorded edits are keyed by id
+        if self._erased or self._before:
+            self._settle()
+        return self.__dict__.copy()
 
     # -- building --------------------------------------------------------------------------------
     def add_input(self, name: str, type: TensorType) -> Value:
@@ -192,11 +240,15 @@ class Graph:
     def insert(self, node: Node, before: Node | None = None) -> Node:
         if node.graph is not None:
             raise IRError(f"{node.describe()} is already in a graph")
+        if id(node) in self._erased:  # erased here and not yet dropped from the list: drop it first
+            self._settle()
         node.graph = self
-        if before is None:
-            self.nodes.append(node)
+        if before is not None and before.graph is not self:  # not in the list, or an IR being broken
+            self.nodes.insert(self.nodes.index(before), node)  # on purpose (tests): as a list does it
+        elif before is None:
+            self._nodes.append(node)
         else:
-            self.nodes.insert(self.nodes.index(before), node)
+            self._before.setdefault(id(before), []).append(node)
         return node
 
     def set_outputs(self, values: Sequence[Value], names: Sequence[str] | None = None) -> None:
@@ -221,7 +273,10 @@ class Graph:
                 raise IRError(f"cannot erase {node.describe()}: result {v.index} still has "
                               f"{len(v.uses)} use(s)")
         node.drop_inputs()
-        self.nodes.remove(node)
+        if node.graph is self:
+            self._erased.add(id(node))  # dropped from the list when it is next read
+        else:
+            self.nodes.remove(node)  # ValueError: not in the list
         node.graph = None
 
     def remove_unused_constants(self) -> int:

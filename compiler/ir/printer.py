@@ -271,12 +271,14 @@ class Printer:
                     if x is not None and id(x) not in first_use and n.op is not None:
                         spec = n.op.inputs[min(i, len(n.op.inputs) - 1)] if n.op.inputs else f"in{i}"
                         first_use[id(x)] = _plain(f"{n.op.name}.{spec.rstrip('?*')}")
+        next_k: dict[str, int] = {}  # base -> the first suffix not yet tried (names are only ever taken)
         for v, name, kind in pending:
             if name is None:
                 name = "input" if kind == "input" else first_use.get(id(v), "const")
-            base, k, cand = name, 1, name
+            base, k, cand = name, next_k.get(name, 1), name
             while cand in taken or (kind == "const" and cand in self.const_names):
                 cand, k = f"{base}_{k}", k + 1
+            next_k[base] = k
             taken.add(cand)
             if kind == "const":
                 self.const_names.add(cand)

@@ -13,6 +13,8 @@ around it (the bad line marked ``>>``); ``check(graph)`` returns all problems.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -173,12 +175,21 @@ class _Checker:
         nodes_here = {id(n) for n in g.nodes}
         for v, where, index in all_values:
             self.check_uses(v, where, index, nodes_here)
+        counts: dict[int, Counter] = {}  # id(value) -> Counter of (id(user), position): one pass per value
+
+        def uses_of(v: Value, user, k: int) -> int:
+            c = counts.get(id(v))
+            if c is None:
+                c = counts[id(v)] = Counter((id(e[0]), e[1]) for e in v.uses  # malformed entries: reported above
+                                            if isinstance(e, tuple) and len(e) == 2)
+            return c[(id(user), k)]
+
         for i, n in enumerate(g.nodes):
             if seen_nodes.get(id(n)) != i:
                 continue
             for k, v in enumerate(n.inputs):
                 if isinstance(v, Value):
-                    count = sum(1 for u, j in v.uses if u is n and j == k)
+                    count = uses_of(v, n, k)
                     if count != 1:
                         self.add(f"{self.node_desc(n, i)}: input {k} ({self.p.ref(v)}) appears {count} times in "
                                  f"that value's use-list (expected once)", "node", i)
@@ -203,7 +214,7 @@ class _Checker:
                 continue
             if id(v) not in defined:
                 self.add(f"output #{k} ({self.p.ref(v)}) is not defined in this graph", "return")
-            count = sum(1 for u, j in v.uses if u is ret and j == k)
+            count = uses_of(v, ret, k)
             if count != 1:
                 self.add(f"output #{k} ({self.p.ref(v)}) appears {count} times in that value's use-list "
                          "(expected once)", "return")

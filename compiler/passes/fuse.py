@@ -83,21 +83,105 @@ def is_anchor(node: Node) -> bool:
             and isinstance(out.type, TensorType) and out.type.dtype is DType.f32 and out.type.is_static)
 
 
-def _reaches(sources: set[int], target: Node, order: dict[int, int]) -> bool:
-    """Whether ``target`` is computed (transitively) from a node in ``sources`` (ids)."""
-    stack, seen = [target], set()
-    lo = min(order[s] for s in sources)
-    while stack:
-        n = stack.pop()
-        for v in n.inputs:
-            p = v.producer if v is not None else None
-            if p is None or id(p) in seen or order.get(id(p), -1) < lo:
-                continue
-            if id(p) in sources:
-                return True
-            seen.add(id(p))
-            stack.append(p)
-    return False
+class _Contracted:
+    """The graph with the groups planned so far contracted to one node each, and a topological order
+    of that graph (``pos``), kept valid as groups are added (Pearce and Kelly's dynamic topological
+    order: contracting a group moves only the nodes between its first and last member that must
+    follow it). Whether a node joining a group would close a cycle is then a backward search that
+    stops at positions before the group's first member.
+
+    Each group must be checked in the contracted graph, not the original one: two groups can each be
+    free of cycles alone and still need each other's results (A = {a1, a2}, B = {b1, b2} with
+    a1 -> b2 and b1 -> a2), and a group joins the ends of paths through it (a path leaving a planned
+    group's early member and one entering its late member meet there). Nodes are keyed by ``id``; a
+    group by the ``id`` of its last member."""
+
+    def __init__(self, graph: Graph):
+        self.pos = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.node = {id(n): n for n in graph.nodes}
+        self.group: dict[int, int] = {}               # id(grouped node) -> its group's key
+        self.members: dict[int, list[Node]] = {}      # group key -> its nodes
+
+    def key(self, n: Node) -> int | None:
+        k = id(n)
+        return self.group.get(k, k) if k in self.pos else None
+
+    def _nodes(self, k: int) -> list[Node]:
+        return self.members.get(k) or [self.node[k]]
+
+    def preds(self, k: int):
+        for m in self._nodes(k):
+            for v in m.inputs:
+                if v is not None and v.producer is not None:
+                    p = self.key(v.producer)
+                    if p is not None and p != k:
+                        yield p
+
+    def succs(self, k: int):
+        for m in self._nodes(k):
+            for v in m.outputs:
+                for u, _ in v.uses:
+                    if isinstance(u, Node):
+                        s = self.key(u)
+                        if s is not None and s != k:
+                            yield s
+
+    def reaches(self, sources: set[int], target: Node) -> bool:
+        """Whether ``target`` is computed (transitively, through planned groups too) from a node in
+        ``sources`` (ids of nodes not in any group)."""
+        lo = min(self.pos[s] for s in sources)
+        start = self.key(target)
+        if start is None or self.pos[start] < lo:
+            return False
+        stack, seen = [start], {start}
+        while stack:
+            k = stack.pop()
+            for p in self.preds(k):
+                if p in seen or self.pos[p] < lo:
+                    continue
+                if p in sources:
+                    return True
+                seen.add(p)
+                stack.append(p)
+        return False
+
+    def contract(self, nodes: list[Node]) -> bool:
+        """Make ``nodes`` (none in a group yet) one node of the contracted graph, at the position of
+        the last of them, and move what must now follow it; False (and nothing changed) when that
+        would close a cycle."""
+        pos = self.pos
+        k = max((id(n) for n in nodes), key=pos.__getitem__)
+        hi = pos[k]
+        for n in nodes:
+            self.group[id(n)] = k
+        self.members[k] = list(nodes)
+        late = {s for s in self.succs(k) if pos[s] < hi}  # users now placed before the group
+        if not late:
+            return True
+        lb = min(pos[s] for s in late)
+        forward, stack = set(late), list(late)
+        while stack:
+            x = stack.pop()
+            for s in self.succs(x):
+                if s == k:  # a path from the group back into it
+                    for n in nodes:
+                        del self.group[id(n)]
+                    del self.members[k]
+                    return False
+                if s not in forward and pos[s] < hi:
+                    forward.add(s)
+                    stack.append(s)
+        backward, stack = {k}, [k]
+        while stack:
+            x = stack.pop()
+            for p in self.preds(x):
+                if p not in backward and pos[p] > lb:
+                    backward.add(p)
+                    stack.append(p)
+        slots = sorted(pos[x] for x in forward | backward)
+        for x, p in zip(sorted(backward, key=pos.__getitem__) + sorted(forward, key=pos.__getitem__), slots):
+            pos[x] = p
+        return True
 
 
 def default_check(kind: str, nodes: list[Node]) -> str | None:
@@ -190,7 +274,7 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
                 backend: FusionBackend = FusionBackend()) -> tuple[list[FusionGroup], list[Decision]]:
     """The groups to fuse (two nodes or more) and a decision for every adjacent pair."""
     fusable = backend.fusable
-    order = {id(n): i for i, n in enumerate(graph.nodes)}
+    order = _Contracted(graph)
     taken: set[int] = set()
     groups: list[FusionGroup] = []
     decisions: list[Decision] = []
@@ -200,6 +284,8 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             continue
         members, sm, why = _attention(start, fusable, taken, max_ops, backend.check) \
             if "attention" in backend.blocks else (None, None, None)
+        if members and not order.contract(members):
+            members, why = None, "cycle: the block needs a result computed from its own results outside it"
         if members:
             groups.append(FusionGroup(members, "attention"))
             taken |= {id(n) for n in members}
@@ -208,6 +294,8 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             refused[id(sm)] = f"not as attention: {why}"
         members, why = _shuffle(start, fusable, taken, backend.check) if "shuffle" in backend.blocks \
             else (None, None)
+        if members and len(members) <= max_ops and not order.contract(members):
+            members, why = None, "cycle: the block needs a result computed from its own results outside it"
         if members and len(members) <= max_ops:
             groups.append(FusionGroup(members, "shuffle"))
             taken |= {id(n) for n in members}
@@ -270,6 +358,8 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             ids.add(id(nxt))
             cur = nxt
         if len(members) > 1:
+            if not order.contract(members):  # pragma: no cover - every member was checked on joining
+                raise RuntimeError(f"fusion: the group of {members[0].describe()} would close a cycle")
             groups.append(FusionGroup(members, kind))
             taken |= ids
     return groups, _block_decisions(groups, decisions, refused)
@@ -331,11 +421,11 @@ def _refusal(u: Node, out: Value, ids: set[int], members: list[Node], max_ops: i
     return _cycle(u, ids, order)
 
 
-def _cycle(u: Node, ids: set[int], order) -> str | None:
+def _cycle(u: Node, ids: set[int], order: _Contracted) -> str | None:
     """Why ``u`` joining the group ``ids`` would make a cycle (None: it would not)."""
     for v in u.inputs:
         p = v.producer if v is not None else None
-        if p is not None and id(p) not in ids and _reaches(ids, p, order):
+        if p is not None and id(p) not in ids and order.reaches(ids, p):
             return (f"cycle: its operand from {p.describe()} is computed from the kernel's own results outside "
                     f"the kernel")
     return None
@@ -343,6 +433,18 @@ def _cycle(u: Node, ids: set[int], order) -> str | None:
 
 def outline(graph: Graph, group: FusionGroup, index: int) -> Node:
     """Replace the group's nodes by one ``kiln.Kernel`` node holding them (see the module docstring)."""
+    node = _kernel_node(graph, group, index)
+    graph.insert(node, before=group.nodes[-1])
+    for n in reversed(group.nodes):
+        graph.remove(n)
+    return node
+
+
+def _kernel_node(graph: Graph, group: FusionGroup, index: int) -> Node:
+    """The ``kiln.Kernel`` node of ``group`` (not yet in the graph's node list), with every use of the
+    group's results moved to it and the members' inputs dropped (they are then dead)."""
+    from ..ir.ops.base import infer_node
+
     members = group.nodes
     ids = {id(n) for n in members}
     body = Graph(f"kernel{index}")
@@ -367,14 +469,15 @@ def outline(graph: Graph, group: FusionGroup, index: int) -> Node:
                 outs.append(v)
     body.set_outputs([mapping[id(v)] for v in outs], [f"r{k}" for k in range(len(outs))])
     op = Kernel(body=body, kind=group.kind)
-    last = members[-1]
-    node = graph.add_node(op, outer_inputs, name=f"{members[0].name or members[0].op.name}+{len(members) - 1}",
-                          before=last)
+    types, known = infer_node(op, outer_inputs, None)
+    node = Node(op, outer_inputs, types, name=f"{members[0].name or members[0].op.name}+{len(members) - 1}")
+    for r, k in zip(node.outputs, known):
+        r.known = k
     for v, r in zip(outs, node.outputs):
         r.name = v.name
         v.replace_all_uses_with(r)
     for n in reversed(members):
-        graph.remove(n)
+        n.drop_inputs()
     return node
 
 
@@ -418,9 +521,28 @@ class FuseKernels(Pass):
 
     def run(self, graph: Graph) -> bool:
         groups, self.decisions = plan_fusion(graph, self.max_ops, self.backend)
+        if not groups:
+            return False
+        # every kernel node takes its last member's place in one pass over the node list (inserting
+        # and erasing node by node costs a scan of the list each)
+        at_last: dict[int, Node] = {}
+        gone: set[int] = set()
         for i, g in enumerate(groups):
-            outline(graph, g, i)
-        if groups:
-            _toposort(graph)
-            graph.remove_unused_constants()  # the kernels' bodies hold the constants they read
-        return bool(groups)
+            at_last[id(g.nodes[-1])] = _kernel_node(graph, g, i)
+            gone.update(id(n) for n in g.nodes)
+        nodes = []
+        for n in graph.nodes:
+            k = at_last.get(id(n))
+            if k is not None:
+                k.graph = graph
+                nodes.append(k)
+            if id(n) in gone:
+                if any(v.uses for v in n.outputs):  # pragma: no cover - _kernel_node moved every use
+                    raise RuntimeError(f"fusion left a use of {n.describe()}")
+                n.graph = None
+            else:
+                nodes.append(n)
+        graph.nodes[:] = nodes
+        _toposort(graph)
+        graph.remove_unused_constants()  # the kernels' bodies hold the constants they read
+        return True

@@ -91,36 +91,61 @@ class _Model:
         return peak
 
     def greedy(self, order: Sequence[Node], branch_first: bool) -> list[Node]:
+        """A list schedule: repeatedly the ready node with the lowest (net allocation, position in
+        ``order``), where a node's net allocation only falls as other readers of its inputs run; with
+        ``branch_first``, the ready nodes that read what the last node made come first. The ready
+        nodes are kept in a heap with lazy deletion (an entry is stale once its node has run or its
+        score fell), so a graph of n nodes takes O(n log n), not O(n^2)."""
+        import heapq
+
         rank = {id(n): i for i, n in enumerate(order)}
         producer: dict[int, Node] = {id(v): n for n in order for v in n.outputs}
         deps: dict[int, int] = {}
         users: dict[int, list[Node]] = {}
+        readers_of: dict[int, list[Node]] = {}
         for n in order:
             preds = {id(producer[id(v)]) for v in n.inputs if v is not None and id(v) in producer}
             deps[id(n)] = len(preds)
             for p in preds:
                 users.setdefault(p, []).append(n)
+            for r in self.reads[id(n)]:
+                readers_of.setdefault(r, []).append(n)
         pending = dict(self.readers)
-        ready = [n for n in order if deps[id(n)] == 0]
+        done: set[int] = set()
+
+        def score(n: Node) -> int:
+            freed = sum(self.size.get(r, 0) for r in self.reads[id(n)] if pending[r] == 1 and r not in self.kept)
+            return self.allocates(n) - freed
+
+        heap = [(score(n), rank[id(n)], n) for n in order if deps[id(n)] == 0]
+        heapq.heapify(heap)
+        ready = {id(n) for _, _, n in heap}
         out: list[Node] = []
-        last: Node | None = None
+        fresh: list[Node] = []  # the nodes the last one made ready: the only ones that read its results
         while ready:
-            def score(n: Node):
-                freed = sum(self.size.get(r, 0) for r in self.reads[id(n)]
-                            if pending[r] == 1 and r not in self.kept)
-                follows = branch_first and last is not None and any(
-                    v is not None and producer.get(id(v)) is last for v in n.inputs)
-                return (0 if follows else 1, self.allocates(n) - freed, rank[id(n)])
-            best = min(ready, key=score)
-            ready.remove(best)
+            best = None
+            if branch_first and fresh:
+                best = min(fresh, key=lambda n: (score(n), rank[id(n)]))
+            while best is None:
+                sc, _, n = heapq.heappop(heap)
+                if id(n) in ready and sc == score(n):
+                    best = n
+            ready.discard(id(best))
+            done.add(id(best))
             out.append(best)
-            last = best
             for r in self.reads[id(best)]:
                 pending[r] -= 1
+                if pending[r] == 1 and r not in self.kept and self.size.get(r, 0):
+                    for u in readers_of[r]:  # its last reader now frees it: a lower score
+                        if id(u) in ready:
+                            heapq.heappush(heap, (score(u), rank[id(u)], u))
+            fresh = []
             for u in users.get(id(best), ()):
                 deps[id(u)] -= 1
                 if deps[id(u)] == 0:
-                    ready.append(u)
+                    ready.add(id(u))
+                    fresh.append(u)
+                    heapq.heappush(heap, (score(u), rank[id(u)], u))
         return out
 
 

@@ -248,6 +248,7 @@ class KernelBuilder:
         self.target = services.target
         self.group = group
         self.name = name
+        self._tasks = 0  # parallel_for task functions made so far (``name.task{i}``)
         # ``name(slots, nthreads)`` (what the forward function calls) loads the slot pointers and calls
         # ``name.body(s0, ..., s{MAX_NOALIAS-1}, slots, nthreads)``, where the lowering's code goes:
         # its pointer arguments are ``noalias`` (buffers a kernel writes never overlap the others),
@@ -370,7 +371,10 @@ class KernelBuilder:
         With ``count < 2 * min_per_task`` the loop runs on the calling thread (no block function).
         """
         outer = (self.fn, self.f, self.b, self.nthreads, self._ptrs, self._body)
-        idx = sum(1 for g in self.module.globals if g.startswith(f"{self.name}.task"))
+        idx = self._tasks  # the next free task number (a dict lookup each: modules hold thousands of globals)
+        while f"{self.name}.task{idx}" in self.module.globals:
+            idx += 1
+        self._tasks = idx + 1
         task = _body_function(self.module, f"{self.name}.task{idx}", [(I32, "nthreads"), (I64, "begin"), (I64, "end")])
         begin, end = task.args[-2:]
         self.fn, self.f = task, _Fn(task)
