@@ -24,6 +24,7 @@ from .ir.graph import Graph
 from .ir.types import TensorType
 from .runtime.artifact import FORMAT, FORMAT_VERSION, IR_TEXT, LIBRARY, WEIGHTS, finish_manifest, staging
 from .runtime.executable import Executable, load
+from .runtime.manifest import LAYOUT_SYMBOL, native_layout
 
 
 class FallbackWarning(UserWarning):
@@ -70,7 +71,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     limit = opts.memory_limit_bytes or limits.machine_memory()
     limits.check_values(graph, limit)
     target = target or host_target()
-    prog = build_program(graph, target, fallback=fallback, profile=profile)
+    prog = build_program(graph, target, fallback=fallback, profile=profile, verify_shared=verify)
     limits.check_program(prog.arena_bytes, prog.weights_bytes, prog.buffers, limit)
     t3 = time.perf_counter()
     if prog.fallback_steps:
@@ -112,8 +113,10 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
     graph = prog.graph
     with staging(dest) as tmp:
         t0 = time.perf_counter()
+        manifest = manifest_of(prog, target, model_name, opt_level, dict(times or {}), prog.profiled)
         if any(st.native and not st.alias for st in prog.steps):
-            objects = [toolchain.compile_ir(prog.llvm_ir, target)]
+            objects = [toolchain.compile_ir(prog.llvm_ir, target),
+                       toolchain.data_object(LAYOUT_SYMBOL, native_layout(manifest), target)]
             if prog.uses_gemm:
                 from .codegen.gemm.build import gemm_object
 
@@ -134,8 +137,8 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
         else:
             with open(os.path.join(tmp, IR_TEXT), "w", encoding="utf-8") as f:
                 f.write(print_graph(graph))
-        finish_manifest(tmp, manifest_of(prog, target, model_name, opt_level, dict(times or {}, llvm=t_llvm),
-                                         prog.profiled))
+        manifest["compile_seconds"]["llvm"] = round(t_llvm, 4)
+        finish_manifest(tmp, manifest)
         exe = Executable(tmp, _read(tmp), nthreads)
     exe.path = dest
     return exe

@@ -213,6 +213,9 @@ def _check_version(manifest: dict, directory: str) -> None:
         raise ArtifactError(f"{directory} has artifact format version {version!r}, newer than this Kiln "
                             f"({manifest.get('kiln_version', '?')} wrote it) reads (up to {FORMAT_VERSION}); "
                             f"upgrade Kiln or recompile the model")
+    if version < FORMAT_VERSION:
+        raise ArtifactError(f"{directory} has artifact format version {version}, older than this Kiln reads "
+                            f"({FORMAT_VERSION}; Kiln {manifest.get('kiln_version', '?')} wrote it): recompile the model")
 
 
 def _check_target(manifest: dict, directory: str) -> None:
@@ -296,6 +299,16 @@ def library_function(lib: ctypes.CDLL, name: str, label: str = "model.so"):
             raise ArtifactError(f"{label} does not define {name!r} itself (found in "
                                 f"{(info.dli_fname or b'?').decode(errors='replace')}); refusing to call it")
     return fn
+
+
+def library_string(lib: ctypes.CDLL, name: str, label: str = "model.so", limit: int = 1 << 20) -> bytes:
+    """The NUL-terminated constant ``name`` defined in ``lib`` itself (checked as ``library_function``
+    checks a function), at most ``limit`` bytes."""
+    address = ctypes.cast(library_function(lib, name, label), ctypes.c_void_p).value
+    data = ctypes.string_at(address)
+    if len(data) > limit:
+        raise ArtifactError(f"{label}: {name} is longer than {limit} bytes")
+    return data
 
 
 # -- writing -----------------------------------------------------------------------------------------

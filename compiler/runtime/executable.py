@@ -23,9 +23,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputError, KilnError
-from .artifact import (MAX_LIBRARY_BYTES, ArtifactDir, ArtifactError, library_function, load_library,
-                       read_manifest)
-from .manifest import IR_TEXT, LIBRARY, WEIGHTS, SchemaError, check_fallback_nodes, machine_memory, np_dtype
+from .artifact import (MAX_LIBRARY_BYTES, ArtifactDir, ArtifactError, library_function, library_string,
+                       load_library, read_manifest)
+from .manifest import (IR_TEXT, LAYOUT_SYMBOL, LIBRARY, WEIGHTS, SchemaError, check_fallback_nodes, check_layout,
+                       machine_memory, np_dtype)
 from .status import clear as clear_status, raise_reported
 
 _np_dtype = np_dtype
@@ -101,6 +102,11 @@ class Executable:
         self._mapped = d.map(WEIGHTS, files[WEIGHTS], self.manifest["memory"]["weights_bytes"])
         self._weights = np.frombuffer(self._mapped, np.uint8) if self._mapped is not None else np.zeros(64, np.uint8)
         self._wptr = self._weights.ctypes.data
+        if self._lib is not None:  # native code was compiled for one layout: the manifest must describe it
+            try:
+                check_layout(self.manifest, library_string(self._lib, LAYOUT_SYMBOL, os.path.join(self.path, LIBRARY)))
+            except SchemaError as e:
+                raise ArtifactError(f"{self.path}: {e}") from None
         self._graph = None
         if any("fallback" in s for s in plan):
             used |= {IR_TEXT, IR_TEXT + ".npz"}

@@ -6,11 +6,16 @@ checks every field the runtime or ``kiln inspect`` reads (types, ranges, names),
 manifest against itself: every buffer the plan names lies inside the arena, the weights or an input,
 with the size of its shape and element type; every value the plan reads is written before; every
 native step names a function Kiln generates. ``check_fallback_nodes`` checks the plan's interpreted
-steps against the parsed IR. Each check raises ``SchemaError`` naming the field; ``read_manifest``
+steps against the parsed IR. And the manifest against the library: native code was compiled for one
+arena size, one weights size and one shape per input, which the library records (``native_layout``,
+the symbol ``kiln_layout``); a manifest that disagrees is refused before any native call, so a
+rewritten manifest (with a shortened ``weights.bin``) cannot make native code read past a buffer.
+Each check raises ``SchemaError`` naming the field; ``read_manifest``
 (``artifact.py``) turns it into an ``ArtifactError`` naming the artifact.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -19,7 +24,7 @@ from typing import Any
 import numpy as np
 
 FORMAT = "kiln-artifact"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the library records its layout (``kiln_layout``)
 MANIFEST = "manifest.json"
 LIBRARY = "model.so"
 WEIGHTS = "weights.bin"
@@ -32,6 +37,7 @@ SEGMENT = re.compile(r"kiln_(forward|segment_[0-9]{1,6})\Z")
 SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 MAX_DEPTH = 32          # JSON nesting (a manifest needs 6)
 MAX_INT = 1 << 62       # any count, size, offset or dimension
+LAYOUT_SYMBOL = "kiln_layout"  # the library's record of what its native code was compiled for
 STATUS_BYTES = 32       # the status record native code reports errors in (``runtime/status.py``)
 
 _NUMPY = {"f32": "float32", "f64": "float64", "f16": "float16", "i8": "int8", "i16": "int16", "i32": "int32",
@@ -356,6 +362,35 @@ def validate(m: Any) -> dict:
     check_kernels(m)
     check_plan(m)
     return m
+
+
+def native_layout(m: dict) -> bytes:
+    """What an artifact's native code was compiled for, as the library records it (``LAYOUT_SYMBOL``):
+    the arena and weights sizes, the status record, each input's element type and shape (None for
+    those only the interpreter reads) and the native functions in plan order. Canonical JSON."""
+    mem = m["memory"]
+    layout = {"arena_bytes": mem["arena_bytes"], "weights_bytes": mem["weights_bytes"],
+              "status_offset": m.get("status_offset"),
+              "inputs": [[i["dtype"], list(i["shape"])] if "dtype" in i else None for i in m["inputs"]],
+              "native": [s["native"] for s in m["plan"] if "native" in s]}
+    return json.dumps(layout, sort_keys=True, separators=(",", ":")).encode()
+
+
+_LAYOUT_FIELDS = {"arena_bytes": "memory.arena_bytes", "weights_bytes": "memory.weights_bytes",
+                  "status_offset": "status_offset", "inputs": "inputs", "native": "plan"}
+
+
+def check_layout(m: dict, recorded: bytes) -> None:
+    """The manifest against the library's record of its native code (``native_layout``)."""
+    want = native_layout(m)
+    if recorded == want:
+        return
+    try:
+        got, mine = json.loads(recorded), json.loads(want)
+        key = next(k for k in sorted(mine) if got.get(k) != mine.get(k))
+    except Exception:
+        raise SchemaError("(layout)", f"{LIBRARY} holds no layout record Kiln wrote ({LAYOUT_SYMBOL})") from None
+    raise SchemaError(_LAYOUT_FIELDS[key], f"{_show(mine[key])}, but {LIBRARY} was compiled for {_show(got.get(key))}")
 
 
 def check_fallback_nodes(m: dict, graph) -> None:

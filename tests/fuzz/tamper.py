@@ -125,7 +125,7 @@ def tamper(rng, d: str, other: str) -> tuple[str, bool, bool]:
             o["shape"] = [1 << 20] * len(o.get("shape", [1]))
             about, refuse = "output place/shape out of the arena", True
         elif field == 6:
-            man["format_version"] = [0, "1", 1.5, None, 2][int(rng.integers(5))]
+            man["format_version"] = [0, "1", 1.5, None, 1, 3][int(rng.integers(6))]
             about, refuse = f"format_version {man['format_version']!r}", False
         elif field == 7:
             man["target"] = [{"isa": []}, "x", {"isa": "avx2", "triple": 5, "cpu": None}][int(rng.integers(3))]

@@ -297,10 +297,34 @@ def test_weights_size_must_match_the_manifest(mlp, tmp_path):
     refused(dst, r"weights.bin is 64 bytes, the manifest says")
 
 
+def test_a_manifest_rewritten_consistently_with_shortened_weights_is_refused(mlp, tmp_path):
+    """weights.bin shortened, weights_bytes and the checksums rewritten to match: everything agrees
+    except the library, which records the layout its code was compiled for."""
+    dst = _copy(mlp, tmp_path)
+    size = os.path.getsize(os.path.join(dst, "weights.bin"))
+    with open(os.path.join(dst, "weights.bin"), "r+b") as f:
+        f.truncate(64)
+    _rehash(dst, "weights.bin")
+    _edit(dst, lambda m: m["memory"].__setitem__("weights_bytes", 64))
+    refused(dst, rf"manifest field memory.weights_bytes: 64, but model.so was compiled for {size}")
+
+
+def test_the_manifest_must_describe_the_layout_the_library_was_compiled_for(mlp, tmp_path):
+    dst = _copy(mlp, tmp_path)  # a larger arena passes every other check
+    _edit(dst, lambda m: m["memory"].__setitem__("arena_bytes", m["memory"]["arena_bytes"] + 64))
+    refused(dst, r"manifest field memory.arena_bytes: \d+, but model.so was compiled for \d+")
+    dst = _copy(mlp, tmp_path, "shape.kiln")
+    _edit(dst, lambda m: m["inputs"][0].__setitem__("shape", [2 * d for d in m["inputs"][0]["shape"]]))
+    refused(dst, r"manifest field")  # the plan's checks or the layout's
+
+
 def test_a_missing_symbol_is_refused(mlp, tmp_path):
     dst = _copy(mlp, tmp_path)
     _edit(dst, lambda m: m["plan"].__setitem__(0, {"native": "kiln_segment_7"}))
-    refused(dst, "has no function 'kiln_segment_7'")
+    refused(dst, r"manifest field plan: \['kiln_segment_7'\], but model.so was compiled for \['kiln_forward'\]")
+    lib = compiler.load(mlp)._lib  # and when looked up (a library with no such function)
+    with pytest.raises(ArtifactError, match="has no function 'kiln_segment_7'"):
+        library_function(lib, "kiln_segment_7")
 
 
 def test_symbols_resolve_only_in_the_artifacts_own_library(mlp):

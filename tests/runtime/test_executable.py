@@ -100,7 +100,7 @@ def test_artifact_layout_and_manifest(saved):
     names = sorted(os.listdir(saved))
     assert names == ["manifest.json", "model.kir", "model.so", "weights.bin"]
     m = json.load(open(os.path.join(saved, MANIFEST)))
-    assert m["format_version"] == 1 and m["kiln_version"] == compiler.__version__
+    assert m["format_version"] == 2 and m["kiln_version"] == compiler.__version__
     assert set(m["files"]) == {"model.kir", "model.so", "weights.bin"}
     assert m["inputs"] == [{"name": "x", "type": "f32[4,64]", "dtype": "f32", "shape": [4, 64]}]
     assert m["memory"]["weights_bytes"] >= W1.nbytes + B1.nbytes + W2.nbytes
@@ -144,6 +144,13 @@ def test_newer_format_is_refused(saved, tmp_path):
     dst = _copy(saved, tmp_path)
     _edit_manifest(dst, lambda m: m.update(format_version=99))
     with pytest.raises(ArtifactError, match="format version 99, newer"):
+        compiler.load(dst)
+
+
+def test_older_format_is_refused(saved, tmp_path):
+    dst = _copy(saved, tmp_path)
+    _edit_manifest(dst, lambda m: m.update(format_version=1))
+    with pytest.raises(ArtifactError, match="format version 1, older than this Kiln reads .2.*recompile"):
         compiler.load(dst)
 
 

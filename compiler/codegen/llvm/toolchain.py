@@ -129,6 +129,21 @@ def compile_ir(module_text: str, target: Target | None = None, opt_level: int = 
         raise CodegenError(f"LLVM could not emit code: {e}") from None
 
 
+def data_object(symbol: str, data: bytes, target: Target | None = None) -> bytes:
+    """An object file defining ``const char symbol[]`` = ``data`` and a NUL (exported, read-only)."""
+    from llvmlite import ir
+
+    target = target or host_target()
+    module = ir.Module(name=symbol)
+    module.triple, module.data_layout = target.triple, target.data_layout
+    raw = bytes(data) + b"\0"
+    arr = ir.ArrayType(ir.IntType(8), len(raw))
+    g = ir.GlobalVariable(module, arr, symbol)
+    g.global_constant = True
+    g.initializer = ir.Constant(arr, bytearray(raw))
+    return compile_ir(str(module), target, opt_level=0)
+
+
 def optimized_ir(module_text: str, target: Target | None = None, opt_level: int = 3) -> str:
     """The module after the optimization pipeline, as LLVM IR text."""
     module, _ = _compiled(module_text, target, opt_level)
