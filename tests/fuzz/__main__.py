@@ -17,6 +17,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join("tests", "fuzz", "failures"),
                    help="where failures are saved (default tests/fuzz/failures)")
     p.add_argument("--levels", default="0,1,2,3", help="-O levels (default 0,1,2,3)")
+    p.add_argument("--batch", type=int, default=8,
+                   help="random graphs compiled side by side as one model (default 8; a batch with any "
+                        "failure is checked graph by graph)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a compile+run is a hang")
     p.add_argument("--mem-limit", type=float, default=6.0,
@@ -44,7 +47,7 @@ def main(argv=None) -> int:
         if args.n:
             d = Diff(pool, args.out, levels, args.timeout, not args.no_minimize,
                      log=lambda s: print(s, flush=True))
-            reports.append(d.run(args.n, seed))
+            reports.append(d.run(args.n, seed, batch=max(1, args.batch)))
             print(reports[-1].text(), flush=True)
         if mutants:
             from .mutate import Mutants

@@ -109,3 +109,43 @@ def generate(seed: int, index: int, max_attempts: int = 100) -> Case:
         STATS["generated"] += 1
         return Case(seed, index, model, feeds, ref, b.recipes)
     raise RuntimeError(f"no valid model for seed {seed} index {index} in {max_attempts} attempts")
+
+
+def merge(cases: list[Case]) -> tuple[onnx.ModelProto, dict, dict]:
+    """One model holding every case's graph side by side (names prefixed ``g{j}.``): (model, feeds,
+    ONNX Runtime's outputs by the new names). Compiling one model for several graphs spreads the fixed
+    cost of a compile (LLVM, the linker, loading); the graphs share nothing but the arena and the
+    passes' view of the whole (CSE merges equal constants across them: still a valid model)."""
+    nodes, inputs, outputs, inits, feeds, ref = [], [], [], [], {}, {}
+    for j, c in enumerate(cases):
+        pre = f"g{j}."
+
+        def name(x: str) -> str:
+            return pre + x if x else x
+
+        g = c.model.graph
+        for n in g.node:
+            m = onnx.NodeProto()
+            m.CopyFrom(n)
+            m.name = name(n.name)
+            m.input[:] = [name(x) for x in n.input]
+            m.output[:] = [name(x) for x in n.output]
+            nodes.append(m)
+        for src, dst in ((g.input, inputs), (g.output, outputs)):
+            for vi in src:
+                v = onnx.ValueInfoProto()
+                v.CopyFrom(vi)
+                v.name = name(vi.name)
+                dst.append(v)
+        for t in g.initializer:
+            u = onnx.TensorProto()
+            u.CopyFrom(t)
+            u.name = name(t.name)
+            inits.append(u)
+        feeds.update({name(k): v for k, v in c.feeds.items()})
+        ref.update({name(k): v for k, v in c.reference.items()})
+    first = cases[0].model
+    g = helper.make_graph(nodes, "fuzz-batch", inputs, outputs, inits)
+    model = helper.make_model(g, opset_imports=list(first.opset_import), ir_version=first.ir_version)
+    return model, feeds, ref
+

@@ -276,13 +276,14 @@ class Diff:
         self.work = tempfile.TemporaryDirectory(prefix="kiln-fuzz-")
         self.minimized: set = set()
 
-    def run_model(self, tag: str, model: onnx.ModelProto, feeds: dict, ref: dict, levels=None) -> dict:
+    def run_model(self, tag: str, model: onnx.ModelProto, feeds: dict, ref: dict, levels=None,
+                  timeout: float | None = None) -> dict:
         """{level: (kind, detail, outcome)} for one model."""
         path = os.path.join(self.work.name, f"{tag}-{time.monotonic_ns()}.onnx")
         onnx.save(model, path)
         res = {}
         for lvl in levels if levels is not None else self.levels:
-            o = self.pool.run("tests.fuzz.harness:kiln_task", path, feeds, lvl, timeout=self.timeout)
+            o = self.pool.run("tests.fuzz.harness:kiln_task", path, feeds, lvl, timeout=timeout or self.timeout)
             res[lvl] = classify(o, ref) + (o,)
         os.unlink(path)
         return res
@@ -337,18 +338,39 @@ class Diff:
                 f"{ {k: list(v.shape) for k, v in feeds.items()} } | from: {case.describe()[:300]}")
         return save(self.out, case.tag, model, feeds, line)
 
-    def run(self, n: int, seed: int, report: Report | None = None) -> Report:
-        report = report or Report(f"differential: {n} graphs, seed {seed}, -O{','.join(map(str, self.levels))}")
+    def check_batch(self, cases: list[gen.Case], report: Report) -> None:
+        """Check several cases compiled as one model (``gen.merge``); when any level gives anything but
+        a match, each case is checked alone, so that what is reported and saved is one case's."""
+        if len(cases) == 1:
+            return self.check(cases[0], report)
+        model, feeds, ref = gen.merge(cases)
+        res = self.run_model(f"{cases[0].tag}-batch{len(cases)}", model, feeds, ref,
+                             timeout=self.timeout * (1 + len(cases) / 4))
+        if any(kind != "ok" for kind, _, _ in res.values()):
+            report.counts["batches checked case by case"] += 1
+            for case in cases:
+                self.check(case, report)
+            return
+        report.counts["graphs"] += len(cases)
+        report.counts["ok"] += len(cases) * len(res)
+        for _, _, o in res.values():
+            report.coverage.update(o.value["lowerings"])
+            report.coverage.update(f"interpreted {op}" for op in o.value["fallback"])
+
+    def run(self, n: int, seed: int, report: Report | None = None, batch: int = 1) -> Report:
+        """Graphs 0..n-1 of the stream ``seed``, ``batch`` of them compiled as one model."""
+        report = report or Report(f"differential: {n} graphs, seed {seed}, -O{','.join(map(str, self.levels))}"
+                                  + (f", {batch} per compiled model" if batch > 1 else ""))
         done = [0]
 
-        def one(i: int) -> None:
-            case = gen.generate(seed, i)
-            self.check(case, report)
-            done[0] += 1
-            if done[0] % 25 == 0:
+        def some(first: int) -> None:
+            cases = [gen.generate(seed, i) for i in range(first, min(n, first + batch))]
+            self.check_batch(cases, report)
+            before, done[0] = done[0], done[0] + len(cases)
+            if done[0] // 100 != before // 100:
                 self.log(f"  {done[0]}/{n} graphs, {time.perf_counter() - report.t0:.0f} s")
 
-        self.pool.map(one, range(n))
+        self.pool.map(some, range(0, n, batch))
         report.counts["discarded by the generator"] = sum(v for k, v in gen.STATS.items()
                                                           if k.startswith("invalid"))
         return report.done()

@@ -63,6 +63,15 @@ def test_generator_is_deterministic_and_valid():
         assert c.reference.keys() == gen.validate(c.model, c.feeds).keys()
 
 
+def test_merged_cases_are_one_valid_model_with_every_reference():
+    cases = [gen.generate(8, i) for i in range(4)]
+    model, feeds, ref = gen.merge(cases)
+    got = gen.validate(model, feeds)
+    assert sorted(got) == sorted(ref) and len(ref) == sum(len(c.reference) for c in cases)
+    for k in ref:
+        assert compare({k: ref[k]}, {k: got[k]}, rtol=0, atol=0) is None
+
+
 def test_compare_is_relative_to_the_magnitude():
     ref = {"y": np.array([1000.0, 0.001, -3.0], np.float32)}
     assert compare(ref, {"y": ref["y"] * np.float32(1 + 1e-5)}) is None
