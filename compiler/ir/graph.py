@@ -1,11 +1,20 @@
 """Values, nodes and graphs: the SSA core of the IR.
 
 SSA by construction: a value is defined exactly once, by a graph input, a constant or a node result,
-and only a node creates its results. Use-lists are kept here (``Node.set_inputs`` is the one place
-that changes them); passes read ``value.uses`` and call ``replace_all_uses_with`` / ``Graph.remove``.
+and only a node creates its results. Use-lists are kept here (``Node.set_inputs`` / ``set_input`` and
+``Graph.set_outputs`` are the only places that change them); passes read ``value.uses`` and call
+``replace_all_uses_with``. The node order is kept here too: passes read ``graph.nodes`` and edit the
+order with ``Graph.insert`` / ``add_node`` (at an insertion point), ``move_before`` / ``move_after``,
+``remove`` and ``reorder``.
+
+Every edit costs O(1) (``reorder``: O(n)), so a rewrite of a graph of tens of thousands of nodes stays
+linear: the order is a doubly linked list through the nodes, and a value's uses an insertion-ordered
+dict keyed by ``(user, i)``. Both iterate deterministically (the order of the graph; the order in
+which the uses were made), so the same edits print the same IR.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -24,6 +33,48 @@ class IRError(Exception):
     """A malformed graph or an illegal IR operation."""
 
 
+class Uses:
+    """A value's uses: ``(user, i)`` pairs, the value being input ``i`` of ``user`` (a ``Node``, or a
+    graph's ``Return`` for a graph output), in the order they were made.
+
+    Read-only outside this module (iterate, ``len``, ``in``, ``single()``); the IR adds and removes
+    entries, in O(1) each (an insertion-ordered dict)."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self):
+        self._d: dict[tuple[Node | Return, int], None] = {}
+
+    def __iter__(self) -> Iterator[tuple["Node | Return", int]]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __bool__(self) -> bool:
+        return bool(self._d)
+
+    def __contains__(self, use) -> bool:
+        return use in self._d
+
+    def single(self) -> "tuple[Node | Return, int] | None":
+        """The one use, or None when there are none or several."""
+        return next(iter(self._d)) if len(self._d) == 1 else None
+
+    def __repr__(self) -> str:
+        return f"Uses({list(self._d)!r})"
+
+    def _add(self, user: "Node | Return", i: int) -> None:
+        self._d[(user, i)] = None
+
+    def _remove(self, user: "Node | Return", i: int) -> None:
+        try:
+            del self._d[(user, i)]
+        except KeyError:
+            raise IRError(f"input {i} of {user!r} is not in its value's use-list (a use-list edited by "
+                          "hand?)") from None
+
+
 class Value:
     """An SSA value: a graph input, a constant (``const`` holds its data) or a node result."""
 
@@ -34,7 +85,7 @@ class Value:
         self.type = type
         self.producer = producer
         self.index = index
-        self.uses: list[tuple[Node | Return, int]] = []
+        self.uses = Uses()
         self.name = name
         self.const = const
         #: a small value known at compile time (constants, and results of known inputs); used by
@@ -76,9 +127,12 @@ class Value:
 
 
 class Node:
-    """One operation: an op definition applied to input values, defining its result values."""
+    """One operation: an op definition applied to input values, defining its result values.
 
-    __slots__ = ("op", "inputs", "outputs", "name", "graph", "device")
+    ``prev`` / ``next`` are its neighbours in its graph's order (None at either end, or outside a
+    graph)."""
+
+    __slots__ = ("op", "inputs", "outputs", "name", "graph", "device", "_prev", "_next")
 
     def __init__(self, op: "OpDef", inputs: Sequence[Value | None], result_types: Sequence[TensorType],
                  name: str | None = None, device: str | None = None):
@@ -88,27 +142,30 @@ class Node:
         self.name = name
         self.graph: Graph | None = None
         self.device = device
+        self._prev: Node | _Ends | None = None  # the links of the graph's order (Graph keeps them)
+        self._next: Node | _Ends | None = None
         self.set_inputs(inputs)
 
     def set_inputs(self, inputs: Sequence[Value | None]) -> None:
-        """Replace all inputs, keeping every use-list right (the one place that changes uses)."""
+        """Replace all inputs, keeping every use-list right."""
         for i, v in enumerate(self.inputs):
             if v is not None:
-                v.uses.remove((self, i))
+                v.uses._remove(self, i)
         self.inputs = list(inputs)
         for i, v in enumerate(self.inputs):
             if v is not None:
                 if not isinstance(v, Value):
                     raise IRError(f"input {i} of {self.op.name} is not a Value: {v!r}")
-                v.uses.append((self, i))
+                v.uses._add(self, i)
 
     def set_input(self, i: int, value: Value | None) -> None:
+        """Replace input ``i`` (O(1)), keeping both use-lists right."""
         old = self.inputs[i]
         if old is not None:
-            old.uses.remove((self, i))
+            old.uses._remove(self, i)
         self.inputs[i] = value
         if value is not None:
-            value.uses.append((self, i))
+            value.uses._add(self, i)
 
     def drop_inputs(self) -> None:
         self.set_inputs([])
@@ -119,11 +176,31 @@ class Node:
             raise IRError(f"{self.op.name} has {len(self.outputs)} results, not one")
         return self.outputs[0]
 
+    @property
+    def prev(self) -> "Node | None":
+        p = self._prev
+        return p if isinstance(p, Node) else None
+
+    @property
+    def next(self) -> "Node | None":
+        n = self._next
+        return n if isinstance(n, Node) else None
+
     def describe(self) -> str:
         return f"{self.op.name} node {self.name!r}" if self.name else f"{self.op.name} node"
 
     def __repr__(self) -> str:
         return f"<Node {self.describe()}>"
+
+    # pickle and copy: not the links (the graph relinks its nodes), so that a long order does not
+    # recurse node by node
+    def __getstate__(self) -> dict:
+        return {k: getattr(self, k) for k in Node.__slots__ if k not in ("_prev", "_next")}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+        self._prev = self._next = None
 
     # Nodes compare by identity (the default); __eq__ is not overridden on purpose.
     __hash__ = object.__hash__
@@ -139,72 +216,154 @@ class Return:
         self.inputs: list[Value] = []
 
     def set_input(self, i: int, value: Value) -> None:
-        self.inputs[i].uses.remove((self, i))
+        self.inputs[i].uses._remove(self, i)
         self.inputs[i] = value
-        value.uses.append((self, i))
+        value.uses._add(self, i)
+
+
+class _Ends:
+    """The two ends of a graph's node order: the sentinel of its circular doubly linked list."""
+
+    __slots__ = ("_prev", "_next")
+
+    def __init__(self):
+        self._prev = self._next = self
+
+
+class NodeList(Sequence):
+    """``graph.nodes``: the graph's nodes in order, as a read-only sequence (iterate, ``len``, index,
+    slice, ``reversed``, ``in``, ``index``). It is a view: it always shows the current order.
+
+    Iterating (and indexing) reads a list of the order that the graph makes again after an edit, in
+    one O(n) walk, so editing the graph while iterating over ``graph.nodes`` is safe (the loop sees
+    the order as it was when it started), and a pass that edits node by node while iterating costs
+    O(n) in all. ``len`` and ``in`` are O(1)."""
+
+    __slots__ = ("_graph",)
+
+    def __init__(self, graph: "Graph"):
+        self._graph = graph
+
+    def __len__(self) -> int:
+        return self._graph._count
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self._graph._order())
+
+    def __reversed__(self) -> Iterator[Node]:
+        return reversed(self._graph._order())
+
+    def __getitem__(self, i):
+        return self._graph._order()[i]
+
+    def __contains__(self, node) -> bool:
+        return isinstance(node, Node) and node.graph is self._graph and node._prev is not None
+
+    def index(self, node, start: int = 0, stop: int | None = None) -> int:
+        return self._graph._order().index(node, start, len(self) if stop is None else stop)
+
+    def __repr__(self) -> str:
+        return f"NodeList({self._graph._order()!r})"
 
 
 class Graph:
     """A function from named inputs to named outputs: inputs, constants, nodes in order, a return.
 
-    ``nodes`` is kept in a valid topological order (the verifier checks it).
+    ``nodes`` (a read-only ``NodeList``) is kept in a valid topological order (the verifier checks
+    it). The order is edited only through the graph's methods, each O(1) but ``reorder``:
 
-    Erasing a node and inserting one before another cost O(1): they are recorded, and the list is
-    brought up to date in one pass when ``nodes`` is next read (a rewrite over 20,000 nodes would
-    otherwise scan the list at every edit). ``nodes`` always reads as the plain, current list.
+    * ``insert(node, before=, after=)`` / ``add_node(...)`` / ``add(...)``: at ``before`` or
+      ``after`` a node, else at the insertion point (``with graph.inserting_before(n):`` /
+      ``inserting_after(n)``), else at the end;
+    * ``move_before(node, anchor)`` / ``move_after(node, anchor)``;
+    * ``remove(node)``: erase a node whose results are unused;
+    * ``reorder(nodes)``: a whole new order (all the nodes, each once), for passes that compute one.
     """
 
     def __init__(self, name: str = "main"):
         self.name = name
         self.inputs: list[Value] = []
         self.constants: list[Value] = []
-        self._nodes: list[Node] = []
-        self._erased: set[int] = set()            # ids of erased nodes the list may still hold
-        self._before: dict[int, list[Node]] = {}  # id(node) -> nodes inserted just before it, in order
+        self._ends = _Ends()               # the node order: a circular doubly linked list
+        self._count = 0
+        self._array: list[Node] | None = []  # the order as a list, made again when read after an edit
+        self._view = NodeList(self)
+        self._insert_at: tuple[Node, bool] | None = None  # (anchor, after it?): see inserting_before
         self.ret = Return(self)
         self.output_names: list[str] = []
 
     @property
-    def nodes(self) -> list[Node]:
-        if self._erased or self._before:
-            self._settle()
-        return self._nodes
+    def nodes(self) -> NodeList:
+        """The nodes in order (read-only; edit through the graph's methods)."""
+        return self._view
 
-    @nodes.setter
-    def nodes(self, nodes: list[Node]) -> None:
-        self._nodes = nodes
-        self._erased = set()
-        self._before = {}
+    def _order(self) -> list[Node]:
+        """The order as a list (cached until the next edit; never changed in place)."""
+        arr = self._array
+        if arr is None:
+            arr, ends = [], self._ends
+            n = ends._next
+            for _ in range(self._count):  # bounded: a broken chain (see _links_problem) cannot loop
+                if n is ends:
+                    break
+                arr.append(n)
+                n = n._next
+            self._array = arr
+        return arr
 
-    def _settle(self) -> None:
-        """Apply the recorded insertions and erasures to the node list (in place)."""
-        before, erased = self._before, self._erased
-        out: list[Node] = []
-        if not before:
-            out = [n for n in self._nodes if id(n) not in erased]
-        else:
-            for n in self._nodes:
-                if id(n) not in before:
-                    if id(n) not in erased:
-                        out.append(n)
-                    continue
-                stack: list[tuple[Node, bool]] = [(n, False)]
-                while stack:  # the nodes inserted before n (and before those), then n
-                    x, expanded = stack.pop()
-                    if expanded or id(x) not in before:
-                        if id(x) not in erased:
-                            out.append(x)
-                    else:
-                        stack.append((x, True))
-                        stack.extend((p, False) for p in reversed(before[id(x)]))
-        self._nodes[:] = out
-        self._erased = set()
-        self._before = {}
+    # -- the links (every edit of the order goes through these two) ---------------------------------
+    def _link(self, node: Node, nxt: "Node | _Ends") -> None:
+        prv = nxt._prev
+        node._prev, node._next = prv, nxt
+        prv._next = node
+        nxt._prev = node
+        self._count += 1
+        self._array = None
 
-    def __getstate__(self) -> dict:  # pickle and copy: the recorded edits are keyed by id
-        if self._erased or self._before:
-            self._settle()
-        return self.__dict__.copy()
+    def _unlink(self, node: Node) -> None:
+        node._prev._next = node._next
+        node._next._prev = node._prev
+        node._prev = node._next = None
+        self._count -= 1
+        self._array = None
+
+    def _anchor(self, node: Node, role: str) -> Node:
+        if not isinstance(node, Node) or node.graph is not self or node._prev is None:
+            raise IRError(f"{role} {node!r} is not a node of graph @{self.name}")
+        return node
+
+    def _links_problem(self) -> str | None:
+        """What is wrong with the links of the order (None: they are a proper chain of ``len(nodes)``
+        nodes); for the verifier."""
+        ends, seen = self._ends, set()
+        prev, n = ends, ends._next
+        while n is not ends:
+            k = len(seen)
+            if not isinstance(n, Node):
+                return f"the node order's links are broken at #{k}: {n!r} is not a node"
+            if n._prev is not prev:
+                return f"the node order's links are broken at #{k} ({n.describe()}): prev is not #{k - 1}"
+            if id(n) in seen or k >= self._count:
+                return f"the node order's links are broken: a cycle after #{k - 1}"
+            seen.add(id(n))
+            prev, n = n, n._next
+        if ends._prev is not prev or len(seen) != self._count:
+            return f"the node order holds {len(seen)} nodes, but the graph counts {self._count}"
+        return None
+
+    def __getstate__(self) -> dict:  # pickle and copy: the order as a list (nodes carry no links)
+        state = self.__dict__.copy()
+        state["_ends"] = list(self._order())
+        state["_array"] = None
+        state["_insert_at"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        order = state.pop("_ends")
+        self.__dict__.update(state)
+        self._ends, self._count = _Ends(), 0
+        for n in order:
+            self._link(n, self._ends)
 
     # -- building --------------------------------------------------------------------------------
     def add_input(self, name: str, type: TensorType) -> Value:
@@ -221,42 +380,101 @@ class Graph:
         return v
 
     def add_node(self, op: "OpDef", inputs: Sequence[Value | None], name: str | None = None,
-                 num_outputs: int | None = None, before: Node | None = None) -> Node:
-        """Create a node whose result types come from the op's type inference, and append it
-        (or insert it before ``before``)."""
+                 num_outputs: int | None = None, before: Node | None = None, after: Node | None = None) -> Node:
+        """Create a node whose result types come from the op's type inference, and insert it (where
+        ``insert`` puts it)."""
         from .ops.base import infer_node  # local: ops import graph
 
         types, known = infer_node(op, inputs, num_outputs)
         node = Node(op, inputs, types, name=name)
         for v, k in zip(node.outputs, known):
             v.known = k
-        self.insert(node, before=before)
+        self.insert(node, before=before, after=after)
         return node
 
     def add(self, op: "OpDef", *inputs: Value | None, name: str | None = None) -> Value:
         """Shorthand for a single-result node: returns its result."""
         return self.add_node(op, inputs, name=name).output
 
-    def insert(self, node: Node, before: Node | None = None) -> Node:
-        if node.graph is not None:
+    def insert(self, node: Node, before: Node | None = None, after: Node | None = None) -> Node:
+        """Put ``node`` (in no graph) into this graph's order: just before ``before``, just after
+        ``after``, else at the insertion point, else at the end. O(1)."""
+        if node.graph is not None or node._prev is not None:
             raise IRError(f"{node.describe()} is already in a graph")
-        if id(node) in self._erased:  # erased here and not yet dropped from the list: drop it first
-            self._settle()
-        node.graph = self
-        if before is not None and before.graph is not self:  # not in the list, or an IR being broken
-            self.nodes.insert(self.nodes.index(before), node)  # on purpose (tests): as a list does it
-        elif before is None:
-            self._nodes.append(node)
+        if before is not None and after is not None:
+            raise IRError("insert: give before= or after=, not both")
+        if before is not None:
+            nxt = self._anchor(before, "before=")
+        elif after is not None:
+            nxt = self._anchor(after, "after=")._next
+        elif self._insert_at is not None:
+            anchor, is_after = self._insert_at
+            nxt = self._anchor(anchor, "the insertion point")
+            if is_after:
+                nxt = anchor._next
+                self._insert_at = (node, True)  # the next one goes after this one
         else:
-            self._before.setdefault(id(before), []).append(node)
+            nxt = self._ends
+        node.graph = self
+        self._link(node, nxt)
         return node
+
+    def inserting_before(self, node: Node):
+        """``with graph.inserting_before(n):`` nodes inserted without ``before=`` / ``after=`` go
+        just before ``n``, in the order they are made."""
+        return self._inserting(self._anchor(node, "inserting_before:"), False)
+
+    def inserting_after(self, node: Node):
+        """``with graph.inserting_after(n):`` nodes inserted without ``before=`` / ``after=`` go
+        just after ``n``, in the order they are made (each after the one before it)."""
+        return self._inserting(self._anchor(node, "inserting_after:"), True)
+
+    @contextmanager
+    def _inserting(self, anchor: Node, after: bool) -> Iterator[None]:
+        saved, self._insert_at = self._insert_at, (anchor, after)
+        try:
+            yield
+        finally:
+            self._insert_at = saved
+
+    def move_before(self, node: Node, anchor: Node) -> None:
+        """Move ``node`` just before ``anchor`` (both in this graph). O(1)."""
+        self._move(node, self._anchor(anchor, "move_before: anchor"))
+
+    def move_after(self, node: Node, anchor: Node) -> None:
+        """Move ``node`` just after ``anchor`` (both in this graph). O(1)."""
+        self._move(node, self._anchor(anchor, "move_after: anchor")._next)
+
+    def _move(self, node: Node, nxt: "Node | _Ends") -> None:
+        self._anchor(node, "move: node")
+        if nxt is node:
+            return
+        self._unlink(node)
+        self._link(node, nxt)
+
+    def reorder(self, nodes: Iterable[Node]) -> None:
+        """Give the graph the order ``nodes``: all of its nodes, each once (IRError otherwise). For
+        passes that compute a whole new order (scheduling, fusion). O(n). That the order is
+        topological is the verifier's to check."""
+        order = list(nodes)
+        ids = {id(n) for n in order}
+        if len(order) != self._count or len(ids) != len(order) or any(
+                not isinstance(n, Node) or n.graph is not self or n._prev is None for n in order):
+            raise IRError(f"reorder: the new order must hold each of the graph's {self._count} nodes once "
+                          f"(got {len(order)} entries, {len(ids)} distinct)")
+        prev = self._ends
+        for n in order:
+            prev._next, n._prev = n, prev
+            prev = n
+        prev._next, self._ends._prev = self._ends, prev
+        self._array = order
 
     def set_outputs(self, values: Sequence[Value], names: Sequence[str] | None = None) -> None:
         for i, v in enumerate(self.ret.inputs):
-            v.uses.remove((self.ret, i))
+            v.uses._remove(self.ret, i)
         self.ret.inputs = list(values)
         for i, v in enumerate(self.ret.inputs):
-            v.uses.append((self.ret, i))
+            v.uses._add(self.ret, i)
         if names is None:
             names = [v.name or f"output_{i}" for i, v in enumerate(values)]
         self.output_names = list(names)
@@ -267,16 +485,14 @@ class Graph:
 
     # -- editing ---------------------------------------------------------------------------------
     def remove(self, node: Node) -> None:
-        """Erase a node; refused while any of its results is still used."""
+        """Erase a node of this graph (O(its inputs)); refused while any of its results is still used."""
         for v in node.outputs:
             if v.uses:
                 raise IRError(f"cannot erase {node.describe()}: result {v.index} still has "
                               f"{len(v.uses)} use(s)")
+        self._anchor(node, "remove:")
         node.drop_inputs()
-        if node.graph is self:
-            self._erased.add(id(node))  # dropped from the list when it is next read
-        else:
-            self.nodes.remove(node)  # ValueError: not in the list
+        self._unlink(node)
         node.graph = None
 
     def remove_unused_constants(self) -> int:
@@ -286,7 +502,7 @@ class Graph:
 
     # -- queries ---------------------------------------------------------------------------------
     def nodes_of(self, *op_classes) -> Iterator[Node]:
-        for n in list(self.nodes):
+        for n in self._order():  # the order when the loop started (the caller may edit)
             if isinstance(n.op, op_classes) and n.graph is self:
                 yield n
 

@@ -2,7 +2,8 @@
 
 Checked: SSA (each value defined once, by an input, a constant or a node result; every use after its
 definition, so ``graph.nodes`` is a topological order), use-lists (every input is in its value's
-use-list and every use-list entry is a real input, graph outputs included), node ownership, arity,
+use-list and every use-list entry is a real input, graph outputs included), node ownership and the
+links of the node order, arity,
 types (re-running inference gives exactly the recorded result types), constant data (matches its
 type), known values (match their value's type), and the signature (unique input and output names).
 Subgraphs (control-flow bodies) are verified recursively, each as a graph of its own; the node's
@@ -13,14 +14,12 @@ around it (the bad line marked ``>>``); ``check(graph)`` returns all problems.
 """
 from __future__ import annotations
 
-from collections import Counter
-
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from .graph import Graph, IRError, Node, Return, Value
+from .graph import Graph, IRError, Node, Return, Uses, Value
 from .ops.base import OpDef, check_arity, infer_node
 from .printer import Printer, format_type
 from .types import DType, TensorType, is_value_type
@@ -118,13 +117,10 @@ class _Checker:
             define(c, "constant", "const", i)
             if isinstance(c, Value):
                 self.check_constant(c, i)
-        seen_nodes: dict[int, int] = {}
+        broken = g._links_problem()
+        if broken is not None:
+            self.add(broken)
         for i, n in enumerate(g.nodes):
-            if id(n) in seen_nodes:
-                self.add(f"{self.node_desc(n, i)} is listed twice in graph.nodes (also #{seen_nodes[id(n)]})",
-                         "node", i)
-                continue
-            seen_nodes[id(n)] = i
             for k, v in enumerate(n.outputs):
                 define(v, f"result {k} of {getattr(n.op, 'name', '?')} node #{i}", "node", i)
                 if isinstance(v, Value):
@@ -136,8 +132,6 @@ class _Checker:
         # definitions before uses, arity, types
         available: set[int] = {id(v) for v in g.inputs} | {id(v) for v in g.constants}
         for i, n in enumerate(g.nodes):
-            if seen_nodes.get(id(n)) != i:
-                continue
             desc = self.node_desc(n, i)
             if n.graph is not g:
                 self.add(f"{desc}: node.graph is {'None' if n.graph is None else repr(n.graph)}, not this graph",
@@ -175,24 +169,11 @@ class _Checker:
         nodes_here = {id(n) for n in g.nodes}
         for v, where, index in all_values:
             self.check_uses(v, where, index, nodes_here)
-        counts: dict[int, Counter] = {}  # id(value) -> Counter of (id(user), position): one pass per value
-
-        def uses_of(v: Value, user, k: int) -> int:
-            c = counts.get(id(v))
-            if c is None:
-                c = counts[id(v)] = Counter((id(e[0]), e[1]) for e in v.uses  # malformed entries: reported above
-                                            if isinstance(e, tuple) and len(e) == 2)
-            return c[(id(user), k)]
-
         for i, n in enumerate(g.nodes):
-            if seen_nodes.get(id(n)) != i:
-                continue
             for k, v in enumerate(n.inputs):
-                if isinstance(v, Value):
-                    count = uses_of(v, n, k)
-                    if count != 1:
-                        self.add(f"{self.node_desc(n, i)}: input {k} ({self.p.ref(v)}) appears {count} times in "
-                                 f"that value's use-list (expected once)", "node", i)
+                if isinstance(v, Value) and (n, k) not in v.uses:
+                    self.add(f"{self.node_desc(n, i)}: input {k} ({self.p.ref(v)}) is missing from that value's "
+                             "use-list", "node", i)
 
         # the return
         ret = g.ret
@@ -214,10 +195,8 @@ class _Checker:
                 continue
             if id(v) not in defined:
                 self.add(f"output #{k} ({self.p.ref(v)}) is not defined in this graph", "return")
-            count = uses_of(v, ret, k)
-            if count != 1:
-                self.add(f"output #{k} ({self.p.ref(v)}) appears {count} times in that value's use-list "
-                         "(expected once)", "return")
+            if (ret, k) not in v.uses:
+                self.add(f"output #{k} ({self.p.ref(v)}) is missing from that value's use-list", "return")
         return self.problems
 
     def check_bodies(self, n: Node, i: int, desc: str) -> None:
@@ -297,17 +276,10 @@ class _Checker:
 
     def check_uses(self, v: Value, where: str, index: int, nodes_here: set[int]) -> None:
         ref = self.p.ref(v)
-        seen: set[tuple[int, int]] = set()
-        for entry in v.uses:
-            try:
-                user, k = entry
-            except (TypeError, ValueError):
-                self.add(f"{ref}: malformed use-list entry {entry!r}", where, index)
-                continue
-            if (id(user), k) in seen:
-                self.add(f"{ref}: use-list has a duplicate entry (input {k} of {_user_desc(user)})", where, index)
-                continue
-            seen.add((id(user), k))
+        if not isinstance(v.uses, Uses):
+            self.add(f"{ref}: its uses are a {type(v.uses).__name__}, not a Uses", where, index)
+            return
+        for user, k in v.uses:  # (a Uses holds each (user, k) once)
             if isinstance(user, Return):
                 if user is not self.g.ret:
                     self.add(f"{ref}: use-list names the return of another graph", where, index)
@@ -322,7 +294,7 @@ class _Checker:
                     self.add(f"{ref}: use-list says it is input {k} of {_user_desc(user)}, but that input is "
                              f"{actual}", where, index)
             else:
-                self.add(f"{ref}: use-list entry {entry!r} is not a node or the return", where, index)
+                self.add(f"{ref}: use-list entry ({user!r}, {k}) is not a node or the return", where, index)
 
 
 def _infer(op: OpDef, ins, count: int):

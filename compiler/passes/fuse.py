@@ -211,9 +211,8 @@ class FusionBackend:
 
 def _only_user(v: Value) -> Node | None:
     """The one node reading ``v`` (once), when ``v`` is read by nothing else (not a graph output)."""
-    if len(v.uses) != 1 or not isinstance(v.uses[0][0], Node):
-        return None
-    return v.uses[0][0]
+    use = v.uses.single()
+    return use[0] if use is not None and isinstance(use[0], Node) else None
 
 
 def _attention(mm1: Node, fusable, taken: set[int], max_ops: int,
@@ -506,7 +505,7 @@ def _toposort(graph: Graph) -> None:
                 heapq.heappush(ready, (pos[id(u)], id(u), u))
     if len(out) != len(graph.nodes):  # pragma: no cover - plan_fusion refuses cycles
         raise RuntimeError("fusion left a cycle in the graph")
-    graph.nodes[:] = out
+    graph.reorder(out)
 
 
 class FuseKernels(Pass):
@@ -523,26 +522,9 @@ class FuseKernels(Pass):
         groups, self.decisions = plan_fusion(graph, self.max_ops, self.backend)
         if not groups:
             return False
-        # every kernel node takes its last member's place in one pass over the node list (inserting
-        # and erasing node by node costs a scan of the list each)
-        at_last: dict[int, Node] = {}
-        gone: set[int] = set()
+        # every kernel node takes its last member's place (each insertion and erasure is O(1))
         for i, g in enumerate(groups):
-            at_last[id(g.nodes[-1])] = _kernel_node(graph, g, i)
-            gone.update(id(n) for n in g.nodes)
-        nodes = []
-        for n in graph.nodes:
-            k = at_last.get(id(n))
-            if k is not None:
-                k.graph = graph
-                nodes.append(k)
-            if id(n) in gone:
-                if any(v.uses for v in n.outputs):  # pragma: no cover - _kernel_node moved every use
-                    raise RuntimeError(f"fusion left a use of {n.describe()}")
-                n.graph = None
-            else:
-                nodes.append(n)
-        graph.nodes[:] = nodes
+            outline(graph, g, i)
         _toposort(graph)
         graph.remove_unused_constants()  # the kernels' bodies hold the constants they read
         return True

@@ -181,7 +181,7 @@ class ScheduleForMemory(Pass):
         self.report["after"] = best_peak
         if best is current or [id(n) for n in best] == [id(n) for n in current]:
             return False
-        graph.nodes[:] = best
+        graph.reorder(best)
         return True
 
 

@@ -555,7 +555,7 @@ def test_passes_simplify_inside_bodies():
     folded = body.add(Add(), one, one)  # constant: folds
     dead = body.add(Mul(), x, x)  # unused: erased
     body.set_outputs([body.add(Add(), body.add(Identity(), x), folded)], ["y"])
-    assert dead.uses == []
+    assert not dead.uses
     g = Graph()
     c = g.add_input("c", T([], BOOL))
     gx = g.add_input("x", T([2]))

@@ -27,7 +27,8 @@ def op(name: str, **attrs):
 
 
 def only_use_is(v: Value, node: Node) -> bool:
-    return len(v.uses) == 1 and v.uses[0][0] is node
+    use = v.uses.single()
+    return use is not None and use[0] is node
 
 
 def reshape_to(graph: Graph, x: Value, shape, before: Node, name: str | None = None) -> Value:
