@@ -15,8 +15,8 @@ once complete, swapped into place under a lock, so a failed compile leaves nothi
 writers leave one complete artifact. Reading (``read_manifest``, ``ArtifactDir``): only regular files
 inside the directory are opened (no symbolic links, FIFOs, devices or subdirectories; names of one
 component), the manifest is size-limited and validated against its schema (``manifest.py``) before
-use, and every byte the runtime uses is hashed as it is read. ``load_library`` opens a verified
-library under a name no earlier load can alias.
+use, and every byte the runtime uses is hashed as it is read. ``library_function`` finds a function
+in a library loaded from those bytes (``codegen/loader.py``: under a name no earlier load can alias).
 """
 from __future__ import annotations
 
@@ -25,11 +25,9 @@ import ctypes
 import errno
 import fcntl
 import hashlib
-import itertools
 import json
 import mmap
 import os
-import secrets
 import shutil
 import stat
 import tempfile
@@ -232,39 +230,7 @@ def _check_target(manifest: dict, directory: str) -> None:
         raise ArtifactError(f"{directory} was compiled for {target['triple']}, this machine is {host.triple}")
 
 
-# -- loading a library -------------------------------------------------------------------------------
-
-_serial = itertools.count()
-
-
-def load_library(data: bytes, label: str = "model.so") -> ctypes.CDLL:
-    """Load the shared library ``data`` (bytes already verified) under a name no earlier load can alias.
-
-    ``dlopen`` returns an already-loaded library when the path, or the file's device and inode, match
-    one: loading a rebuilt ``model.so`` from the same path would run the old code. So the bytes are
-    written to a new private file (pid and a per-process serial in its name, created with O_EXCL, mode
-    0600), opened, and unlinked at once. The mapping keeps the inode alive (Kiln never unloads a
-    library), so neither its name nor its inode can be reused while it is loaded; nothing is left on
-    disk. ``OSError`` if the library cannot be loaded (message in terms of ``label``)."""
-    tmp = tempfile.gettempdir()
-    while True:
-        path = os.path.join(tmp, f".kiln-{os.getpid()}-{next(_serial)}-{secrets.token_hex(4)}.so")
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            break
-        except FileExistsError:
-            continue
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        try:
-            return ctypes.CDLL(path)
-        except OSError as e:
-            hint = (f" (is {tmp} mounted noexec? set TMPDIR to a directory that allows executables)"
-                    if "map" in str(e) or "ermission" in str(e) else "")
-            raise OSError(str(e).replace(path, label) + hint) from None
-    finally:
-        os.unlink(path)
+# -- functions of a loaded library -------------------------------------------------------------------
 
 
 class _DlInfo(ctypes.Structure):
@@ -448,4 +414,4 @@ class staging:
 
 
 __all__ = ["ArtifactDir", "ArtifactError", "FORMAT", "FORMAT_VERSION", "IR_TEXT", "LIBRARY", "MANIFEST",
-           "WEIGHTS", "finish_manifest", "library_function", "load_library", "read_manifest", "staging"]
+           "WEIGHTS", "finish_manifest", "library_function", "read_manifest", "staging"]

@@ -1,7 +1,7 @@
 """Loading an artifact and running it: ``load(path) -> Executable``; ``exe.run({name: array})``.
 
 Loading compiles nothing: it verifies the manifest (format, checksum, schema, CPU features), opens
-the shared library (from the verified bytes, under a private name: ``artifact.load_library``), and
+the shared library (from the verified bytes, under a private name: ``codegen/loader.py``), and
 memory-maps the weights (read-only, not copied, hashed through the mapping). When some nodes have
 no native code it also parses the final IR to run those nodes in the reference interpreter.
 
@@ -22,9 +22,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..codegen.loader import load_library
 from ..errors import InputError, KilnError
 from .artifact import (MAX_LIBRARY_BYTES, ArtifactDir, ArtifactError, library_function, library_string,
-                       load_library, read_manifest)
+                       read_manifest)
 from .manifest import (IR_TEXT, LAYOUT_SYMBOL, LIBRARY, WEIGHTS, SchemaError, check_fallback_nodes, check_layout,
                        machine_memory, np_dtype)
 from .status import clear as clear_status, raise_reported

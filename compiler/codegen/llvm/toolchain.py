@@ -206,9 +206,9 @@ def link_shared(objects: Iterable[bytes], out_path: str | os.PathLike, extra_arg
 def load_library(path: str | os.PathLike) -> ctypes.CDLL:
     """Open a shared library (its symbols are looked up as attributes: ``lib.kernel``).
 
-    The file's bytes are read once and loaded from a private copy (``runtime.artifact.load_library``),
-    so a library rebuilt at the same path is loaded afresh, never aliased to the one loaded before."""
-    from ...runtime.artifact import load_library as load_private
+    The file's bytes are read once and loaded from a private copy (``codegen/loader.py``), so a
+    library rebuilt at the same path is loaded afresh, never aliased to the one loaded before."""
+    from ..loader import load_library as load_private
 
     p = Path(path)
     if not p.is_file():
