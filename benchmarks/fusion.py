@@ -20,7 +20,8 @@ SUITE = ["light:resnet50", "light:squeezenet", "light:shufflenet", "light:incept
 
 def main() -> None:
     import compiler
-    from compiler.bench import random_feeds
+    from compiler.tools.bench import random_feeds
+    from compiler.tools.zoo import model_of
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=SUITE)
@@ -32,8 +33,9 @@ def main() -> None:
     for spec in args.models:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fused = compiler.compile(spec, nthreads=args.threads)
-            plain = compiler.compile(spec, nthreads=args.threads, disabled_passes=("sink-reshapes", "fuse"))
+            model = model_of(spec)
+            fused = compiler.compile(model, nthreads=args.threads)
+            plain = compiler.compile(model, nthreads=args.threads, disabled_passes=("sink-reshapes", "fuse"))
         feeds = random_feeds(fused.inputs, 0)
         times = {"fused": [], "plain": []}
         for r in range(args.runs):

@@ -17,7 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main(argv=None) -> int:
     from compiler import compile as kiln_compile
-    from compiler.bench import random_feeds
+    from compiler.tools.bench import random_feeds
+    from compiler.tools.zoo import model_of
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="an ONNX path, light:NAME or zoo:NAME")
@@ -27,7 +28,7 @@ def main(argv=None) -> int:
     p.add_argument("-O", dest="opt", type=int, default=2)
     p.add_argument("--disable-pass", action="append", default=[])
     a = p.parse_args(argv)
-    exe = kiln_compile(a.model, a.opt, nthreads=a.threads, profile=True, disabled_passes=a.disable_pass)
+    exe = kiln_compile(model_of(a.model), a.opt, nthreads=a.threads, profile=True, disabled_passes=a.disable_pass)
     feeds = random_feeds(exe.inputs)
     for _ in range(5):
         exe.run(feeds)

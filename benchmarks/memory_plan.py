@@ -21,8 +21,9 @@ def figures(spec: str, opt_level: int = 2, disabled=(), in_place: bool = True) -
     from compiler.passes.manager import PassManager
     from compiler.passes.options import CompileOptions
     from compiler.passes.pipeline import pipeline
+    from compiler.tools.zoo import model_of
 
-    g = load_graph(spec)
+    g = load_graph(model_of(spec))
     opts = CompileOptions.make(opt_level=opt_level, input_shapes={}, disabled_passes=tuple(disabled), verify=False)
     PassManager([p for p in pipeline(opts) if p.name not in disabled]).run(g)
     kw = {} if in_place else {"in_place": False}

@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from compiler.bench import bench_model, cpu_name, human_bytes  # noqa: E402
+from compiler.tools.bench import bench_model, cpu_name, human_bytes  # noqa: E402
 from compiler.runtime.executable import default_threads  # noqa: E402
 
 # (label, spec): ONNX model-zoo networks (light: placeholder weights, 224x224, batch 1) and PyTorch-built ones

@@ -34,7 +34,8 @@ class FallbackWarning(UserWarning):
 def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
             output: str | os.PathLike | None = None, target: Target | None = None, fallback: bool = True,
             nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),
-            timings: dict | None = None, profile: bool = False, memory_limit: int | None = None) -> Executable:
+            timings: dict | None = None, profile: bool = False, memory_limit: int | None = None,
+            model_name: str | None = None) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
     this CPU (or ``target``) and return it loaded.
 
@@ -46,7 +47,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     ``profile=True`` builds the forward pass with a clock read after every step
     (``Executable.step_seconds``). ``memory_limit``: the most bytes the model may need (arena plus
     weights, and any one value; default: this machine's memory); past it a ``LimitError`` names the
-    size and the node.
+    size and the node. ``model_name``: the model's name in the artifact (default: ``model`` when it is
+    a string, else the graph's name).
     """
     from .models import load_graph
     from .passes.manager import Verify
@@ -84,7 +86,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
         dest = os.path.join(owner.name, "model.kiln")
     else:
         dest = os.fspath(output)
-    name = model if isinstance(model, str) else getattr(graph, "name", "model")
+    name = model_name or (model if isinstance(model, str) else getattr(graph, "name", "model"))
     times = {"load": t1 - t0, "passes": t2 - t1, "codegen": t3 - t2}
     exe = write_artifact(prog, dest, target, model_name=str(name), opt_level=opt_level, times=times,
                          nthreads=nthreads)

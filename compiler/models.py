@@ -1,10 +1,13 @@
-"""Finding and loading models named on the command line or in the API.
+"""Finding and loading models named on the command line or in the API (``compiler.compile`` loads
+its model here, so this is part of the compiler's core, under the driver).
 
-A model is an ONNX file (``.onnx``), a Kiln IR text file (``.kir``, with its ``.kir.npz`` weights),
-``zoo:NAME[?key=value,...]`` (a model Kiln builds with PyTorch, see ``compiler/zoo.py``), or
-``light:NAME``: one of the ONNX model-zoo networks that the ``onnx`` package ships
-(``onnx/backend/test/data/light/light_NAME.onnx``: bvlc_alexnet, densenet121, inception_v1,
-inception_v2, resnet50, shufflenet, squeezenet, vgg19, zfnet512).
+A model is an ONNX file (``.onnx``) or ModelProto, a Kiln IR text file (``.kir``, with its
+``.kir.npz`` weights), a Graph, or ``light:NAME``: one of the ONNX model-zoo networks that the
+``onnx`` package ships (``onnx/backend/test/data/light/light_NAME.onnx``: bvlc_alexnet, densenet121,
+inception_v1, inception_v2, resnet50, shufflenet, squeezenet, vgg19, zfnet512).
+
+``zoo:NAME[?key=value,...]`` models are built with PyTorch by the tools (``compiler/tools/zoo.py``:
+``zoo.model_of(spec)`` is the ONNX model to pass here); the ``kiln`` command accepts them too.
 """
 from __future__ import annotations
 
@@ -44,9 +47,8 @@ def load_graph(spec, input_shapes: Mapping[str, Sequence] | None = None) -> Grap
     if isinstance(spec, Graph):
         return spec
     if isinstance(spec, str) and spec.startswith("zoo:"):
-        from .zoo import load as load_zoo
-
-        spec = load_zoo(spec).onnx  # ModelError for an unknown model or size, or without torch
+        raise ModelError(f"{spec}: zoo: models are built with PyTorch by the tools, not loaded here; pass "
+                         f"compiler.tools.zoo.model_of({spec!r}) (its ONNX model) instead")
     if isinstance(spec, str):
         path = resolve(spec)
         if path.endswith(".kir"):

@@ -1,4 +1,4 @@
-"""`kiln bench` and compiler.bench: one small MLP benchmarked for real (few rounds), the JSON output,
+"""`kiln bench` and compiler.tools.bench: one small MLP benchmarked for real (few rounds), the JSON output,
 the numerics check, and clear errors. Nothing here asserts speed."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from compiler import bench, zoo
+from compiler.tools import bench, zoo
 from compiler.errors import ModelError
 
 SPEC = "zoo:mlp?sizes=64x32x10,batch=2"

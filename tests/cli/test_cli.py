@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from compiler.cli import main
+from compiler.tools.cli import main
 
 
 def _model(tmp_path, op="Relu"):
@@ -21,7 +21,7 @@ def _model(tmp_path, op="Relu"):
 
 
 def test_help_lists_commands():
-    out = subprocess.run([sys.executable, "-m", "compiler.cli", "--help"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "compiler.tools.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     assert "run" in out.stdout and "dump" in out.stdout and "light:" in out.stdout
 

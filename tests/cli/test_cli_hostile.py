@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from compiler.cli import main
+from compiler.tools.cli import main
 from compiler.ir.parser import parse
 from compiler.ir.printer import save_text
 from compiler.runtime.artifact import MANIFEST, _manifest_digest
@@ -125,7 +125,7 @@ def test_npz_inputs(built, tmp_path, capsys):
 
 def test_two_kiln_compile_processes_writing_one_output(model, tmp_path):
     out = str(tmp_path / "m.kiln")
-    cmd = [sys.executable, "-m", "compiler.cli", "compile", model, "-o", out]
+    cmd = [sys.executable, "-m", "compiler.tools.cli", "compile", model, "-o", out]
     procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     results = [(p.wait(300), p.stderr.read()) for p in procs]

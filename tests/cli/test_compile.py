@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from compiler.cli import main
+from compiler.tools.cli import main
 from compiler.ir.interpreter import interpret
 from compiler.ir.parser import parse
 from compiler.ir.printer import save_text

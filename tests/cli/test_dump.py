@@ -9,11 +9,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from compiler.cli import main
+from compiler.tools.cli import main
 from compiler.ir.interpreter import interpret
 from compiler.ir.parser import load_text
 from compiler.ir.printer import print_graph
-from compiler import zoo
+from compiler.tools import zoo
 
 
 @pytest.fixture(scope="module")

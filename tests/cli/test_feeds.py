@@ -9,9 +9,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from compiler.cli import main, random_inputs
+from compiler.tools.cli import main, random_inputs
 from compiler.errors import InputError
-from compiler.feeds import index_limits
+from compiler.tools.feeds import index_limits
 from compiler.passes.instruments import CheckNumerics
 from frontends.onnx import import_model
 

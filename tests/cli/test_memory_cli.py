@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import xml.dom.minidom
 
-from compiler.cli import main
+from compiler.tools.cli import main
 
 TEXT = """graph @small(%x: f32[64,64]) -> (y: f32[64,64]) {
   %0 = Exp(%x) : f32[64,64]

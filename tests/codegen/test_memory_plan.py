@@ -20,6 +20,7 @@ from compiler.models import light_models, load_graph
 from compiler.passes.manager import PassManager
 from compiler.passes.options import CompileOptions
 from compiler.passes.pipeline import pipeline
+from compiler.tools import zoo
 
 
 # -- the checker -----------------------------------------------------------------------------------
@@ -67,7 +68,7 @@ def test_live_bytes_and_lower_bound():
 # -- every suite model -----------------------------------------------------------------------------
 
 def _program(spec, **kw):
-    g = load_graph(spec)
+    g = load_graph(zoo.model_of(spec))
     PassManager(pipeline(CompileOptions())).run(g)
     return build_program(g, host_target(), **kw)
 

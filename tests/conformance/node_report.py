@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     import onnx.backend.test.loader as loader
     from onnx.backend.test.runner import Runner, _normalize_tensor
 
-    from frontends.onnx.backend import KilnBackend
+    from compiler.tools.onnx_backend import KilnBackend
 
     cases = [c for c in loader.load_model_tests(kind=args.kind) if re.search(args.regex, c.name)]
     passed = 0

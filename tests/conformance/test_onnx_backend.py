@@ -12,7 +12,7 @@ import warnings
 import onnx.backend.test
 import pytest
 
-from frontends.onnx.backend import KilnBackend
+from compiler.tools.onnx_backend import KilnBackend
 
 from .exclusions import EXCLUDED, MIN_PASSING
 

@@ -12,13 +12,13 @@ from compiler.errors import ModelError, UnsupportedError
 from compiler.ir.interpreter import InputError, interpret
 from compiler.models import light_models, resolve
 from frontends.onnx import export_model, import_model
-from compiler import zoo
+from compiler.tools import zoo
 
 LIGHT = light_models()
 
 
 def _feeds(graph, seed=0):
-    from compiler.cli import random_inputs
+    from compiler.tools.cli import random_inputs
 
     return random_inputs(graph, {}, seed)
 

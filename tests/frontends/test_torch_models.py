@@ -8,7 +8,7 @@ import pytest
 
 from compiler.ir.interpreter import interpret
 from frontends.onnx import import_model
-from compiler import zoo
+from compiler.tools import zoo
 
 CASES = {
     "mlp": dict(batch=4),

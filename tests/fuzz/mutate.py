@@ -421,7 +421,7 @@ def ext_mutant(rng, m: onnx.ModelProto, d: str) -> tuple[str, bool, bool] | None
 # -- the run ----------------------------------------------------------------------------------------------
 def kiln_command() -> list[str]:
     exe = os.path.join(os.path.dirname(sys.executable), "kiln")
-    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "compiler.cli"]
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "compiler.tools.cli"]
 
 
 def cli_check(args: list[str], timeout: float) -> tuple[str, str] | None:

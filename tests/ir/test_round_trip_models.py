@@ -13,7 +13,7 @@ from compiler.passes.options import CompileOptions
 from compiler.passes.pipeline import pipeline
 from frontends.onnx import import_model
 from tests.frontends.test_torch_models import CASES
-from compiler import zoo
+from compiler.tools import zoo
 
 MODELS = [f"light:{m}" for m in light_models()] + sorted(CASES)
 

@@ -21,7 +21,7 @@ from compiler.ir.printer import print_graph
 from compiler.ir.types import DType, OptionalType, SequenceType, TensorType
 from compiler.ir.verify import check, verify
 from frontends.onnx import import_model
-from frontends.onnx.backend import KilnBackend
+from compiler.tools.onnx_backend import KilnBackend
 from frontends.onnx.exporter import export_model
 
 F32 = DType.f32

@@ -133,8 +133,9 @@ def test_zoo_models_fuse_without_changing_numbers(spec):
     from compiler.passes.manager import PassManager, Verify
     from compiler.passes.options import CompileOptions
     from compiler.passes.pipeline import pipeline
+    from compiler.tools import zoo
 
-    g = load_graph(spec)
+    g = load_graph(zoo.model_of(spec))
     PassManager(pipeline(CompileOptions(opt_level=1)), [Verify()]).run(g)
     feeds = {v.name: RNG.standard_normal([int(d) for d in v.shape]).astype(np.float32) for v in g.inputs}
     before = interpret(g, feeds)

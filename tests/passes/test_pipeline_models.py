@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cli import random_inputs
+from compiler.tools.cli import random_inputs
 from compiler.models import light_models
 from compiler.passes.instruments import CheckNumerics
 from compiler.passes.manager import PassManager, Verify
@@ -12,7 +12,7 @@ from compiler.passes.options import CompileOptions
 from compiler.passes.pipeline import pipeline
 from frontends.onnx import import_model
 from tests.frontends.test_torch_models import CASES
-from compiler import zoo
+from compiler.tools import zoo
 
 LEVELS = [0, 1, 2, 3]
 

@@ -5,7 +5,7 @@ import textwrap
 
 import numpy as np
 
-from compiler.cli import random_inputs
+from compiler.tools.cli import random_inputs
 from compiler.ir.interpreter import interpret
 from compiler.ir.parser import parse
 from compiler.ir.printer import print_graph

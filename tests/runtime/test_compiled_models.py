@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 
 import compiler
-from compiler import zoo
+from compiler.tools import zoo
 from compiler.ir.interpreter import interpret
 from compiler.models import light_models, load_graph, resolve
 from compiler.passes.manager import PassManager
@@ -62,7 +62,7 @@ def test_model_compiles_natively_and_matches(name, tmp_path):
     for i, (k, v) in enumerate(feeds.items()):
         np.save(tmp_path / f"in{i}.npy", v)
         args += ["--input", f"{k}={tmp_path / f'in{i}.npy'}"]
-    subprocess.run([sys.executable, "-m", "compiler.cli", "run", art, *args, "--output", str(tmp_path / "o.npz")],
+    subprocess.run([sys.executable, "-m", "compiler.tools.cli", "run", art, *args, "--output", str(tmp_path / "o.npz")],
                    check=True, cwd=ROOT, capture_output=True)
     again = np.load(tmp_path / "o.npz")
     for k in exe.output_names:

@@ -48,7 +48,7 @@ def test_the_limit_is_an_option():
 
 
 def test_kiln_compile_memory_limit(tmp_path, capsys):
-    from compiler.cli import main
+    from compiler.tools.cli import main
 
     path = tmp_path / "m.onnx"
     onnx.save(_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [64, 64])]), str(path))

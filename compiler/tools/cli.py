@@ -7,7 +7,7 @@ import textwrap
 
 import numpy as np
 
-from .errors import KilnError
+from ..errors import KilnError
 
 DUMP_EPILOG = """\
 examples:
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kiln, a deep-learning graph compiler: import a model into Kiln's SSA graph IR, compile it to "
                     "native code, run it, and inspect what the compiler did.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from . import __version__
+    from .. import __version__
 
     p.add_argument("--version", action="version", version=f"kiln {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -125,7 +125,7 @@ def random_inputs(graph, given: dict, seed: int = 0, notes=None) -> dict:
     """Seeded random arrays for the graph inputs not in ``given`` (symbolic dimensions become 1; a
     sequence input gets its known length, or 2 elements)."""
     from .feeds import DEFAULT_HIGH, index_limits, random_array
-    from .ir.types import OptionalType, SequenceType, TensorType
+    from ..ir.types import OptionalType, SequenceType, TensorType
 
     rng = np.random.default_rng(seed)
     feeds = dict(given)
@@ -164,7 +164,7 @@ def load_pass(spec: str):
     import importlib
     import os
 
-    from .passes.manager import Pass
+    from ..passes.manager import Pass
 
     if ":" not in spec:
         raise KilnError(f"--extra-pass wants MODULE:CLASS, got {spec!r}")
@@ -183,7 +183,7 @@ def load_pass(spec: str):
 
 def explain_fusion(passes) -> None:
     """Every pair of adjacent nodes the fusion pass looked at: fused, or why not."""
-    from .passes.fuse import FuseKernels
+    from ..passes.fuse import FuseKernels
 
     fuse = next((p for p in passes if isinstance(p, FuseKernels)), None)
     if fuse is None:
@@ -199,12 +199,13 @@ def cmd_dump(args) -> int:
     import json
     import os
 
-    from .ir.printer import print_graph, save_text
-    from .models import load_graph
-    from .passes.instruments import CheckNumerics, DumpIR, write_summary
-    from .passes.manager import PassManager, PrintAfter
-    from .passes.options import CompileOptions
-    from .passes.pipeline import pipeline
+    from ..ir.printer import print_graph, save_text
+    from ..models import load_graph
+    from ..passes.instruments import CheckNumerics, DumpIR, write_summary
+    from ..passes.manager import PassManager, PrintAfter
+    from ..passes.options import CompileOptions
+    from ..passes.pipeline import pipeline
+    from .zoo import model_of
 
     shapes = dict(args.input_shape)
     opts = CompileOptions.make(opt_level=args.opt_level, disabled_passes=tuple(args.disable_pass),
@@ -215,7 +216,7 @@ def cmd_dump(args) -> int:
             doc = (type(p).__doc__ or "").strip().splitlines()
             print(f"{i:02d} {p.name:<34} {doc[0] if doc else ''}")
         return 0
-    graph = load_graph(args.model, shapes or None)
+    graph = load_graph(model_of(args.model), shapes or None)
     instruments = []
     if args.print_after_all or args.print_after:
         known = {p.name for p in passes}
@@ -263,9 +264,9 @@ def cmd_dump(args) -> int:
 
 def write_memory_plan(graph, path: str, title: str) -> dict:
     """Build ``graph``'s program for this CPU and write its arena plan as an SVG; returns the figures."""
-    from .codegen.llvm.target import host_target
-    from .codegen.plan import plan_svg
-    from .codegen.program import build_program
+    from ..codegen.llvm.target import host_target
+    from ..codegen.plan import plan_svg
+    from ..codegen.program import build_program
 
     prog = build_program(graph, host_target())
     figures = prog.memory_summary()
@@ -284,7 +285,7 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from .ir.interpreter import InputError, InterpreterError
+    from ..ir.interpreter import InputError, InterpreterError
 
     try:
         return args.func(args)

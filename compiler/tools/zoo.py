@@ -2,7 +2,9 @@
 MobileNetV2-style CNN and an EfficientNet-style block. Used by the tests, ``kiln bench`` and
 ``benchmarks/``.
 
-``export(name, **size)`` returns (onnx bytes, example inputs as numpy, the torch module).
+``export(name, **size)`` returns (onnx bytes, example inputs as numpy, the torch module);
+``model_of(spec)`` the ONNX model of a spec, for ``compiler.compile`` (the compiler's core does not
+know ``zoo:`` specs: the ``kiln`` commands resolve them here).
 
 Model specs (``kiln bench zoo:bert``, ``load("zoo:mlp?batch=64")``)::
 
@@ -28,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import ModelError
+from ..errors import ModelError
 
 try:
     import torch
@@ -332,3 +334,11 @@ def load(spec: str) -> ZooModel:
     opset = params.pop("opset", DEFAULT_OPSET)
     data, feeds, module = export(name, opset=opset, **params)
     return ZooModel(onnx.load_from_string(data), feeds, module)
+
+
+def model_of(spec):
+    """The model ``compiler.compile`` and ``models.load_graph`` take for ``spec``: a ``zoo:`` spec's
+    ONNX model (built here), anything else (a path, ``light:NAME``, a ModelProto or Graph) unchanged."""
+    if isinstance(spec, str) and spec.startswith("zoo:"):
+        return load(spec).onnx
+    return spec

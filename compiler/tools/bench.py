@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import KilnError
+from ..errors import KilnError
 
 ENGINES = ("kiln", "onnxruntime", "torch")
 PEERS = ("onnxruntime", "torch")
@@ -145,7 +145,7 @@ class _OpenBLASThreads:
 
     def __enter__(self):
         try:
-            from .codegen.gemm import find_openblas
+            from ..codegen.gemm import find_openblas
 
             self.lib = find_openblas()
         except Exception:  # noqa: BLE001 - informative only
@@ -185,7 +185,7 @@ def sgemm_peak(nthreads: int, size: int = SGEMM_SIZE, repeats: int = 3) -> dict:
     flops = 2.0 * size ** 3
     out: dict[str, Any] = {"size": size, "threads": nthreads}
     try:
-        from .codegen.gemm import load_gemm
+        from ..codegen.gemm import load_gemm
 
         lib = load_gemm()
         out["kiln_gflops"] = flops / _best_seconds(lambda: lib.gemm(a, b, c, nthreads=nthreads), repeats) / 1e9
@@ -227,7 +227,7 @@ def random_feeds(inputs: Sequence[tuple], seed: int = 0, highs: Mapping[str, int
     """Seeded inputs for ``exe.inputs`` ((name, DType, shape) triples): normal floats, ints in [0, 10)
     or, for the names in ``highs`` (``feeds.index_limits``: inputs used as indices), in [0, high)."""
     from .feeds import DEFAULT_HIGH, random_array
-    from .ir.types import TensorType
+    from ..ir.types import TensorType
 
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -258,8 +258,8 @@ def model_flops(exe) -> tuple[int, int]:
         return native, native
     graph = getattr(exe, "_graph", None)
     if graph is None:
-        from .ir.parser import load_text
-        from .runtime.artifact import IR_TEXT
+        from ..ir.parser import load_text
+        from ..runtime.artifact import IR_TEXT
 
         graph = load_text(os.path.join(exe.path, IR_TEXT))
     extra = 0
@@ -370,7 +370,7 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
     when an engine disagrees with Kiln.
     """
     import compiler
-    from .runtime.executable import default_threads
+    from ..runtime.executable import default_threads
 
     say = log or (lambda _m: None)
     peers = parse_engines(compare)
@@ -399,7 +399,7 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
         export_seconds = time.perf_counter() - t0
         kiln_model, ort_model = proto, proto.SerializeToString()
     elif isinstance(spec, str):
-        from .models import resolve
+        from ..models import resolve
 
         path = resolve(spec)
         kiln_model, ort_model = spec, (path if path.endswith(".onnx") else None)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import KilnError
-from .ir.graph import Graph, Node
+from ..errors import KilnError
+from ..ir.graph import Graph, Node
 
 #: integer inputs not used as indices are drawn from [0, DEFAULT_HIGH)
 DEFAULT_HIGH = 10
@@ -42,7 +42,7 @@ def random_array(rng: np.random.Generator, name: str, t, notes: list | None = No
                  high: int = DEFAULT_HIGH) -> np.ndarray:
     """Random data of tensor type ``t`` (symbolic dimensions become 1, noted in ``notes``): normal
     floats, booleans, integers in [0, high)."""
-    from .ir.types import DType
+    from ..ir.types import DType
 
     shape = []
     for d in t.shape:

@@ -1,4 +1,7 @@
-"""``onnx.backend.base.Backend`` for Kiln, so ONNX's own backend test suite runs against it."""
+"""``onnx.backend.base.Backend`` for Kiln, so ONNX's own backend test suite runs against it.
+
+It imports with the ONNX frontend and runs with the whole compiler (``compiler.compile``), so it is a
+tool on top of the driver, not part of ``frontends/`` (which the driver itself uses)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -7,11 +10,11 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
-from compiler.ir.graph import Graph
-from compiler.ir.interpreter import interpret
-from compiler.ir.types import OptionalType, SequenceType, TensorType
+from frontends.onnx import import_model
 
-from .importer import import_model
+from ..ir.graph import Graph
+from ..ir.interpreter import interpret
+from ..ir.types import OptionalType, SequenceType, TensorType
 
 
 class KilnRep(BackendRep):

@@ -9,8 +9,8 @@ import warnings
 
 import numpy as np
 
-from .errors import KilnError
-from .runtime.artifact import ArtifactError
+from ..errors import KilnError
+from ..runtime.artifact import ArtifactError
 
 COMPILE_EPILOG = """\
 examples:
@@ -97,7 +97,7 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
 def _target(name):
     if not name:
         return None
-    from .codegen.llvm.target import target_for
+    from ..codegen.llvm.target import target_for
 
     try:
         return target_for(name)
@@ -121,7 +121,8 @@ def parse_size(text: str) -> int:
 
 
 def cmd_compile(args) -> int:
-    from .driver import FallbackWarning, compile
+    from ..driver import FallbackWarning, compile
+    from .zoo import model_of
 
     if _is_artifact(args.model):
         raise KilnError(f"{args.model} is a compiled Kiln artifact, not a model: run it with `kiln run "
@@ -130,9 +131,9 @@ def cmd_compile(args) -> int:
     timings: dict = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FallbackWarning)
-        exe = compile(args.model, args.opt_level, _shapes(args.input_shape), output=args.output,
+        exe = compile(model_of(args.model), args.opt_level, _shapes(args.input_shape), output=args.output,
                       target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings,
-                      disabled_passes=args.disable_pass, memory_limit=args.memory_limit)
+                      disabled_passes=args.disable_pass, memory_limit=args.memory_limit, model_name=args.model)
     summary = summarize(exe.manifest, args.output)
     summary["compile_seconds"] = {k: round(v, 3) for k, v in timings.items()}
     if args.json:
@@ -215,19 +216,20 @@ def read_input(name: str, spec: str) -> np.ndarray:
 
 
 def cmd_run(args) -> int:
+    from ..models import load_graph
     from .cli import describe_array
-    from .models import load_graph
+    from .zoo import model_of
 
     given = {name: read_input(name, path) for name, path in args.input}
     if args.interpret:
-        from .ir.interpreter import interpret
+        from ..ir.interpreter import interpret
 
         _refuse_directory(args.model)
-        graph = load_graph(args.model, dict(args.input_shape) or None)
+        graph = load_graph(model_of(args.model), dict(args.input_shape) or None)
         feeds = _feeds(graph, given, args.seed)
         outs = interpret(graph, feeds)
     else:
-        from . import compile, load
+        from .. import compile, load
 
         if _is_artifact(args.model):
             if args.input_shape:
@@ -238,15 +240,16 @@ def cmd_run(args) -> int:
             _refuse_directory(args.model)
             # the inputs first (given, or random with symbolic dimensions 1), checked against the
             # model's signature; then the model is compiled for exactly their shapes
-            from .ir.interpreter import check_inputs
-            from .ir.types import TensorType
+            from ..ir.interpreter import check_inputs
+            from ..ir.types import TensorType
 
-            graph = load_graph(args.model, dict(args.input_shape) or None)
+            model = model_of(args.model)  # a zoo: model is built once
+            graph = load_graph(model, dict(args.input_shape) or None)
             feeds = _feeds(graph, given, args.seed)
             check_inputs(graph, feeds)
             shapes = {v.name: tuple(feeds[v.name].shape) for v in graph.inputs
                       if isinstance(v.type, TensorType) and not v.type.is_static}
-            exe = compile(args.model, args.opt_level, shapes, nthreads=args.threads)
+            exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model)
         outs = exe.run(feeds)
     for name, arr in outs.items():
         print(describe_array(name, arr))
@@ -268,8 +271,8 @@ def _feeds(graph, given, seed):
 
 def _feeds_for(exe, given: dict, seed: int) -> dict:
     """Random inputs for an executable's signature (the same draws ``kiln run --interpret`` makes)."""
-    from .ir.graph import Graph
-    from .ir.types import TensorType
+    from ..ir.graph import Graph
+    from ..ir.types import TensorType
 
     g = Graph("signature")
     for name, dtype, shape in exe.inputs:
@@ -282,7 +285,7 @@ def _feeds_for(exe, given: dict, seed: int) -> dict:
 
 
 def cmd_inspect(args) -> int:
-    from .runtime.artifact import read_manifest
+    from ..runtime.artifact import read_manifest
 
     m = read_manifest(args.artifact)
     if args.json:
