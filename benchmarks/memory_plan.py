@@ -15,6 +15,7 @@ SUITE = [f"light:{m}" for m in ("resnet50", "squeezenet", "shufflenet", "incepti
 
 
 def figures(spec: str, opt_level: int = 2, disabled=(), in_place: bool = True) -> dict:
+    from compiler.codegen.fusion import CPU_FUSION
     from compiler.codegen.llvm.target import host_target
     from compiler.codegen.program import build_program
     from compiler.models import load_graph
@@ -25,7 +26,7 @@ def figures(spec: str, opt_level: int = 2, disabled=(), in_place: bool = True) -
 
     g = load_graph(model_of(spec))
     opts = CompileOptions.make(opt_level=opt_level, input_shapes={}, disabled_passes=tuple(disabled), verify=False)
-    PassManager([p for p in pipeline(opts) if p.name not in disabled]).run(g)
+    PassManager([p for p in pipeline(opts, CPU_FUSION) if p.name not in disabled]).run(g)
     kw = {} if in_place else {"in_place": False}
     prog = build_program(g, host_target(), **kw)
     return prog.memory_summary()

@@ -49,7 +49,11 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     weights, and any one value; default: this machine's memory); past it a ``LimitError`` names the
     size and the node. ``model_name``: the model's name in the artifact (default: ``model`` when it is
     a string, else the graph's name).
+
+    The passes fuse what the CPU backend can run as one kernel: the driver hands its capabilities
+    (``codegen.fusion.CPU_FUSION``) to the pipeline.
     """
+    from .codegen.fusion import CPU_FUSION
     from .models import load_graph
     from .passes.manager import Verify
     from .passes.manager import PassManager
@@ -67,7 +71,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     from .passes.pipeline import all_pass_names
 
     opts.check_pass_names(all_pass_names())
-    passes = [p for p in pipeline(opts) if p.name not in opts.disabled_passes]
+    passes = [p for p in pipeline(opts, CPU_FUSION) if p.name not in opts.disabled_passes]
     PassManager(passes, [Verify()] if verify else []).run(graph)
     t2 = time.perf_counter()
     limit = opts.memory_limit_bytes or limits.machine_memory()

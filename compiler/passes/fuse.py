@@ -14,8 +14,12 @@ Rules, in order of each group's first node (``plan_fusion``):
   Softmax, global pooling, Reduce* over trailing axes), or in the 1x1 convolution reading it (kind
   **prologue**: computed as the conv's GEMM packs its input), which then takes its epilogue.
 
-The blocks (attention, shuffle, reduction, prologue) are formed only where the backend says it can
-run them (``FusionBackend.check``: the CPU lowerings' ``check``), else the reason joins the refusals.
+What can run as one kernel is the backend's to say, and the backend hands it to the pass as a
+``FusionCapabilities`` (the pass never imports a backend): which elementwise ops have fused loop
+code (``fusable``), and whether a block (attention, shuffle, reduction, prologue) can run as one
+kernel (``check``: the CPU lowerings' ``check``, in ``compiler.codegen.fusion.CPU_FUSION``). A block
+is formed only where ``check`` says so, else the reason joins the refusals. Without capabilities
+(``NO_FUSION``, the default) the pass fuses nothing.
 
 A chain grows from its last node ``cur`` to the first user of ``cur``'s result that is a fusable
 elementwise op producing the same shape (side operands may broadcast into it). Other users of
@@ -63,16 +67,6 @@ class Decision:
 class FusionGroup:
     nodes: list[Node]
     kind: str
-
-
-def default_fusable(node: Node) -> bool:
-    """Elementwise float32 ops the CPU backend computes in a loop (its scalar op table)."""
-    from ..codegen.llvm.elementwise import SCALAR_OPS
-    from ..ir.ops.shape import Identity
-
-    return type(node.op) in SCALAR_OPS and not isinstance(node.op, Identity) and len(node.outputs) == 1 and all(
-        v is None or (isinstance(v.type, TensorType) and v.type.dtype is DType.f32 and v.type.is_static)
-        for v in list(node.inputs) + list(node.outputs))
 
 
 def is_anchor(node: Node) -> bool:
@@ -184,29 +178,32 @@ class _Contracted:
         return True
 
 
-def default_check(kind: str, nodes: list[Node]) -> str | None:
-    """Why the CPU backend cannot run ``nodes`` as one kernel of ``kind`` (attention, reduction,
-    shuffle, prologue: the blocks the pass only forms when the backend can run them); None: it can."""
-    from ..codegen.kernels import ALL, KernelGroup
-    from ..codegen.kernels.attention import Attention
-    from ..codegen.kernels.epilogue import Epilogue
-    from ..codegen.kernels.row_reduce import RowReduce
-    from ..codegen.kernels.shuffle import ShuffledDepthwise
+def _nothing_fuses(node: Node) -> bool:
+    return False
 
-    cls = {"attention": Attention, "reduction": RowReduce, "shuffle": ShuffledDepthwise, "prologue": Epilogue}[kind]
-    low = next(low for low in ALL if type(low) is cls)
-    return low.check(KernelGroup.of(nodes))
+
+def _no_backend(kind: str, nodes: list[Node]) -> str | None:
+    return "no backend capabilities were given to the pass"
 
 
 @dataclass(frozen=True)
-class FusionBackend:
-    """What the code generator can run as one kernel: the CPU backend's by default. ``blocks``: the
-    block rules that are on (attention, reduction, shuffle, prologue), each formed only where
-    ``check`` says the backend can run it."""
+class FusionCapabilities:
+    """What a backend can run as one kernel, handed by the backend to ``fuse`` and ``sink-reshapes``
+    (the CPU backend's: ``compiler.codegen.fusion.CPU_FUSION``, which the driver and ``kiln dump``
+    pass to ``pipeline``).
 
-    fusable: Callable[[Node], bool] = default_fusable
-    check: Callable[[str, list[Node]], str | None] = default_check
-    blocks: frozenset = frozenset({"attention", "reduction", "shuffle", "prologue"})
+    ``fusable(node)``: whether the backend computes the elementwise op ``node`` (with its operand
+    types) in a fused loop. ``check(kind, nodes)``: why the backend cannot run ``nodes`` as one kernel
+    of block ``kind`` (attention, reduction, shuffle, prologue), or None when it can. ``blocks``: the
+    block rules that are on. The default fuses nothing (``NO_FUSION``)."""
+
+    fusable: Callable[[Node], bool] = _nothing_fuses
+    check: Callable[[str, list[Node]], str | None] = _no_backend
+    blocks: frozenset = frozenset()
+
+
+#: a pipeline built without a backend: every node stays its own kernel
+NO_FUSION = FusionCapabilities()
 
 
 def _only_user(v: Value) -> Node | None:
@@ -270,9 +267,10 @@ def _shuffle(t: Node, fusable, taken: set[int], check) -> tuple[list[Node] | Non
 
 
 def plan_fusion(graph: Graph, max_ops: int = 32,
-                backend: FusionBackend = FusionBackend()) -> tuple[list[FusionGroup], list[Decision]]:
-    """The groups to fuse (two nodes or more) and a decision for every adjacent pair."""
-    fusable = backend.fusable
+                capabilities: FusionCapabilities = NO_FUSION) -> tuple[list[FusionGroup], list[Decision]]:
+    """The groups to fuse (two nodes or more) and a decision for every adjacent pair, given what the
+    backend can run as one kernel."""
+    fusable = capabilities.fusable
     order = _Contracted(graph)
     taken: set[int] = set()
     groups: list[FusionGroup] = []
@@ -281,8 +279,8 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
     for start in graph.nodes:
         if id(start) in taken:
             continue
-        members, sm, why = _attention(start, fusable, taken, max_ops, backend.check) \
-            if "attention" in backend.blocks else (None, None, None)
+        members, sm, why = _attention(start, fusable, taken, max_ops, capabilities.check) \
+            if "attention" in capabilities.blocks else (None, None, None)
         if members and not order.contract(members):
             members, why = None, "cycle: the block needs a result computed from its own results outside it"
         if members:
@@ -291,7 +289,7 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             continue
         if why:
             refused[id(sm)] = f"not as attention: {why}"
-        members, why = _shuffle(start, fusable, taken, backend.check) if "shuffle" in backend.blocks \
+        members, why = _shuffle(start, fusable, taken, capabilities.check) if "shuffle" in capabilities.blocks \
             else (None, None)
         if members and len(members) <= max_ops and not order.contract(members):
             members, why = None, "cycle: the block needs a result computed from its own results outside it"
@@ -328,7 +326,7 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
                     label = "epilogue" if kind == "prologue" else kind  # after a prologue: the conv's epilogue
                     decisions.append(Decision(cur, u, True, f"{label} chain"))
                 elif why is not None and kind == "elementwise" and id(u) not in taken and \
-                        (block := _closing(u, out, backend.blocks)):
+                        (block := _closing(u, out, capabilities.blocks)):
                     closers.append((u, why, block))
                 else:
                     decisions.append(Decision(cur, u, False, why or "another user of the same result continues "
@@ -337,7 +335,7 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             for u, why, block in closers:  # the chain ends in a reduction or a conv when nothing continues it
                 if nxt is None and closing is None:
                     rwhy = (f"the kernel has reached max_fused_ops={max_ops}" if len(members) >= max_ops else
-                            _cycle(u, ids, order) or backend.check(block, members + [u]))
+                            _cycle(u, ids, order) or capabilities.check(block, members + [u]))
                     if rwhy is None:
                         closing, kind = u, block
                         decisions.append(Decision(cur, u, True, _CLOSED[block]))
@@ -513,13 +511,13 @@ class FuseKernels(Pass):
 
     name = "fuse"
 
-    def __init__(self, max_ops: int = 32, backend: FusionBackend = FusionBackend()):
+    def __init__(self, max_ops: int = 32, capabilities: FusionCapabilities = NO_FUSION):
         self.max_ops = max_ops
-        self.backend = backend
+        self.capabilities = capabilities
         self.decisions: list[Decision] = []
 
     def run(self, graph: Graph) -> bool:
-        groups, self.decisions = plan_fusion(graph, self.max_ops, self.backend)
+        groups, self.decisions = plan_fusion(graph, self.max_ops, self.capabilities)
         if not groups:
             return False
         # every kernel node takes its last member's place (each insertion and erasure is O(1))

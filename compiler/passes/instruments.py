@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -18,13 +18,18 @@ def stage_file(index: int, name: str, ext: str) -> str:
 
 class DumpIR(Instrument):
     """Write the IR before the pipeline (``00-input``) and after every pass (``NN-<pass>``) to ``dir``,
-    in the text format (with its weights sidecar), Graphviz DOT, or ONNX."""
+    in the text format (with its weights sidecar), Graphviz DOT, or ONNX. The ONNX exporter is the
+    frontend's, which the passes do not import: the caller hands it over (``export_onnx``: a Graph to
+    a ModelProto, ``frontends.onnx.export_model``)."""
 
-    def __init__(self, directory: str, fmt: str = "text"):
+    def __init__(self, directory: str, fmt: str = "text", export_onnx: Callable[[Graph], Any] | None = None):
         if fmt not in ("text", "dot", "onnx"):
             raise ValueError(f"unknown dump format {fmt!r}; use text, dot or onnx")
+        if fmt == "onnx" and export_onnx is None:
+            raise ValueError("the onnx dump format needs the exporter: DumpIR(..., export_onnx=export_model)")
         self.directory = directory
         self.fmt = fmt
+        self.export_onnx = export_onnx
         self.files: list[str] = []
         os.makedirs(directory, exist_ok=True)
 
@@ -42,10 +47,8 @@ class DumpIR(Instrument):
                 f.write(to_dot(graph, title=f"{index:02d} {name}"))
             render_svg(path)
         else:
-            from frontends.onnx import export_model
-
             with open(path, "wb") as f:
-                f.write(export_model(graph).SerializeToString())
+                f.write(self.export_onnx(graph).SerializeToString())
         self.files.append(path)
 
     def before_pipeline(self, graph):

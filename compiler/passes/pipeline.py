@@ -6,11 +6,13 @@
     -O3  as -O2 (later issues add aggressive rewrites here)
 
 ``fuse`` groups nodes into ``kiln.Kernel`` nodes (one native kernel each); later issues add
-quantization and device splitting.
+quantization and device splitting. What can run as one kernel is the backend's to say: ``fusion``
+is the backend's ``FusionCapabilities`` (``compiler.codegen.fusion.CPU_FUSION``, which the driver
+passes); without it ``sink-reshapes`` and ``fuse`` run but change nothing.
 """
 from __future__ import annotations
 
-from .fuse import FuseKernels
+from .fuse import NO_FUSION, FuseKernels, FusionCapabilities
 from .manager import Pass
 from .options import CompileOptions
 from .schedule import ScheduleForMemory
@@ -23,7 +25,8 @@ from .simplify.fold_constants import FoldConstants
 from .simplify.infer_shapes import InferShapes
 
 
-def pipeline(opts: CompileOptions) -> list[Pass]:
+def pipeline(opts: CompileOptions, fusion: FusionCapabilities = NO_FUSION) -> list[Pass]:
+    """The passes of ``opts.opt_level``, fusing what ``fusion`` (the backend) can run as one kernel."""
     passes: list[Pass] = [InferShapes(opts.input_shapes)]
     if opts.opt_level >= 1:
         passes += [FoldConstants(opts.fold_limit_bytes), Canonicalize(max_rounds=opts.max_rewrite_rounds),
@@ -31,8 +34,8 @@ def pipeline(opts: CompileOptions) -> list[Pass]:
     if opts.opt_level >= 2:
         passes += [FoldBatchNorm(), FoldScaleBias(), FoldConstants(opts.fold_limit_bytes),
                    Canonicalize(max_rounds=opts.max_rewrite_rounds), EliminateDead(),
-                   SinkReshapes(opts.max_rewrite_rounds),  # Reshapes after a GEMM move below its elementwise users
-                   FuseKernels(max_ops=opts.max_fused_ops),  # kiln.Kernel nodes: one native kernel each
+                   SinkReshapes(opts.max_rewrite_rounds, fusion),  # Reshapes after a GEMM go below its users
+                   FuseKernels(opts.max_fused_ops, fusion),  # kiln.Kernel nodes: one native kernel each
                    ScheduleForMemory()]  # last: a topological order with a lower peak of live bytes
     return passes
 

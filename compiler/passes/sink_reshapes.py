@@ -17,15 +17,15 @@ op), every such Reshape comes from the same S, no other operand already comes st
 node (which keeps the rule from sinking Reshapes back and forth), and each other operand maps into
 S: it has the full result shape (it is reshaped to S too), or it broadcasts only along trailing
 dimensions that S and the result share (a bias per column, a scalar). Otherwise the rule says why
-not. The rule runs at -O2, just before ``fuse``, on the ops that pass fuses
-(``fuse.default_fusable``).
+not. The rule runs at -O2, just before ``fuse``, on the ops that pass fuses: those the backend
+computes in a fused loop (``FusionCapabilities.fusable``, handed to the pass like to ``fuse``).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..ir.graph import Graph, Node, Value
-from .fuse import is_anchor, default_fusable
+from .fuse import NO_FUSION, FusionCapabilities, is_anchor
 from .manager import Pass
 from .rewrite import Rule, apply_rules
 from .simplify.canonicalize import reshape_to
@@ -38,10 +38,10 @@ def _common_suffix(a: tuple, b: tuple) -> int:
     return n
 
 
-def _joins(v: Value) -> bool:
+def _joins(v: Value, fusable) -> bool:
     """Whether ``v`` is computed by a node an elementwise op can fuse with (a GEMM/conv or a loop)."""
     p = v.producer
-    return p is not None and (is_anchor(p) or default_fusable(p))
+    return p is not None and (is_anchor(p) or fusable(p))
 
 
 def _reshaped(v: Value | None, out: tuple) -> Value | None:
@@ -51,13 +51,13 @@ def _reshaped(v: Value | None, out: tuple) -> Value | None:
     return v.producer.inputs[0]
 
 
-def _source_shape(node: Node) -> tuple | None:
+def _source_shape(node: Node, fusable) -> tuple | None:
     """S: the input shape of the first operand that is a Reshape, to the op's result shape, of a
     value computed by a node the op could fuse with."""
     out = tuple(node.outputs[0].shape)
     for v in node.inputs:
         x = _reshaped(v, out)
-        if x is not None and _joins(x):
+        if x is not None and _joins(x, fusable):
             return tuple(x.shape)
     return None
 
@@ -94,13 +94,18 @@ def _viewed(graph: Graph, v: Value, shape: tuple, before: Node) -> Value:
 
 
 class SinkReshape(Rule):
+    """The rule, for the elementwise ops ``capabilities.fusable`` accepts."""
+
     name = "sink-reshape"
     roots = ()  # every fusable elementwise op: see SinkReshapes.run
 
+    def __init__(self, capabilities: FusionCapabilities = NO_FUSION):
+        self.fusable = capabilities.fusable
+
     def check(self, node):
-        if not default_fusable(node):
+        if not self.fusable(node):
             return f"{node.op.name} is not a fusable elementwise op"
-        src = _source_shape(node)
+        src = _source_shape(node, self.fusable)
         if src is None:
             return "no operand is a Reshape of a result the op could fuse with"
         out = tuple(node.outputs[0].shape)
@@ -108,7 +113,7 @@ class SinkReshape(Rule):
             if v is None:
                 continue
             x = _reshaped(v, out)
-            if x is None and tuple(v.shape) == out and _joins(v):
+            if x is None and tuple(v.shape) == out and _joins(v, self.fusable):
                 return f"it already reads {v.producer.op.name}'s result directly, without a Reshape"
             if x is not None and tuple(x.shape) != src:
                 return f"its operands are Reshapes from different shapes {list(src)} and {list(x.shape)}"
@@ -119,7 +124,7 @@ class SinkReshape(Rule):
 
     def rewrite(self, graph: Graph, node: Node):
         out = tuple(node.outputs[0].shape)
-        src = _source_shape(node)
+        src = _source_shape(node, self.fusable)
         args: list[Value | None] = []
         for v in node.inputs:
             m = None if v is None else _mapping(v, src, out)  # "reshape": v has the result's shape
@@ -133,13 +138,14 @@ class SinkReshapes(Pass):
 
     name = "sink-reshapes"
 
-    def __init__(self, max_rounds: int = 50):
+    def __init__(self, max_rounds: int = 50, capabilities: FusionCapabilities = NO_FUSION):
         self.max_rounds = max_rounds
+        self.capabilities = capabilities
         self.fired = 0
 
     def run(self, graph: Graph) -> bool:
-        rule = SinkReshape()
-        rule.roots = tuple(sorted({n.op.name for n in graph.nodes if default_fusable(n)}))
+        rule = SinkReshape(self.capabilities)
+        rule.roots = tuple(sorted({n.op.name for n in graph.nodes if rule.fusable(n)}))
         self.fired = apply_rules(graph, [rule], self.max_rounds).get(rule.name, 0)
         if self.fired:
             graph.remove_unused_constants()

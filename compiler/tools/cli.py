@@ -199,6 +199,7 @@ def cmd_dump(args) -> int:
     import json
     import os
 
+    from ..codegen.fusion import CPU_FUSION
     from ..ir.printer import print_graph, save_text
     from ..models import load_graph
     from ..passes.instruments import CheckNumerics, DumpIR, write_summary
@@ -210,7 +211,7 @@ def cmd_dump(args) -> int:
     shapes = dict(args.input_shape)
     opts = CompileOptions.make(opt_level=args.opt_level, disabled_passes=tuple(args.disable_pass),
                                verify=args.verify)
-    passes = pipeline(opts) + [load_pass(s) for s in args.extra_pass]
+    passes = pipeline(opts, CPU_FUSION) + [load_pass(s) for s in args.extra_pass]
     if args.list_passes:
         for i, p in enumerate(passes, start=1):
             doc = (type(p).__doc__ or "").strip().splitlines()
@@ -224,7 +225,7 @@ def cmd_dump(args) -> int:
         if bad:
             raise KilnError(f"--print-after: unknown pass(es) {', '.join(bad)}; passes: {', '.join(sorted(known))}")
         instruments.append(PrintAfter("all" if args.print_after_all else args.print_after, args.only_if_changed))
-    dumper = DumpIR(args.dump_dir, args.format) if args.dump_dir else None
+    dumper = DumpIR(args.dump_dir, args.format, _onnx_exporter(args.format)) if args.dump_dir else None
     if dumper:
         instruments.append(dumper)
     checker = CheckNumerics(random_inputs(graph, {}, args.seed), rtol=args.rtol) if args.check else None
@@ -240,7 +241,8 @@ def cmd_dump(args) -> int:
         if args.format == "text":
             save_text(graph, args.output)
         else:
-            DumpIR(os.path.dirname(os.path.abspath(args.output)) or ".", args.format).write(0, "final", graph)
+            DumpIR(os.path.dirname(os.path.abspath(args.output)) or ".", args.format,
+                   _onnx_exporter(args.format)).write(0, "final", graph)
         print(f"wrote {args.output}", file=sys.stderr)
     if args.memory_plan:
         write_memory_plan(graph, args.memory_plan, args.model)
@@ -260,6 +262,15 @@ def cmd_dump(args) -> int:
         if checker:
             print(checker.report.text())
     return 1 if checker and checker.report.first_bad else 0
+
+
+def _onnx_exporter(fmt: str):
+    """The frontend's exporter for ``DumpIR`` when stages are written as ONNX (else None)."""
+    if fmt != "onnx":
+        return None
+    from frontends.onnx import export_model
+
+    return export_model
 
 
 def write_memory_plan(graph, path: str, title: str) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.codegen.kernels.testing import run_kernels
 from compiler.ir.interpreter import interpret
 from compiler.ir.parser import parse
@@ -20,7 +21,7 @@ def fuse(text: str, weights=None, rng=None, feeds=None, **kw):
         if v.name not in feeds:
             feeds[v.name] = rng.standard_normal([int(d) for d in v.shape]).astype(np.float32)
     want = interpret(g, feeds)
-    p = FuseKernels(**kw)
+    p = FuseKernels(**{"capabilities": CPU_FUSION, **kw})
     p.run(g)
     return g, p, feeds, want
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.codegen.kernels.testing import run_kernels
 from compiler.ir.interpreter import interpret
 from compiler.ir.parser import parse
@@ -64,7 +65,7 @@ def _fused(text):
     if "m" in feeds:  # a BERT mask: 0 or -10000
         feeds["m"] = np.where(feeds["m"] > 0.5, np.float32(-10000.0), np.float32(0.0))
     want = interpret(g, feeds)["y"]
-    p = FuseKernels()
+    p = FuseKernels(capabilities=CPU_FUSION)
     p.run(g)
     return g, p, feeds, want
 
@@ -142,7 +143,7 @@ def test_refusals_name_the_reason():
 
 def test_max_fused_ops_limits_the_block():
     g = parse(bert_block())
-    p = FuseKernels(max_ops=5)
+    p = FuseKernels(5, CPU_FUSION)
     p.run(g)
     assert all(n.op.kind != "attention" for n in g.nodes if n.op.name == "Kernel")
     assert any("over max_fused_ops=5" in d.reason for d in p.decisions)

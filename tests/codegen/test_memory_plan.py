@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import compiler
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.codegen.kernels.base import ALIGN
 from compiler.codegen.llvm.target import host_target
 from compiler.codegen.plan import Buffer, check_plan, live_bytes, lower_bound, plan_arena, plan_svg
@@ -69,7 +70,7 @@ def test_live_bytes_and_lower_bound():
 
 def _program(spec, **kw):
     g = load_graph(zoo.model_of(spec))
-    PassManager(pipeline(CompileOptions())).run(g)
+    PassManager(pipeline(CompileOptions(), CPU_FUSION)).run(g)
     return build_program(g, host_target(), **kw)
 
 
@@ -183,7 +184,7 @@ def test_in_place_never_changes_results(tmp_path):
 def test_in_place_never_changes_a_suite_models_results(tmp_path):
     g = load_graph("light:squeezenet")
     # unfused, so that the Relus are kernels of their own and run in place
-    PassManager([p for p in pipeline(CompileOptions()) if p.name != "fuse"]).run(g)
+    PassManager([p for p in pipeline(CompileOptions(), CPU_FUSION) if p.name != "fuse"]).run(g)
     x = np.random.default_rng(0).standard_normal([int(d) for d in g.inputs[0].shape]).astype(np.float32)
     feeds = {g.inputs[0].name: x}
     prog = build_program(g, host_target())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.codegen.kernels.testing import run_kernels
 from compiler.codegen.kernels.tile_epilogue import TileEpilogue
 from compiler.codegen.llvm.target import host_target
@@ -26,7 +27,7 @@ def _run(text: str, weights: dict):
     g = parse(text, weights)
     feeds = {v.name: RNG.standard_normal([int(d) for d in v.shape]).astype(np.float32) for v in g.inputs}
     want = interpret(g, feeds)
-    FuseKernels().run(g)
+    FuseKernels(capabilities=CPU_FUSION).run(g)
     got = run_kernels(g, feeds)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=2e-4, atol=2e-4 * float(np.abs(want[name]).max()))

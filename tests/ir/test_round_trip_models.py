@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.ir.parser import parse
 from compiler.ir.printer import external_weights, print_graph
 from compiler.ir.verify import verify
@@ -29,7 +30,7 @@ def test_model_round_trips_imported_and_optimized(name):
     g = load(name)
     for stage in ("imported", "optimized"):
         if stage == "optimized":
-            PassManager(pipeline(CompileOptions(opt_level=2))).run(g)
+            PassManager(pipeline(CompileOptions(opt_level=2), CPU_FUSION)).run(g)
         text = print_graph(g)
         again = parse(text, external_weights(g))
         verify(again)

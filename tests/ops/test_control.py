@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.errors import ModelError, UnsupportedError
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import InterpreterError, interpret
@@ -560,7 +561,7 @@ def test_passes_simplify_inside_bodies():
     c = g.add_input("c", T([], BOOL))
     gx = g.add_input("x", T([2]))
     g.set_outputs([g.add(If(then_branch=body, else_branch=branch("e", Neg, T([2]))), c, gx)], ["y"])
-    PassManager(pipeline(CompileOptions(opt_level=2, verify=True))).run(g)
+    PassManager(pipeline(CompileOptions(opt_level=2, verify=True), CPU_FUSION)).run(g)
     assert body.op_counts() == {"Add": 1}
     np.testing.assert_array_equal(interpret(g, {"c": np.array(True), "x": np.ones(2, np.float32)})["y"], [3, 3])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.ir.interpreter import interpret
 from compiler.ir.parser import parse
 from compiler.ir.printer import external_weights, print_graph
@@ -22,7 +23,7 @@ def _fuse(text, weights=None, **kw):
     g = parse(text, weights)
     feeds = _feeds(g)
     before = interpret(g, feeds)
-    p = FuseKernels(**kw)
+    p = FuseKernels(**{"capabilities": CPU_FUSION, **kw})
     changed = p.run(g)
     verify(g)
     after = interpret(g, feeds)
@@ -124,7 +125,7 @@ def test_nothing_to_fuse_is_an_honest_no_change():
   %0 = ReduceSum(%x, %ax) {keepdims=1} : f32[4,1]
   return y=%0
 }""")
-    assert changed is False and plan_fusion(g)[0] == []
+    assert changed is False and plan_fusion(g, capabilities=CPU_FUSION)[0] == []
 
 
 @pytest.mark.parametrize("spec", ["zoo:efficientnet_block?resolution=16", "zoo:mlp"])
@@ -139,7 +140,7 @@ def test_zoo_models_fuse_without_changing_numbers(spec):
     PassManager(pipeline(CompileOptions(opt_level=1)), [Verify()]).run(g)
     feeds = {v.name: RNG.standard_normal([int(d) for d in v.shape]).astype(np.float32) for v in g.inputs}
     before = interpret(g, feeds)
-    assert FuseKernels().run(g)
+    assert FuseKernels(capabilities=CPU_FUSION).run(g)
     verify(g)
     after = interpret(g, feeds)
     for k in before:

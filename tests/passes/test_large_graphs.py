@@ -20,6 +20,7 @@ import pytest
 import compiler
 from compiler.codegen import plan as P
 from compiler.codegen import program as prog_mod
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.codegen.llvm.target import host_target
 from compiler.codegen.program import build_program
 from compiler.ir.graph import Graph, Node
@@ -87,7 +88,7 @@ def test_wide_graph_with_shared_branches_fuses_without_a_cycle(n):
     model = LG.BUILDERS["wide-cse"](n)
     g = load_graph(model)
     opts = CompileOptions.make(opt_level=2)
-    PassManager(pipeline(opts), [], opts).run(g)
+    PassManager(pipeline(opts, CPU_FUSION), [], opts).run(g)
     verify(g)
     assert any(isinstance(node.op, Kernel) for node in g.nodes)
     feeds = LG.input_for(model)
@@ -119,7 +120,7 @@ def test_fusion_refuses_two_kernels_that_need_each_other():
     g.set_outputs([a2.output, b2.output], ["p", "q"])
     feeds = {"x": np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8)}
     want = interpret(g, feeds)
-    p = FuseKernels()
+    p = FuseKernels(capabilities=CPU_FUSION)
     assert p.run(g)
     verify(g)
     got = interpret(g, feeds)
@@ -144,7 +145,7 @@ def test_fusion_sees_paths_through_a_planned_kernel():
     g.set_outputs([k2.output, c2.output], ["p", "q"])
     feeds = {"x": np.linspace(-3, 3, 8, dtype=np.float32).reshape(1, 8)}
     want = interpret(g, feeds)
-    FuseKernels().run(g)
+    FuseKernels(capabilities=CPU_FUSION).run(g)
     verify(g)
     got = interpret(g, feeds)
     for k in want:
@@ -170,7 +171,7 @@ def test_fusion_of_random_elementwise_dags_keeps_a_valid_order(seed):
     g.set_outputs(unused or [vals[-1]])
     feeds = {"x": np.array([[-1.5, -0.25, 0.5, 2.0]], np.float32)}
     want = interpret(g, feeds)
-    FuseKernels(max_ops=rng.choice([2, 3, 32])).run(g)
+    FuseKernels(rng.choice([2, 3, 32]), CPU_FUSION).run(g)
     verify(g)
     got = interpret(g, feeds)
     for k in want:
@@ -326,7 +327,7 @@ def test_shared_kernels_are_what_each_step_would_get(kind, n, opt_level):
     nodes needs a few functions (it had 600)."""
     g = load_graph(LG.BUILDERS[kind](n))
     opts = CompileOptions.make(opt_level=opt_level)
-    PassManager(pipeline(opts), [], opts).run(g)
+    PassManager(pipeline(opts, CPU_FUSION), [], opts).run(g)
     prog = build_program(g, host_target(), verify_shared=True)
     functions = {st.kernel for st in prog.steps if st.native and not st.alias}
     kernels = [st for st in prog.steps if st.native and not st.alias]

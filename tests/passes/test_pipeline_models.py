@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.tools.cli import random_inputs
 from compiler.models import light_models
 from compiler.passes.instruments import CheckNumerics
@@ -30,7 +31,7 @@ def run_pipeline(name: str, level: int):
     before = graph.op_counts()
     check = CheckNumerics(random_inputs(graph, {}, seed=0), rtol=1e-4)
     opts = CompileOptions(opt_level=level)
-    result = PassManager(pipeline(opts), [Verify(), check], opts).run(graph)
+    result = PassManager(pipeline(opts, CPU_FUSION), [Verify(), check], opts).run(graph)
     assert check.report.first_bad is None, check.report.text()
     return graph, before, result
 
@@ -65,7 +66,7 @@ def test_resnet50_folds_all_53_batchnorms():
     graph = load("light:resnet50")
     assert graph.op_counts().get("BatchNormalization") == 53
     opts = CompileOptions(opt_level=2)
-    PassManager(pipeline(opts), [Verify()], opts).run(graph)
+    PassManager(pipeline(opts, CPU_FUSION), [Verify()], opts).run(graph)
     left = op_counts(graph)
     assert "BatchNormalization" not in left and "Mul" not in left and "Add" in left  # residual adds stay
     assert not {"Shape", "ConstantOfShape", "Gather", "Concat"} & set(left), left
@@ -74,7 +75,7 @@ def test_resnet50_folds_all_53_batchnorms():
 def test_bert_matmul_add_become_gemm():
     graph = load("bert")
     opts = CompileOptions(opt_level=2)
-    PassManager(pipeline(opts), [Verify()], opts).run(graph)
+    PassManager(pipeline(opts, CPU_FUSION), [Verify()], opts).run(graph)
     counts = op_counts(graph)
     # 2 layers x (q, k, v, out, ff1, ff2) linear layers: every MatMul by a weight matrix became Gemm;
     # the two attention MatMuls per layer (activations x activations) stay MatMul

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.passes.fuse import FuseKernels
 from compiler.passes.sink_reshapes import SinkReshape, SinkReshapes
 
@@ -31,7 +32,7 @@ graph @g(%x: f32[8,16], %r: f32[1,8,16]) -> (y: f32[1,8,16]) {
 
 def test_reshape_sinks_to_the_end_of_the_chain():
     g = ir(GELU_RESIDUAL, W)
-    assert run_pass(SinkReshapes(), g)
+    assert run_pass(SinkReshapes(capabilities=CPU_FUSION), g)
     same_ir(g, f"""
     graph @g(%x: f32[8,16], %r: f32[1,8,16]) -> (y: f32[1,8,16]) {{
       %w = const f32[16,16]
@@ -49,7 +50,7 @@ def test_reshape_sinks_to_the_end_of_the_chain():
       return y=%6
     }}""")
     # and the whole chain is then the GEMM's epilogue
-    FuseKernels().run(g)
+    FuseKernels(capabilities=CPU_FUSION).run(g)
     kernels = [n for n in g.nodes if n.op.name == "Kernel"]
     assert len(kernels) == 1 and kernels[0].op.members() == \
         ["Gemm", "Mul", "Add", "Tanh", "Mul"]
@@ -68,7 +69,7 @@ def test_trailing_broadcast_and_constants_are_seen_in_the_source_shape():
       %3 = Mul(%2, %k) : f32[2,4,16]
       return y=%3
     }""", {**W, "k": RNG.standard_normal((2, 4, 16)).astype(np.float32)})
-    assert run_pass(SinkReshapes(), g)
+    assert run_pass(SinkReshapes(capabilities=CPU_FUSION), g)
     ops = [(n.op.name, [list(v.shape) for v in n.inputs]) for n in g.nodes]
     assert ops == [("Gemm", [[8, 16], [16, 16], [16]]), ("Add", [[8, 16], [16]]), ("Mul", [[8, 16], [8, 16]]),
                    ("Reshape", [[8, 16], [3]])]
@@ -89,12 +90,12 @@ def _gemm_reshaped(inputs: str, out: str, tail: str):
 
 
 def test_refusals():
-    rule = SinkReshape()
+    rule = SinkReshape(CPU_FUSION)
     # the side operand broadcasts along the axes the Reshape splits: the rule says so
     g = _gemm_reshaped(", %c: f32[2,1,16]", "[2,4,16]", """  %2 = Add(%1, %c) : f32[2,4,16]
       return y=%2""")
     assert "broadcasts along dimensions the Reshape from [8, 16] changes" in rule.check(g.nodes[-1])
-    assert not run_pass(SinkReshapes(), g)
+    assert not run_pass(SinkReshapes(capabilities=CPU_FUSION), g)
     # a Reshape of a graph input: nothing to fuse with, nothing moves
     g = ir("""
     graph @g(%x: f32[8,16]) -> (y: f32[2,4,16]) {
@@ -104,7 +105,7 @@ def test_refusals():
       return y=%1
     }""")
     assert rule.check(g.nodes[-1]) == "no operand is a Reshape of a result the op could fuse with"
-    assert not run_pass(SinkReshapes(), g)
+    assert not run_pass(SinkReshapes(capabilities=CPU_FUSION), g)
 
 
 def test_an_op_that_already_reads_a_fusable_producer_stays():
@@ -113,5 +114,5 @@ def test_an_op_that_already_reads_a_fusable_producer_stays():
     g = _gemm_reshaped(", %z: f32[1,8,16]", "[1,8,16]", """  %2 = Relu(%z) : f32[1,8,16]
       %3 = Add(%1, %2) : f32[1,8,16]
       return y=%3""")
-    assert SinkReshape().check(g.nodes[-1]) == "it already reads Relu's result directly, without a Reshape"
-    assert not run_pass(SinkReshapes(), g)
+    assert SinkReshape(CPU_FUSION).check(g.nodes[-1]) == "it already reads Relu's result directly, without a Reshape"
+    assert not run_pass(SinkReshapes(capabilities=CPU_FUSION), g)

@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 
 import compiler
+from compiler.codegen.fusion import CPU_FUSION
 from compiler.tools import zoo
 from compiler.ir.interpreter import interpret
 from compiler.models import light_models, load_graph, resolve
@@ -50,7 +51,7 @@ def test_model_compiles_natively_and_matches(name, tmp_path):
     assert exe.fallback == []
     out = exe.run(feeds)
     g = load_graph(spec)
-    PassManager(pipeline(CompileOptions())).run(g)
+    PassManager(pipeline(CompileOptions(), CPU_FUSION)).run(g)
     ref = interpret(g, feeds)
     sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     peer = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))

@@ -1,0 +1,50 @@
+"""What the CPU backend can run as one kernel, as the fusion passes ask it (``CPU_FUSION``).
+
+The passes never import a backend: the backend hands them a ``FusionCapabilities``
+(``compiler/passes/fuse.py``), and the driver and ``kiln dump`` pass this one to ``pipeline``:
+
+* ``fusable``: the float32 elementwise ops of the elementwise loop generator's scalar table
+  (``llvm/elementwise.py``, ``SCALAR_OPS``), static shapes, one result;
+* ``check``: the ``check`` of the lowering that runs each block kind (``BLOCK_LOWERINGS``), so a block
+  is formed exactly where that lowering accepts it, and its reason is kept where it does not.
+"""
+from __future__ import annotations
+
+from ..ir.graph import Node
+from ..ir.ops.shape import Identity
+from ..ir.types import DType, TensorType
+from ..passes.fuse import FusionCapabilities
+from .kernels import ALL, KernelGroup
+from .kernels.attention import Attention
+from .kernels.base import Lowering
+from .kernels.epilogue import Epilogue
+from .kernels.row_reduce import RowReduce
+from .kernels.shuffle import ShuffledDepthwise
+from .llvm.elementwise import SCALAR_OPS
+
+#: block kind of the fuse pass -> the lowering class that runs such a block as one kernel (a prologue
+#: is run by the epilogue lowering: the chain is computed as the convolution's GEMM packs its input)
+BLOCK_LOWERINGS: dict[str, type] = {"attention": Attention, "reduction": RowReduce,
+                                    "shuffle": ShuffledDepthwise, "prologue": Epilogue}
+
+_LOWERING: dict[str, Lowering] = {kind: next(low for low in ALL if type(low) is cls)
+                                  for kind, cls in BLOCK_LOWERINGS.items()}
+
+
+def fusable(node: Node) -> bool:
+    """Elementwise float32 ops the CPU backend computes in a loop (its scalar op table)."""
+    return type(node.op) in SCALAR_OPS and not isinstance(node.op, Identity) and len(node.outputs) == 1 and all(
+        v is None or (isinstance(v.type, TensorType) and v.type.dtype is DType.f32 and v.type.is_static)
+        for v in list(node.inputs) + list(node.outputs))
+
+
+def check(kind: str, nodes: list[Node]) -> str | None:
+    """Why the CPU backend cannot run ``nodes`` as one kernel of ``kind`` (attention, reduction,
+    shuffle, prologue); None: it can."""
+    return _LOWERING[kind].check(KernelGroup.of(nodes))
+
+
+#: the CPU backend's capabilities: every block rule on
+CPU_FUSION = FusionCapabilities(fusable=fusable, check=check, blocks=frozenset(BLOCK_LOWERINGS))
+
+__all__ = ["BLOCK_LOWERINGS", "CPU_FUSION", "check", "fusable"]
