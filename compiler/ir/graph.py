@@ -33,46 +33,48 @@ class IRError(Exception):
     """A malformed graph or an illegal IR operation."""
 
 
-class Uses:
+class Uses(dict):
     """A value's uses: ``(user, i)`` pairs, the value being input ``i`` of ``user`` (a ``Node``, or a
     graph's ``Return`` for a graph output), in the order they were made.
 
     Read-only outside this module (iterate, ``len``, ``in``, ``single()``); the IR adds and removes
-    entries, in O(1) each (an insertion-ordered dict)."""
+    entries, in O(1) each. An insertion-ordered dict whose keys are the pairs (a dict itself, not a
+    wrapper: a graph holds one per value, and each object more slows the garbage collector)."""
 
-    __slots__ = ("_d",)
-
-    def __init__(self):
-        self._d: dict[tuple[Node | Return, int], None] = {}
-
-    def __iter__(self) -> Iterator[tuple["Node | Return", int]]:
-        return iter(self._d)
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-    def __bool__(self) -> bool:
-        return bool(self._d)
-
-    def __contains__(self, use) -> bool:
-        return use in self._d
+    __slots__ = ()
 
     def single(self) -> "tuple[Node | Return, int] | None":
         """The one use, or None when there are none or several."""
-        return next(iter(self._d)) if len(self._d) == 1 else None
+        return next(iter(self)) if len(self) == 1 else None
 
     def __repr__(self) -> str:
-        return f"Uses({list(self._d)!r})"
+        return f"Uses({list(self)!r})"
+
+    def __reduce__(self):  # pickle and copy without the blocked __setitem__
+        return Uses._of, (list(self),)
+
+    @staticmethod
+    def _of(pairs) -> "Uses":
+        u = Uses()
+        for user, i in pairs:
+            u._add(user, i)
+        return u
 
     def _add(self, user: "Node | Return", i: int) -> None:
-        self._d[(user, i)] = None
+        dict.__setitem__(self, (user, i), None)
 
     def _remove(self, user: "Node | Return", i: int) -> None:
         try:
-            del self._d[(user, i)]
+            dict.__delitem__(self, (user, i))
         except KeyError:
             raise IRError(f"input {i} of {user!r} is not in its value's use-list (a use-list edited by "
                           "hand?)") from None
+
+    def _read_only(self, *args, **kwargs):
+        raise IRError("a value's uses are kept by the IR: change them with Node.set_input / set_inputs, "
+                      "Value.replace_all_uses_with or Graph.set_outputs")
+
+    __setitem__ = __delitem__ = __ior__ = pop = popitem = clear = update = setdefault = _read_only  # type: ignore
 
 
 class Value:

@@ -187,6 +187,11 @@ def test_uses_are_kept_in_the_order_they_were_made():
     assert b.output.uses.single() == (c, 0)
     with pytest.raises(AttributeError):
         y.uses.append((c, 0))  # type: ignore[attr-defined]
+    for edit in (lambda u: u.pop((c, 0)), lambda u: u.clear(), lambda u: u.update({(c, 1): None}),
+                 lambda u: u.__setitem__((c, 1), None), lambda u: u.__delitem__((c, 0))):
+        with pytest.raises(IRError, match="a value's uses are kept by the IR"):
+            edit(b.output.uses)
+    assert list(b.output.uses) == [(c, 0)]
 
 
 # -- the printed IR -------------------------------------------------------------------------------
