@@ -20,6 +20,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=8,
                    help="random graphs compiled side by side as one model (default 8; a batch with any "
                         "failure is checked graph by graph)")
+    p.add_argument("--first", type=int, default=0, help="start at graph FIRST of the stream (resume a run)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a compile+run is a hang")
     p.add_argument("--mem-limit", type=float, default=6.0,
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
         if args.n:
             d = Diff(pool, args.out, levels, args.timeout, not args.no_minimize,
                      log=lambda s: print(s, flush=True))
-            reports.append(d.run(args.n, seed, batch=max(1, args.batch)))
+            reports.append(d.run(args.n, seed, batch=max(1, args.batch), first=args.first))
             print(reports[-1].text(), flush=True)
         if mutants:
             from .mutate import Mutants

@@ -212,8 +212,8 @@ def _candidates(model: onnx.ModelProto, feeds: dict):
         yield prune(m, dict(feeds, **{o: inner[o] for o in n.output}))
     for name, arr in feeds.items():  # smaller input dims
         for axis, d in enumerate(arr.shape):
-            for new in sorted({1, d // 2, d - 1} - {d}):
-                if new < 1:
+            for new in sorted({1, d // 2, d - 1}):
+                if not 1 <= new < d:  # smaller, not empty (an empty axis has nothing to cut)
                     continue
                 m = onnx.ModelProto()
                 m.CopyFrom(model)
@@ -327,7 +327,11 @@ class Diff:
 
             t0 = time.perf_counter()
             n0 = len(model.graph.node)
-            model, feeds = minimize(model, feeds, fails)
+            try:
+                model, feeds = minimize(model, feeds, fails)
+            except Exception as e:  # a bug of the minimizer must not end the run: save the case as found
+                self.log(f"    could not minimize {case.tag}: {type(e).__name__}: {e}")
+                model, feeds = case.model, case.feeds
             self.log(f"    minimized {case.tag}: {n0} -> {len(model.graph.node)} nodes "
                      f"in {time.perf_counter() - t0:.0f} s")
         detail = f.detail
@@ -357,8 +361,8 @@ class Diff:
             report.coverage.update(o.value["lowerings"])
             report.coverage.update(f"interpreted {op}" for op in o.value["fallback"])
 
-    def run(self, n: int, seed: int, report: Report | None = None, batch: int = 1) -> Report:
-        """Graphs 0..n-1 of the stream ``seed``, ``batch`` of them compiled as one model."""
+    def run(self, n: int, seed: int, report: Report | None = None, batch: int = 1, first: int = 0) -> Report:
+        """Graphs first..n-1 of the stream ``seed``, ``batch`` of them compiled as one model."""
         report = report or Report(f"differential: {n} graphs, seed {seed}, -O{','.join(map(str, self.levels))}"
                                   + (f", {batch} per compiled model" if batch > 1 else ""))
         done = [0]
@@ -370,7 +374,7 @@ class Diff:
             if done[0] // 100 != before // 100:
                 self.log(f"  {done[0]}/{n} graphs, {time.perf_counter() - report.t0:.0f} s")
 
-        self.pool.map(some, range(0, n, batch))
+        self.pool.map(some, range(first, n, batch))
         report.counts["discarded by the generator"] = sum(v for k, v in gen.STATS.items()
                                                           if k.startswith("invalid"))
         return report.done()

@@ -276,6 +276,15 @@ def _axes(b: Builder, rank: int, trailing: bool) -> list:
     return [a - rank if b.chance(0.3) else a for a in axes]
 
 
+def _defined_mean(op: str, shape, axes) -> None:
+    """A mean over an empty set is undefined in ONNX (ReduceMean's spec): Kiln gives NaN as NumPy and
+    PyTorch do, ONNX Runtime 0; such a model has no right answer to compare, so it is not drawn."""
+    if op in ("ReduceMean", "GlobalAveragePool", "LayerNormalization"):
+        over = range(len(shape)) if axes is None else axes
+        if any(shape[a] == 0 for a in over):
+            raise Skip(f"{op} over an empty set (undefined)")
+
+
 def r_reduce(b: Builder) -> str:
     x = b.pick(ranks=range(1, 5))
     v = b.v(x)
@@ -285,6 +294,7 @@ def r_reduce(b: Builder) -> str:
     op = b.choice(ops)
     keep = int(b.chance(0.5))
     axes = None if b.chance(0.15) else _axes(b, len(v.shape), b.chance(0.5))
+    _defined_mean(op, v.shape, axes)
     if op == "ReduceSum":
         b.node(op, [x] + ([b.ints(axes)] if axes is not None else []), keepdims=keep)
     elif axes is None:
@@ -331,14 +341,16 @@ def r_rowchain(b: Builder) -> str:
                     "GlobalAveragePool", "GlobalMaxPool"])
     if end.startswith("Global") and len(shape) != 4:
         end = "ReduceMean"
+    axes = _axes(b, len(shape), True) if end.startswith("Reduce") else [2, 3] if end.startswith("Global") else [-1]
+    _defined_mean(end, shape, axes)
     if end == "LayerNormalization":
         b.node(end, [y, b.const(np.ones(shape[-1:], np.float32)), b.weight(shape[-1:], 1)], axis=-1)
     elif end in ("Softmax", "LogSoftmax"):
         b.node(end, [y], axis=-1)
     elif end == "ReduceSum":
-        b.node(end, [y, b.ints(_axes(b, len(shape), True))], keepdims=int(b.chance(0.5)))
+        b.node(end, [y, b.ints(axes)], keepdims=int(b.chance(0.5)))
     elif end.startswith("Reduce"):
-        b.node(end, [y], axes=_axes(b, len(shape), True), keepdims=int(b.chance(0.5)))
+        b.node(end, [y], axes=axes, keepdims=int(b.chance(0.5)))
     else:
         b.node(end, [y])
     return f"chain->{end}"
