@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import collections
+import os
 import re
+
+# CUDA kernels are tested in numba's CUDA simulator unless the environment says otherwise (a GPU machine
+# runs benchmarks/gpu_check.py with NUMBA_ENABLE_CUDASIM=0); numba reads it when numba.cuda is imported
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 _SUITE_OF_CLASS = {
     "OnnxBackendNodeModelTest": "node",

@@ -89,7 +89,7 @@ def test_conv_chain_inside_the_gemm(x, m, k, attrs, tail):
     g, ll = _run(text, _weights({"w": w, "b": [m], "s": [1, m, 1, 1], "t": [m, 1, 1]}))
     assert [n.op.name for n in g.nodes] == ["Kernel"]
     assert _ep_in_gemm(ll) and "kiln_conv_fill_bias" not in ll
-    assert '.loop"' not in ll  # no separate elementwise pass
+    assert '.loop.i0.' not in ll  # no separate elementwise pass
     packed = k == 3 and x[0] == 1 and "group" not in attrs  # one image, one group: packed panels
     assert ("kiln_pack_cols" in ll) == packed
 
@@ -122,7 +122,7 @@ def test_refuses_an_operand_broadcast_over_some_columns():
     conv_out = body.nodes[0].outputs[0]
     why = TileEpilogue.reason(conv_out, body.nodes[1:], 1)
     assert why and "columns' axes only" in why
-    assert '.loop"' in ll  # the chain's own pass
+    assert '.loop.i0.' in ll  # the chain's own pass
 
 
 def test_transposed_path_keeps_the_separate_pass():
@@ -141,7 +141,7 @@ def _gemm_run(text: str, weights: dict, fused_inside: bool):
     assert [n.op.name for n in g.nodes] == ["Kernel"]
     if fused_inside:
         assert _ep_in_gemm(ll)
-    assert ('.loop"' in ll) != fused_inside  # the chain's own pass only when refused
+    assert ('.loop.i0.' in ll) != fused_inside  # the chain's own pass only when refused
     return g
 
 
@@ -235,7 +235,7 @@ def test_depthwise_chain_on_each_finished_plane(x, attrs, inside):
     text = _conv_text(x, [6, 1, 3, 3], y, attrs, body, f"y: f32{ys}", consts)
     g, ll = _run(text, _weights({"w": [6, 1, 3, 3], "b": [6], "s": [1, 6, 1, 1]}))
     assert [n.op.name for n in g.nodes] == ["Kernel"]
-    assert ('.loop"' in ll) != inside
+    assert ('.loop.i0.' in ll) != inside
 
 
 def test_epilogue_runs_once_per_block_after_the_last_k_block():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from .attention import Attention
 from .base import KernelBuilder, KernelGroup, Lowering, Services
-from .convert import LOWERINGS as CONVERT_LOWERINGS
 from .data import LOWERINGS as DATA_LOWERINGS
 from .conv import Conv
 from .elementwise import Elementwise, View
@@ -23,7 +22,7 @@ from .shuffle import ShuffledDepthwise
 #: every lowering, in the order they are consulted
 _GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), Softmax(),
-                             LayerNorm(), Lrn(), *DATA_LOWERINGS, *CONVERT_LOWERINGS,
+                             LayerNorm(), Lrn(), *DATA_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())
 
 #: the lowering of groups with nothing to compute

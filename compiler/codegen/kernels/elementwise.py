@@ -1,45 +1,58 @@
-"""Elementwise and broadcast ops (float32) as one loop nest, and view ops (Reshape & co) as aliases."""
+"""Elementwise and broadcast ops of every element type as one loop nest in the loop form, and view
+ops (Reshape & co) as aliases."""
 from __future__ import annotations
 
-from ...ir.ops import elementwise as ew
+import math
+
+import numpy as np
+
 from ...ir.ops import shape as sh
-from ..llvm.elementwise import SCALAR_OPS, _is_inlined, emit_elementwise, plan_loops
-from ..llvm.toolchain import CodegenError
-from .base import F32, LLVM_TYPES, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
+from ..loops import KernelForm, Kernel, print_llvm
+from ..loops.broadcast import merge_axes
+from ..loops.expr import STORAGE_TYPES, Const, FormError, compute_type
+from ..loops.scalar import SCALAR, scalar
+from .base import LLVM_TYPES, KernelBuilder, KernelGroup, Lowering, dtype_reason
+
+
+def inlined(v) -> bool:
+    """A constant of one element: compiled into the code (not read through a pointer)."""
+    return v.const is not None and v.const.size == 1
+
+
+def _const(v) -> Const:
+    dt = compute_type(v.type.dtype)
+    x = np.asarray(v.const).reshape(())
+    return Const(bool(x) if dt.short == "bool" else float(x) if dt.is_float else int(x), dt)
 
 
 class Elementwise(Lowering):
-    """Any chain of float32 elementwise/broadcast ops (``SCALAR_OPS``): one loop nest, operands
-    broadcast with compiled-in strides, scalar constants inlined."""
+    """Any chain of elementwise/broadcast ops (``loops.scalar.SCALAR``) on any element type the loop
+    form holds: one loop nest over the result's shape (axes merged where every operand moves
+    alike), operands broadcast with compiled-in strides, one-element constants compiled in, the
+    outermost loop split among the threads."""
 
-    ops = tuple(c for c in SCALAR_OPS if c is not sh.Identity)
-
-    def check(self, group: KernelGroup) -> str | None:
-        for n in group.nodes:
-            if type(n.op) not in SCALAR_OPS:
-                return f"{n.op.name} is not an elementwise float32 op"
-            why = dtype_reason(list(n.inputs) + list(n.outputs))
-            if why:
-                return why
-            if isinstance(n.op, ew.Pow):
-                e = n.inputs[1]
-                if e.const is None or e.const.size != 1 or float(e.const.reshape(())) not in (1, 2, 3, 0.5, -1):
-                    return "Pow needs a constant scalar exponent of 1, 2, 3, 0.5 or -1"
-            if isinstance(n.op, ew.Clip):
-                for v in n.inputs[1:]:
-                    if v is not None and not _is_inlined(v, True):
-                        return "Clip bounds must be constants"
-        try:
-            shape = group.outputs[0].shape
-            if any(tuple(o.shape) != tuple(shape) for o in group.outputs):
-                return "outputs of different shapes"
-            plan_loops(shape, [v.shape for v in group.inputs if not _is_inlined(v, True)])
-        except CodegenError as e:
-            return str(e)
-        return None
+    ops = tuple(c for c in SCALAR if c is not sh.Identity)
 
     #: elements per parallel task at least (smaller kernels run on the calling thread)
     PARALLEL_MIN = 1 << 15
+
+    def check(self, group: KernelGroup) -> str | None:
+        for n in group.nodes:
+            if type(n.op) not in SCALAR:
+                return f"{n.op.name} is not an elementwise op"
+            if len(n.outputs) != 1:
+                return f"{n.op.name} has {len(n.outputs)} results"
+            why = dtype_reason([v for v in list(n.inputs) + list(n.outputs) if v is not None],
+                               allowed=tuple(STORAGE_TYPES))
+            if why:
+                return why
+        if any(tuple(o.shape) != tuple(group.outputs[0].shape) for o in group.outputs):
+            return "outputs of different shapes"
+        try:
+            self.form(group, "check")
+        except (FormError, ValueError) as e:
+            return str(e)
+        return None
 
     def in_place(self, group: KernelGroup) -> list[tuple[int, int]]:
         """Any output may overwrite an input of its shape and type (each point reads all its inputs
@@ -48,25 +61,51 @@ class Elementwise(Lowering):
         return [(k, j) for k, o in enumerate(group.outputs) for j, v in enumerate(group.inputs)
                 if v.const is None and tuple(v.shape) == tuple(o.shape) and v.type.dtype is o.type.dtype]
 
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        """The group as a loop-form kernel; ``in_place`` {output index: input index} writes those
+        outputs over their inputs' buffers."""
+        in_place = dict(in_place or {})
+        shape = tuple(group.outputs[0].shape)
+        reads = [v for v in group.inputs if not inlined(v)]
+        sizes, strides = merge_axes(shape, [v.shape for v in reads] + [n.outputs[0].shape for n in group.nodes])
+        kf = KernelForm(name)
+        bufs = {}
+        for j, v in enumerate(group.inputs):
+            if not inlined(v):
+                role = "inout" if j in in_place.values() else "in"
+                bufs[id(v)] = kf.buffer(f"in{j}", v.type.dtype, sizes, role, strides[reads.index(v)], value=v)
+        outs = []
+        for k, o in enumerate(group.outputs):
+            outs.append(bufs[id(group.inputs[in_place[k]])] if k in in_place else
+                        kf.buffer(f"out{k}", o.type.dtype, sizes, "out", value=o))
+        inner = math.prod(sizes[1:])
+        grain = -(-self.PARALLEL_MIN // max(inner, 1))
+        with kf.loop(sizes[0], "parallel", grain=grain) as i0:
+            index = [i0]
+
+            def body():
+                env = {}
+                for v in group.inputs:
+                    env[id(v)] = _const(v) if inlined(v) else bufs[id(v)][tuple(index)]
+                for n in group.nodes:
+                    y = scalar(n.op, [None if v is None else env[id(v)] for v in n.inputs], n.outputs[0].type.dtype)
+                    env[id(n.outputs[0])] = kf.let(y)
+                for o, buf in zip(group.outputs, outs):
+                    kf.store(buf, tuple(index), env[id(o)])
+
+            def nest(axis: int):
+                if axis == len(sizes):
+                    return body()
+                kind = "vector" if axis == len(sizes) - 1 else "serial"
+                with kf.loop(sizes[axis], kind) as i:
+                    index.append(i)
+                    nest(axis + 1)
+
+            nest(1)
+        return kf.finish()
+
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
-        # emit_elementwise numbers the inputs it takes pointers for (group inputs less inlined scalars)
-        ptr_inputs = [j for j, v in enumerate(group.inputs) if not _is_inlined(v, True)]
-        in_place = {out: ptr_inputs.index(j) for out, j in k.in_place.items()}
-        kern = emit_elementwise(k.module, group.nodes, f"{k.name}.loop", outputs=group.outputs,
-                                math_lib=k.math, in_place=in_place)
-        fn = k.module.globals[kern.name]
-        fn.linkage = "internal"
-        n = group.outputs[0].type.numel
-        inner = kern.loops.inner
-        outer = n // inner if inner else 0
-        # the outermost loop is cut among the threads: operand j advances strides[j][0] per step
-        with k.parallel_for(outer, min_per_task=-(-self.PARALLEL_MIN // max(inner, 1))) as (begin, end):
-            b = k.b
-            args = [b.gep(k.ptr(v), [b.mul(begin, c64(kern.loops.strides[j][0]))], inbounds=True, source_etype=F32)
-                    for j, v in enumerate(kern.inputs)]
-            args += [b.gep(k.ptr(kern.outputs[o]), [b.mul(begin, c64(inner))], inbounds=True, source_etype=F32)
-                     for o in kern.pointer_outputs]
-            b.call(fn, args + [b.mul(b.sub(end, begin), c64(inner))])
+        print_llvm(k, self.form(group, f"{k.name}.loop", k.in_place))
 
 
 class View(Lowering):

@@ -53,9 +53,6 @@ PTR = ir.PointerType()
 # One op on float32 scalars
 # ---------------------------------------------------------------------------------------------
 
-Emitter = Callable[[ir.IRBuilder, MathLib, OpDef, list], ir.Value]
-
-
 def fmax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """NumPy's maximum: NaN if either is NaN, else the larger (x on ties)."""
     keep = b.or_(b.fcmp_ordered(">=", x, y), b.fcmp_unordered("uno", x, x))
@@ -68,140 +65,12 @@ def fmin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(keep, x, y)
 
 
-def _clip01(b, x):
-    return fmin(b, fmax(b, x, f32(0.0)), f32(1.0))
-
-
-def _call(m: MathLib, name: str, b: ir.IRBuilder, *args):
-    return b.call(m.intrinsic(name, len(args)), list(args))
-
-
-def _fold(fn):
-    def emit(b, m, op, args):
-        acc = args[0]
-        for a in args[1:]:
-            acc = fn(b, acc, a)
-        return acc
-    return emit
-
-
-def _mean(b, m, op, args):
-    return b.fdiv(_fold(lambda b, x, y: b.fadd(x, y))(b, m, op, args), f32(len(args)))
-
-
-def _sign(b, m, op, args):
-    (x,) = args
-    s = b.select(b.fcmp_ordered(">", x, f32(0)), f32(1), b.select(b.fcmp_ordered("<", x, f32(0)), f32(-1), f32(0)))
-    return b.select(b.fcmp_unordered("uno", x, x), x, s)
-
-
-def _clip(b, m, op, args):
-    x, lo, hi = (list(args) + [None, None])[:3]
-    if lo is not None:
-        x = fmax(b, x, lo)
-    if hi is not None:
-        x = fmin(b, x, hi)
-    return x
-
-
-def _where_neg(b, x, neg, pos):
-    return b.select(b.fcmp_ordered("<", x, f32(0)), neg, pos)
-
-
-def _expm1_neg(b, m, x, alpha):
-    """alpha * (exp(min(x, 0)) - 1), with expm1: accurate near 0, where exp(x) - 1 cancels."""
-    return b.fmul(f32(alpha), m.expm1(b, fmin(b, x, f32(0))))
-
-
-def _celu(b, m, op, args):
-    (x,) = args
-    inner = b.fmul(f32(op.alpha), m.expm1(b, b.fdiv(x, f32(op.alpha))))
-    return b.fadd(fmax(b, f32(0), x), fmin(b, f32(0), inner))
-
-
-def _selu(b, m, op, args):
-    (x,) = args
-    neg = _expm1_neg(b, m, x, op.alpha)
-    return b.fmul(f32(op.gamma), b.select(b.fcmp_ordered("<=", x, f32(0)), neg, x))
-
-
-def _shrink(b, m, op, args):
-    (x,) = args
-    lo = b.fcmp_ordered("<", x, f32(-op.lambd))
-    hi = b.fcmp_ordered(">", x, f32(op.lambd))
-    return b.select(lo, b.fadd(x, f32(op.bias)), b.select(hi, b.fsub(x, f32(op.bias)), f32(0)))
-
-
-def _gelu(b, m, op, args):
-    (x,) = args
-    if op.approximate == "tanh":
-        # x/2 (1 + tanh(z)) = x / (1 + e^(-2z)): no cancellation on the negative tail
-        c = math.sqrt(2 / math.pi)
-        two_z = b.fmul(x, m.fma(b, b.fmul(x, x), f32(2 * c * 0.044715), f32(2 * c)))
-        return m.scaled_sigmoid(b, x, two_z)
-    return m.gelu(b, x)
-
-
-def _pow(b, m, op, args):
-    x, y = args
-    if not isinstance(y, ir.Constant):
-        raise CodegenError("Pow: only a constant scalar exponent is supported (one of 1, 2, 3, 0.5, -1)")
-    e = float(y.constant)
-    if e == 1:
-        return x
-    if e == 2:
-        return b.fmul(x, x)
-    if e == 3:
-        return b.fmul(b.fmul(x, x), x)
-    if e == -1:
-        return b.fdiv(f32(1), x)
-    if e == 0.5:  # as NumPy's power computes it (C's pow differs at -0 and -inf)
-        return _call(m, "sqrt", b, x)
-    raise CodegenError(f"Pow: exponent {str(np.float32(e))} is not supported (constant 1, 2, 3, 0.5 or -1)")
-
-
-SCALAR_OPS: dict[type, Emitter] = {
-    Identity: lambda b, m, op, a: a[0],
-    ew.Add: lambda b, m, op, a: b.fadd(a[0], a[1]),
-    ew.Sub: lambda b, m, op, a: b.fsub(a[0], a[1]),
-    ew.Mul: lambda b, m, op, a: b.fmul(a[0], a[1]),
-    ew.Div: lambda b, m, op, a: b.fdiv(a[0], a[1]),
-    ew.Sum: _fold(lambda b, x, y: b.fadd(x, y)),
-    ew.Mean: _mean,
-    ew.Max: _fold(fmax),
-    ew.Min: _fold(fmin),
-    ew.Neg: lambda b, m, op, a: b.fneg(a[0]),
-    ew.Abs: lambda b, m, op, a: _call(m, "fabs", b, a[0]),
-    ew.Sqrt: lambda b, m, op, a: _call(m, "sqrt", b, a[0]),
-    ew.Floor: lambda b, m, op, a: _call(m, "floor", b, a[0]),
-    ew.Ceil: lambda b, m, op, a: _call(m, "ceil", b, a[0]),
-    ew.Round: lambda b, m, op, a: _call(m, "roundeven", b, a[0]),
-    ew.Reciprocal: lambda b, m, op, a: b.fdiv(f32(1), a[0]),
-    ew.Sign: _sign,
-    ew.Exp: lambda b, m, op, a: m.exp(b, a[0]),
-    ew.Log: lambda b, m, op, a: m.log(b, a[0]),
-    ew.Tanh: lambda b, m, op, a: m.tanh(b, a[0]),
-    ew.Erf: lambda b, m, op, a: m.erf(b, a[0]),
-    ew.Sigmoid: lambda b, m, op, a: m.sigmoid(b, a[0]),
-    ew.Softplus: lambda b, m, op, a: m.softplus(b, a[0]),
-    ew.Mish: lambda b, m, op, a: b.fmul(a[0], m.tanh(b, m.softplus(b, a[0]))),
-    ew.Softsign: lambda b, m, op, a: b.fdiv(a[0], b.fadd(f32(1), _call(m, "fabs", b, a[0]))),
-    ew.Relu: lambda b, m, op, a: fmax(b, a[0], f32(0)),
-    ew.LeakyRelu: lambda b, m, op, a: _where_neg(b, a[0], b.fmul(a[0], f32(op.alpha)), a[0]),
-    ew.PRelu: lambda b, m, op, a: _where_neg(b, a[0], b.fmul(a[0], a[1]), a[0]),
-    ew.Elu: lambda b, m, op, a: _where_neg(b, a[0], _expm1_neg(b, m, a[0], op.alpha), a[0]),
-    ew.Celu: _celu,
-    ew.Selu: _selu,
-    ew.ThresholdedRelu: lambda b, m, op, a: b.select(b.fcmp_ordered(">", a[0], f32(op.alpha)), a[0], f32(0)),
-    ew.HardSigmoid: lambda b, m, op, a: _clip01(b, b.fadd(b.fmul(f32(op.alpha), a[0]), f32(op.beta))),
-    ew.HardSwish: lambda b, m, op, a: b.fmul(a[0], _clip01(b, b.fadd(b.fdiv(a[0], f32(6)), f32(0.5)))),
-    ew.Shrink: _shrink,
-    ew.Swish: lambda b, m, op, a: m.scaled_sigmoid(b, a[0], b.fmul(f32(op.alpha), a[0])),
-    ew.Gelu: _gelu,
-    ew.Clip: _clip,
-    ew.Pow: _pow,
-}
-
+#: the ops fused float32 chains compute (fusion's elementwise set; their semantics: ``loops/scalar.py``)
+SCALAR_OPS = frozenset({
+    Identity, ew.Add, ew.Sub, ew.Mul, ew.Div, ew.Sum, ew.Mean, ew.Max, ew.Min, ew.Neg, ew.Abs, ew.Sqrt, ew.Floor,
+    ew.Ceil, ew.Round, ew.Reciprocal, ew.Sign, ew.Exp, ew.Log, ew.Tanh, ew.Erf, ew.Sigmoid, ew.Softplus, ew.Mish,
+    ew.Softsign, ew.Relu, ew.LeakyRelu, ew.PRelu, ew.Elu, ew.Celu, ew.Selu, ew.ThresholdedRelu, ew.HardSigmoid,
+    ew.HardSwish, ew.Shrink, ew.Swish, ew.Gelu, ew.Clip, ew.Pow})
 
 #: ops whose element function calls a math function (see ``loop_metadata``)
 _HEAVY = frozenset({ew.Exp, ew.Log, ew.Tanh, ew.Erf, ew.Sigmoid, ew.Softplus, ew.Mish, ew.Elu, ew.Celu, ew.Selu,
@@ -210,12 +79,27 @@ _HEAVY = frozenset({ew.Exp, ew.Log, ew.Tanh, ew.Erf, ew.Sigmoid, ew.Softplus, ew
 
 def emit_scalar_op(b: ir.IRBuilder, math_lib: MathLib, op: OpDef, args: Sequence[ir.Value | None]) -> ir.Value:
     """The float32 result of ``op`` at one point, from its operands' float32 values there (None for
-    a missing optional operand); a constant operand is an ``ir.Constant``."""
-    emit = SCALAR_OPS.get(type(op))
-    if emit is None:
+    a missing optional operand; a constant operand is an ``ir.Constant``): the op's semantics from
+    ``loops/scalar.py``, printed by the loop form's LLVM printer."""
+    from ..loops.expr import Const, Var
+    from ..loops.llvm import expr_llvm
+    from ..loops.scalar import scalar
+
+    if type(op) not in SCALAR_OPS:
         raise CodegenError(f"{op.name} has no elementwise float32 code generation; supported: "
                            f"{', '.join(sorted(c.__name__ for c in SCALAR_OPS))}")
-    return emit(b, math_lib, op, list(args))
+    env, xs = {}, []
+    for a in args:
+        if a is None or isinstance(a, ir.Constant):
+            xs.append(None if a is None else Const(float(a.constant), DType.f32))
+        else:
+            v = Var(f"a{len(env)}", DType.f32)
+            env[id(v)] = a
+            xs.append(v)
+    try:
+        return expr_llvm(b, math_lib, scalar(op, xs, DType.f32), env)
+    except ValueError as e:
+        raise CodegenError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------------------------

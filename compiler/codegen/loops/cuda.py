@@ -1,0 +1,269 @@
+"""The numba.cuda printer: a loop-form ``Kernel`` as the Python source of a ``@cuda.jit`` kernel.
+
+``print_cuda(kernel)`` returns a ``CudaKernel``: the source (``.source``, readable) and ``launch``.
+The kernel takes each buffer as a flat device array (its elements from the first the buffer
+addresses; strides are compiled into the index arithmetic). The top-level parallel loop becomes a
+grid-stride loop (``for i in range(cuda.grid(1), n, cuda.gridsize(1))``: a thread per iteration
+while there are threads, any grid size works); only ``let``s may stand beside it at the top level
+(every thread computes them). A kernel without a parallel loop is one thread's work. Inner loops are
+``range`` loops, accumulators Python variables.
+
+Values keep their compute types: every operation is wrapped in its type's constructor
+(``float32(a + b)``, ``int8(a * b)``), which numba compiles to a conversion (integers wrap) and the
+CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) evaluates with NumPy scalars. The primitives' meanings
+(``expr.PRIMS``) are kept with a few device helpers printed into the module: NaN-propagating
+min/max, truncating integer division (0 for division by 0), round half to even.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ...ir.types import DType
+from .expr import Const, Expr, FormError, Load, Op, Var
+from .form import Acc, Buffer, Kernel, Let, Loop, Store, Update
+
+#: compute or storage type -> numba type name
+TYPES = {DType.f32: "float32", DType.f64: "float64", DType.f16: "float16", DType.bool: "boolean",
+         DType.i8: "int8", DType.i16: "int16", DType.i32: "int32", DType.i64: "int64", DType.u8: "uint8",
+         DType.u16: "uint16", DType.u32: "uint32", DType.u64: "uint64"}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==",
+          "ne": "!=", "shl": "<<", "shr": ">>"}
+_BITS = {"and": "&", "or": "|", "xor": "^"}
+_MATH = {"sqrt": "sqrt", "exp": "exp", "expm1": "expm1", "log": "log", "log1p": "log1p", "tanh": "tanh",
+         "erf": "erf", "floor": "floor", "ceil": "ceil", "trunc": "trunc", "sin": "sin", "cos": "cos", "tan": "tan",
+         "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "asinh": "asinh",
+         "acosh": "acosh", "atanh": "atanh", "abs": "fabs"}
+
+#: primitives printed from a template ({0}, {1}, ...: the operands; {t}: the result's numba type)
+_TEMPLATES = {
+    "fma": "{t}({0} * {1} + {2})",
+    "isnan": "math.isnan({0})",
+    "isinf": "math.isinf({0})",
+    "round": "{t}(_rint({0}))",
+    "to_f16": "{t}(float16({0}))",
+    "sigmoid": "{t}({t}(1.0) / ({t}(1.0) + math.exp(-{0})))",
+    "xsigmoid": "{t}({0} / ({t}(1.0) + math.exp(-{1})))",
+    "softplus": "({0} if math.isnan({0}) else {t}(max({0}, {t}(0.0)) + math.log1p(math.exp(-abs({0})))))",
+    "gelu": "{t}({t}(0.5) * {0} * ({t}(1.0) + math.erf({0} * {t}(0.7071067811865476))))",
+    "pow": "{t}(math.pow({0}, {1}))",
+}
+
+#: device helpers, printed into every module (numba compiles them; the simulator runs them as Python)
+PRELUDE = '''
+@cuda.jit(device=True)
+def _fmin(x, y):
+    return x if (x <= y or x != x) else y
+
+
+@cuda.jit(device=True)
+def _fmax(x, y):
+    return x if (x >= y or x != x) else y
+
+
+@cuda.jit(device=True)
+def _idiv(a, b):
+    if b == 0:
+        return a - a
+    q = a // b
+    if a % b != 0 and (a < 0) != (b < 0):
+        q += 1
+    return q
+
+
+@cuda.jit(device=True)
+def _irem(a, b):
+    if b == 0:
+        return a - a
+    return a - _idiv(a, b) * b
+
+
+@cuda.jit(device=True)
+def _rint(x):
+    r = math.floor(x)
+    d = x - r
+    if d > 0.5 or (d == 0.5 and math.fmod(r, 2.0) != 0.0):
+        r += 1.0
+    return r
+'''
+
+
+@dataclass
+class CudaKernel:
+    name: str
+    source: str
+    buffers: list[Buffer]
+    #: iterations of the parallel loop (0: none)
+    parallel: int
+    _fn: object = field(default=None, repr=False)
+
+    def function(self):
+        """The ``@cuda.jit`` kernel (compiled from ``source`` on first use)."""
+        if self._fn is None:
+            import numba
+            from numba import cuda
+
+            ns = {"cuda": cuda, "math": _SimMath() if numba.config.ENABLE_CUDASIM else math, "numba": numba}
+            ns.update({t: getattr(numba, t) for t in set(TYPES.values()) if hasattr(numba, t)})
+            ns["float16"] = getattr(numba, "float16", None) or numba.types.float16
+            exec(compile(self.source, f"<kiln cuda {self.name}>", "exec"), ns)
+            self._fn = ns[self.name]
+        return self._fn
+
+    def launch(self, arrays, threads: int = 128, blocks: int | None = None) -> None:
+        """Run on ``arrays`` (one per buffer, in order: flat arrays or device arrays)."""
+        if len(arrays) != len(self.buffers):
+            raise ValueError(f"{self.name} takes {len(self.buffers)} buffers, got {len(arrays)}")
+        if blocks is None:
+            blocks = max(1, min(-(-self.parallel // threads), 1024)) if self.parallel else 1
+        self.function()[blocks, threads](*arrays)
+
+
+class _SimMath:
+    """``math`` for kernels in the CUDA simulator: IEEE results as on the GPU (NaN and infinities
+    in and out) where Python's ``math`` raises, computed with NumPy on the simulator's NumPy scalars."""
+
+    def __getattr__(self, name: str):
+        import numpy as np
+
+        if name in ("inf", "nan", "pi", "e"):
+            return getattr(math, name)
+        if name == "erf":
+            return lambda x: type(x)(math.erf(x)) if hasattr(x, "dtype") else math.erf(x)
+        return {"fabs": np.abs, "pow": np.power, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+                "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh}.get(name) or getattr(np, name)
+
+
+class _Printer:
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.lines: list[str] = []
+        self.args = {id(b): f"b{j}_{_ident(b.name)}" for j, b in enumerate(kernel.buffers)}
+        for b in kernel.buffers:
+            if b.dtype is DType.bf16:
+                raise FormError(f"buffer {b.name}: numba.cuda has no bfloat16")
+
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    # -- expressions -------------------------------------------------------------------------------
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Const):
+            return self.const(e)
+        if isinstance(e, Var):
+            return e.name
+        if isinstance(e, Load):
+            ref = f"{self.args[id(e.buf)]}[{self.offset(e.buf, e.index)}]"
+            return f"float32({ref})" if e.buf.dtype is DType.f16 else ref
+        return self.op(e)
+
+    def const(self, e: Const) -> str:
+        if e.dtype is DType.bool:
+            return "True" if e.value else "False"
+        if e.dtype.is_float:
+            v = e.value
+            text = "math.nan" if math.isnan(v) else ("math.inf" if v > 0 else "-math.inf") if math.isinf(v) \
+                else repr(float(v))
+            return f"{TYPES[e.dtype]}({text})"
+        return f"{TYPES[e.dtype]}({int(e.value)})"
+
+    def offset(self, buf: Buffer, index) -> str:
+        terms = []
+        for i, s in zip(index, buf.strides):
+            if s == 0:
+                continue
+            t = self.expr(i)
+            terms.append(t if s == 1 else f"{t} * {s}")
+        return " + ".join(terms) if terms else "0"
+
+    def op(self, e: Op) -> str:
+        p, t = e.prim, TYPES[e.dtype]
+        if p == "select":
+            return f"({self.expr(e.args[1])} if {self.expr(e.args[0])} else {self.expr(e.args[2])})"
+        xs = [self.expr(a) for a in e.args]
+        dt = e.args[0].dtype
+        if p == "cast":
+            if e.dtype is DType.bool:
+                return f"({xs[0]} != 0)"
+            if dt.is_float and e.dtype.is_int and e.dtype not in (DType.i64, DType.u64, DType.i32):
+                return f"{t}(int64({xs[0]}))"  # float to a narrow integer wraps through i64
+            return f"{t}({xs[0]})"
+        if p in _INFIX:
+            r = f"({xs[0]} {_INFIX[p]} {xs[1]})"
+            return r if e.dtype is DType.bool else f"{t}{r}"
+        if p in _BITS:
+            return f"{t}({xs[0]} {_BITS[p]} {xs[1]})" if dt is not DType.bool else f"({xs[0]} {_BITS[p]} {xs[1]})"
+        if p == "not":
+            return f"(not {xs[0]})" if dt is DType.bool else f"{t}(~{xs[0]})"
+        if p == "neg":
+            return f"{t}(-{xs[0]})"
+        if p in ("min", "max"):
+            return f"_f{p}({xs[0]}, {xs[1]})" if dt.is_float else f"{t}({p}({xs[0]}, {xs[1]}))"
+        if p == "div":
+            return f"{t}({xs[0]} / {xs[1]})" if dt.is_float else f"{t}(_idiv({xs[0]}, {xs[1]}))"
+        if p == "rem":
+            if dt.is_float:
+                return f"{t}(math.fmod({xs[0]}, {xs[1]}))"
+            return f"{t}(_irem({xs[0]}, {xs[1]}))"
+        if p == "abs" and not dt.is_float:
+            return f"{t}(abs({xs[0]}))"
+        if p == "to_bf16":
+            raise FormError("numba.cuda has no bfloat16")
+        if p in _TEMPLATES:
+            return _TEMPLATES[p].format(*xs, t=t)
+        if p in _MATH:
+            return f"{t}(math.{_MATH[p]}({xs[0]}))"
+        raise FormError(f"the numba.cuda printer has no {p} for {dt}")
+
+    # -- statements --------------------------------------------------------------------------------
+    def block(self, stmts, depth: int) -> None:
+        if not stmts:
+            self.emit(depth, "pass")
+        for s in stmts:
+            if isinstance(s, Loop):
+                self.emit(depth, f"for {s.var.name} in range({s.extent}):")
+                self.block(s.body, depth + 1)
+            elif isinstance(s, (Let, Acc)):
+                self.emit(depth, f"{s.var.name} = {self.expr(s.value if isinstance(s, Let) else s.init)}")
+            elif isinstance(s, Update):
+                v, x, t = s.var.name, self.expr(s.value), TYPES[s.var.dtype]
+                if s.combiner in ("min", "max"):
+                    rhs = f"_f{s.combiner}({v}, {x})" if s.var.dtype.is_float else f"{t}({s.combiner}({v}, {x}))"
+                elif s.combiner in ("and", "or") and s.var.dtype is DType.bool:
+                    rhs = f"({v} {_BITS[s.combiner]} {x})"
+                else:
+                    sym = {"add": "+", "mul": "*", "and": "&", "or": "|"}[s.combiner]
+                    rhs = f"{t}({v} {sym} {x})"
+                self.emit(depth, f"{v} = {rhs}")
+            elif isinstance(s, Store):
+                self.emit(depth, f"{self.args[id(s.buf)]}[{self.offset(s.buf, s.index)}] = {self.expr(s.value)}")
+            else:
+                raise FormError(f"not a statement: {s!r}")
+
+
+def _ident(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def print_cuda(kernel: Kernel) -> CudaKernel:
+    """The numba.cuda kernel of ``kernel`` (see the module docstring)."""
+    p = _Printer(kernel)
+    name = _ident(kernel.name)
+    p.lines += PRELUDE.strip("\n").splitlines() + ["", ""]
+    p.emit(0, "@cuda.jit")
+    p.emit(0, f"def {name}({', '.join(p.args[id(b)] for b in kernel.buffers)}):")
+    p.emit(1, "tid = cuda.grid(1)")
+    parallel = next((s for s in kernel.body if isinstance(s, Loop) and s.kind == "parallel"), None)
+    if parallel is None:  # one thread's work
+        p.emit(1, "if tid == 0:")
+        p.block(kernel.body, 2)
+    for s in kernel.body if parallel is not None else ():
+        if s is parallel:
+            p.emit(1, f"for {s.var.name} in range(tid, {s.extent}, cuda.gridsize(1)):")
+            p.block(s.body, 2)
+        elif isinstance(s, Let):
+            p.block([s], 1)
+        else:
+            raise FormError(f"kernel {kernel.name}: only lets may stand beside the parallel loop at the top "
+                            f"level (a {type(s).__name__.lower()} does)")
+    return CudaKernel(name, "\n".join(p.lines) + "\n", list(kernel.buffers), parallel.extent if parallel else 0)

@@ -1,0 +1,404 @@
+"""The LLVM printer: a loop-form ``Kernel`` as LLVM IR inside a CPU kernel function.
+
+``print_llvm(k, kernel)`` emits ``kernel`` into the ``KernelBuilder`` ``k`` (``kernels/base.py``):
+buffers bound to IR values become ``k.ptr(value)`` (``noalias`` slot pointers), scratch buffers
+``k.scratch``; the top-level parallel loop becomes ``k.parallel_for`` (pool tasks over [begin, end));
+other loops are guarded, rotated counted loops, and a vector loop is left to LLVM's loop vectorizer
+(with two vector iterations in flight when its body calls a math function), which the noalias
+pointers and the contiguous innermost strides make possible. Accumulators live in ``alloca``s that
+LLVM promotes to registers; ``add``/``mul`` updates of float accumulators may be reassociated
+(``reassoc``), so reductions vectorize.
+
+Every primitive (``expr.PRIMS``) is printed here for each compute type, with the meaning written
+there: float32 math through Kiln's ``MathLib`` (vectorizable, about one ulp), float64 math through
+libm; integer division and remainder guarded (0 for division by 0; MIN / -1 wraps); float to
+narrow integer conversions through i64 (wrapping as NumPy's do).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...ir.types import DType
+from .expr import Const, Expr, FormError, Load, Op, Var
+from .form import Acc, Buffer, Kernel, Let, Loop, Store, Update
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F16, BF16, F32, F64 = ir.HalfType(), ir.BFloatType() if hasattr(ir, "BFloatType") else None, ir.FloatType(), \
+    ir.DoubleType()
+
+#: compute type -> LLVM type of a value
+VALUE_TYPES = {DType.f32: F32, DType.f64: F64, DType.bool: I1, DType.i8: I8, DType.u8: I8,
+               DType.i16: ir.IntType(16), DType.u16: ir.IntType(16), DType.i32: I32, DType.u32: I32,
+               DType.i64: I64, DType.u64: I64}
+#: storage type -> LLVM type in memory
+MEMORY_TYPES = {**VALUE_TYPES, DType.bool: I8, DType.f16: F16}
+if BF16 is not None:
+    MEMORY_TYPES[DType.bf16] = BF16
+
+#: float32 math from MathLib (name -> method); the rest call libm
+_MATHLIB = {"exp": "exp", "expm1": "expm1", "log": "log", "tanh": "tanh", "erf": "erf", "sigmoid": "sigmoid",
+            "softplus": "softplus", "gelu": "gelu"}
+#: LLVM intrinsics (llvm.<name>.f32 / .f64)
+_INTRINSIC = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "round": "roundeven", "trunc": "trunc",
+              "abs": "fabs"}
+_LIBM = ("exp", "expm1", "log", "log1p", "tanh", "erf", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+         "cosh", "asinh", "acosh", "atanh", "pow")
+_HEAVY = frozenset(_MATHLIB) | frozenset(_LIBM) | {"xsigmoid"}
+_FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}
+_ICMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def c64(v: int) -> ir.Constant:
+    return ir.Constant(I64, int(v))
+
+
+def _signed(dt: DType) -> bool:
+    return dt.is_int and dt.is_signed
+
+
+class _Printer:
+    def __init__(self, k, kernel: Kernel):
+        self.k, self.kernel = k, kernel
+        self.scopes: list[dict] = [{}]    # id(expr or var) -> ir value, innermost last
+        self.accs: dict[int, ir.Value] = {}
+        self.scratch: dict[int, ir.Value] = {}
+        self.deps: dict[int, frozenset] = {}  # id(expr) -> ids of the buffers and accumulators it reads
+
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.k.b
+
+    # -- buffers ---------------------------------------------------------------------------------
+    def pointer(self, buf: Buffer) -> ir.Value:
+        if buf.role == "scratch":
+            if id(buf) not in self.scratch:
+                raise FormError(f"scratch buffer {buf.name} is used before it is allocated")
+            return self.k.again(self.scratch[id(buf)])
+        if buf.value is None:
+            raise FormError(f"buffer {buf.name} is bound to no value")
+        return self.k.ptr(buf.value)
+
+    def address(self, buf: Buffer, index) -> ir.Value:
+        off = None
+        for i, s in zip(index, buf.strides):
+            if s == 0:
+                continue
+            term = self.expr(i)
+            if s != 1:
+                term = self.b.mul(term, c64(s), flags=["nsw"])
+            off = term if off is None else self.b.add(off, term, flags=["nsw"])
+        return self.b.gep(self.pointer(buf), [off if off is not None else c64(0)], inbounds=True,
+                          source_etype=MEMORY_TYPES[buf.dtype])
+
+    # -- expressions -------------------------------------------------------------------------------
+    def lookup(self, key: int):
+        for s in reversed(self.scopes):
+            if key in s:
+                return s[key]
+        return None
+
+    def expr(self, e: Expr) -> ir.Value:
+        got = self.lookup(id(e))
+        if got is not None:
+            return got
+        if isinstance(e, Var):
+            if id(e) in self.accs:
+                return self.b.load(self.accs[id(e)], typ=VALUE_TYPES[e.dtype])
+            raise FormError(f"{e.name} is not bound here")
+        if isinstance(e, Const):
+            v = self.const(e)
+        elif isinstance(e, Load):
+            v = self.load(e)
+            self.deps[id(e)] = frozenset({id(e.buf)})
+        else:
+            v = self.op(e)
+            deps = frozenset().union(*(self.deps.get(id(a), frozenset()) for a in e.args))
+            deps |= {id(a) for a in e.args if isinstance(a, Var) and id(a) in self.accs}
+            if deps:
+                self.deps[id(e)] = deps
+        self.scopes[-1][id(e)] = v
+        return v
+
+    def forget(self, key: int) -> None:
+        """A store to a buffer or an update of an accumulator (by id): expressions that read it are
+        evaluated again where they are used next."""
+        for scope in self.scopes:
+            for e in [e for e in scope if key in self.deps.get(e, ())]:
+                del scope[e]
+
+    def const(self, e: Const) -> ir.Value:
+        ty = VALUE_TYPES[e.dtype]
+        if e.dtype is DType.bool:
+            return ir.Constant(I1, int(e.value))
+        if e.dtype.is_int:
+            return ir.Constant(ty, int(e.value) & ((1 << ty.width) - 1))
+        return ir.Constant(ty, float(e.value))
+
+    def load(self, e: Load) -> ir.Value:
+        buf = e.buf
+        raw = self.b.load(self.address(buf, e.index), typ=MEMORY_TYPES[buf.dtype])
+        if buf.dtype is DType.bool:
+            return self.b.icmp_unsigned("!=", raw, ir.Constant(I8, 0))
+        if buf.dtype in (DType.f16, DType.bf16):
+            return self.b.fpext(raw, F32)
+        return raw
+
+    def op(self, e: Op) -> ir.Value:
+        b, p, dt = self.b, e.prim, e.args[0].dtype
+        if p == "select":
+            return b.select(self.expr(e.args[0]), self.expr(e.args[1]), self.expr(e.args[2]))
+        if p == "cast":
+            return self.cast(self.expr(e.args[0]), dt, e.dtype)
+        xs = [self.expr(a) for a in e.args]
+        if dt.is_float:
+            return self.float_op(p, xs, dt)
+        return self.int_op(p, xs, dt)
+
+    def float_op(self, p: str, xs, dt: DType) -> ir.Value:
+        b, ty = self.b, VALUE_TYPES[dt]
+        one, zero = ir.Constant(ty, 1.0), ir.Constant(ty, 0.0)
+        if p in ("add", "sub", "mul", "div", "rem"):
+            return getattr(b, {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "rem": "frem"}[p])(*xs)
+        if p in ("min", "max"):  # NumPy's: NaN if either is NaN, else the smaller/larger (x on ties)
+            x, y = xs
+            keep = b.or_(b.fcmp_ordered("<=" if p == "min" else ">=", x, y), b.fcmp_unordered("uno", x, x))
+            return b.select(keep, x, y)
+        if p == "neg":
+            return b.fneg(xs[0])
+        if p == "fma":
+            return b.call(self.intrinsic("fmuladd", dt, 3), xs)
+        if p in _FCMP:
+            return b.fcmp_ordered(_FCMP[p], *xs)
+        if p == "ne":
+            return b.fcmp_unordered("!=", *xs)
+        if p == "isnan":
+            return b.fcmp_unordered("uno", xs[0], xs[0])
+        if p in _INTRINSIC:
+            return b.call(self.intrinsic(_INTRINSIC[p], dt), xs)
+        if p == "to_f16":
+            return b.fpext(b.fptrunc(xs[0], F16), ty)
+        if p == "to_bf16":
+            if BF16 is None:
+                raise FormError("this llvmlite has no bfloat type")
+            return b.fpext(b.fptrunc(xs[0], BF16), ty)
+        math = self.k.math
+        if dt is DType.f32 and p in _MATHLIB:
+            return getattr(math, _MATHLIB[p])(b, xs[0])
+        if dt is DType.f32 and p == "xsigmoid":
+            return math.scaled_sigmoid(b, xs[0], xs[1])
+        if p == "sigmoid":  # f64: as the reference computes it
+            return b.fdiv(one, b.fadd(one, self.libm("exp", dt, [b.fneg(xs[0])])))
+        if p == "xsigmoid":
+            return b.fdiv(xs[0], b.fadd(one, self.libm("exp", dt, [b.fneg(xs[1])])))
+        if p == "softplus":  # max(x, 0) + log1p(e^-|x|)
+            x = xs[0]
+            a = b.call(self.intrinsic("fabs", dt), [x])
+            pos = b.select(b.fcmp_ordered(">", x, zero), x, zero)
+            y = b.fadd(pos, self.libm("log1p", dt, [self.libm("exp", dt, [b.fneg(a)])]))
+            return b.select(b.fcmp_unordered("uno", x, x), x, y)
+        if p == "gelu":
+            x = xs[0]
+            phi = b.fadd(one, self.libm("erf", dt, [b.fmul(x, ir.Constant(ty, 0.7071067811865476))]))
+            return b.fmul(b.fmul(ir.Constant(ty, 0.5), x), phi)
+        if p in _LIBM:
+            return self.libm(p, dt, xs)
+        raise FormError(f"the LLVM printer has no {p} for {dt}")
+
+    def int_op(self, p: str, xs, dt: DType) -> ir.Value:
+        b, ty = self.b, VALUE_TYPES[dt]
+        signed = _signed(dt)
+        zero = ir.Constant(ty, 0)
+        if p in ("add", "sub", "mul"):
+            return getattr(b, p)(*xs)
+        if p in ("div", "rem"):
+            x, y = xs
+            by_zero = b.icmp_unsigned("==", y, zero)
+            if signed:
+                minus_one = b.icmp_signed("==", y, ir.Constant(ty, -1 & ((1 << ty.width) - 1)))
+                safe = b.select(b.or_(by_zero, minus_one), ir.Constant(ty, 1), y)
+                r = b.sdiv(x, safe) if p == "div" else b.srem(x, safe)
+                special = b.sub(zero, x) if p == "div" else zero      # x / -1 wraps; x % -1 is 0
+                return b.select(by_zero, zero, b.select(minus_one, special, r))
+            safe = b.select(by_zero, ir.Constant(ty, 1), y)
+            r = b.udiv(x, safe) if p == "div" else b.urem(x, safe)
+            return b.select(by_zero, zero, r)
+        if p in ("min", "max"):
+            x, y = xs
+            cmp = b.icmp_signed if signed else b.icmp_unsigned
+            return b.select(cmp("<=" if p == "min" else ">=", x, y), x, y)
+        if p == "neg":
+            return b.sub(zero, xs[0])
+        if p == "abs":
+            return b.select(b.icmp_signed("<", xs[0], zero), b.sub(zero, xs[0]), xs[0]) if signed else xs[0]
+        if p in _ICMP:
+            cmp = b.icmp_signed if signed else b.icmp_unsigned
+            return cmp(_ICMP[p], *xs)
+        if p in ("and", "or", "xor"):
+            return getattr(b, p + "_" if p in ("and", "or") else p)(*xs)
+        if p == "not":
+            return b.not_(xs[0])
+        if p == "shl":
+            return b.shl(*xs)
+        if p == "shr":
+            return b.ashr(*xs) if signed else b.lshr(*xs)
+        raise FormError(f"the LLVM printer has no {p} for {dt}")
+
+    def cast(self, x: ir.Value, src: DType, dst: DType) -> ir.Value:
+        b = self.b
+        if src is dst:
+            return x
+        sty, dty = VALUE_TYPES[src], VALUE_TYPES[dst]
+        if dst is DType.bool:
+            if src.is_float:
+                return b.fcmp_unordered("!=", x, ir.Constant(sty, 0.0))
+            return b.icmp_unsigned("!=", x, ir.Constant(sty, 0))
+        if src is DType.bool:
+            return b.uitofp(x, dty) if dst.is_float else b.zext(x, dty)
+        if src.is_float and dst.is_float:
+            return b.fpext(x, dty) if dty is F64 else b.fptrunc(x, dty)
+        if src.is_float:  # as NumPy on x86-64 (cvttss2si): see _float_to_int
+            return self.float_to_int(x, sty, dst)
+        if dst.is_float:
+            return b.sitofp(x, dty) if _signed(src) else b.uitofp(x, dty)
+        if dty.width == sty.width:
+            return x
+        if dty.width < sty.width:
+            return b.trunc(x, dty)
+        return b.sext(x, dty) if _signed(src) else b.zext(x, dty)
+
+    def float_to_int(self, x: ir.Value, sty: ir.Type, dst: DType) -> ir.Value:
+        """Truncation toward zero; NaN, infinities and values out of range give the "integer
+        indefinite" value (INT64_MIN or INT32_MIN), as cvttss2si/cvttsd2si do: to i64 and u64 through
+        i64, to u32 through i64, to the narrower types through i32, keeping the low bits (what
+        NumPy's C casts compile to on x86-64)."""
+        b = self.b
+        wide = I64 if dst in (DType.i64, DType.u64, DType.u32) else I32
+        half = float(2 ** (wide.width - 1))
+        ok = b.and_(b.fcmp_ordered(">=", x, ir.Constant(sty, -half)), b.fcmp_ordered("<", x, ir.Constant(sty, half)))
+        r = b.select(ok, b.fptosi(b.select(ok, x, ir.Constant(sty, 0.0)), wide),
+                     ir.Constant(wide, 1 << (wide.width - 1)))
+        dty = VALUE_TYPES[dst]
+        return r if dty.width == wide.width else b.trunc(r, dty)
+
+    def intrinsic(self, name: str, dt: DType, nargs: int = 1) -> ir.Function:
+        ty = VALUE_TYPES[dt]
+        full = f"llvm.{name}.{'f32' if dt is DType.f32 else 'f64'}"
+        fn = self.k.module.globals.get(full)
+        return fn if fn is not None else ir.Function(self.k.module, ir.FunctionType(ty, [ty] * nargs), full)
+
+    def libm(self, name: str, dt: DType, xs) -> ir.Value:
+        ty = VALUE_TYPES[dt]
+        full = name + ("f" if dt is DType.f32 else "")
+        fn = self.k.module.globals.get(full)
+        if fn is None:
+            fn = ir.Function(self.k.module, ir.FunctionType(ty, [ty] * len(xs)), full)
+            fn.attributes.add("nounwind")
+        return self.b.call(fn, list(xs))
+
+    # -- statements --------------------------------------------------------------------------------
+    def block(self, stmts) -> None:
+        for s in stmts:
+            if isinstance(s, Loop):
+                self.loop(s)
+            elif isinstance(s, Let):
+                self.scopes[-1][id(s.var)] = self.expr(s.value)
+            elif isinstance(s, Acc):
+                entry = self.k.fn.entry_basic_block
+                eb = ir.IRBuilder(entry)
+                eb.position_at_start(entry)
+                slot = eb.alloca(VALUE_TYPES[s.var.dtype], name=s.var.name)
+                self.b.store(self.expr(s.init), slot)
+                self.accs[id(s.var)] = slot
+            elif isinstance(s, Update):
+                self.update(s)
+            elif isinstance(s, Store):
+                self.store(s)
+            else:
+                raise FormError(f"not a statement: {s!r}")
+
+    def update(self, s: Update) -> None:
+        b, dt = self.b, s.var.dtype
+        slot = self.accs[id(s.var)]
+        cur = b.load(slot, typ=VALUE_TYPES[dt])
+        val = self.expr(s.value)
+        if dt.is_float and s.combiner in ("add", "mul"):
+            new = (b.fadd if s.combiner == "add" else b.fmul)(cur, val, flags=["reassoc", "nsz"])
+        elif dt.is_float:
+            new = self.float_op(s.combiner, [cur, val], dt)
+        else:
+            new = self.int_op(s.combiner, [cur, val], dt)
+        b.store(new, slot)
+        self.forget(id(s.var))
+
+    def store(self, s: Store) -> None:
+        b, buf = self.b, s.buf
+        v = self.expr(s.value)
+        if buf.dtype is DType.bool:
+            v = b.zext(v, I8)
+        elif buf.dtype in (DType.f16, DType.bf16):
+            v = b.fptrunc(v, MEMORY_TYPES[buf.dtype])
+        b.store(v, self.address(buf, s.index))
+        self.forget(id(buf))
+
+    def loop(self, lp: Loop) -> None:
+        heavy = any(isinstance(x, Op) and x.prim in _HEAVY for x in _exprs(lp.body))
+        if lp.kind == "parallel":
+            with self.k.parallel_for(lp.extent, min_per_task=lp.grain) as (begin, end):
+                saved, self.scopes = self.scopes, [{}]  # a new function: nothing outside it is visible
+                saved_accs, self.accs = self.accs, {}
+                count = self.b.sub(end, begin)
+                self.counted(lp, count, begin, heavy)
+                self.scopes, self.accs = saved, saved_accs
+            return
+        self.counted(lp, c64(lp.extent), None, heavy)
+
+    def counted(self, lp: Loop, count: ir.Value, start: ir.Value | None, heavy: bool) -> None:
+        from ..llvm.elementwise import _For, loop_metadata
+
+        inner = not any(isinstance(s, Loop) for s in lp.body)
+        md = loop_metadata(self.k.module, 2) if heavy and inner else None
+        with _For(self.b, count, f"{self.kernel.name}.{lp.var.name}", md) as i:
+            self.scopes.append({id(lp.var): i if start is None else self.b.add(start, i, flags=["nsw"])})
+            self.block(lp.body)
+            self.scopes.pop()
+
+
+def _exprs(stmts):
+    from .expr import walk
+
+    for s in stmts:
+        if isinstance(s, Loop):
+            yield from _exprs(s.body)
+        else:
+            for e in (getattr(s, "value", None), getattr(s, "init", None)):
+                if e is not None:
+                    yield from walk(e)
+
+
+def print_llvm(k, kernel: Kernel) -> None:
+    """Emit ``kernel`` into the KernelBuilder ``k`` (see the module docstring)."""
+    p = _Printer(k, kernel)
+    for buf in kernel.buffers:
+        if buf.role == "scratch":
+            p.scratch[id(buf)] = k.scratch(max(buf.extent, 1) * buf.dtype.itemsize)
+    for note in kernel.notes:
+        k.note(note)
+    p.block(kernel.body)
+
+
+class _ExprOnly:
+    """The members of a KernelBuilder that printing one expression needs."""
+
+    def __init__(self, b: ir.IRBuilder, math):
+        self.b, self.math, self.module = b, math, b.module
+
+
+def expr_llvm(b: ir.IRBuilder, math, e: Expr, env: dict) -> ir.Value:
+    """One expression at the builder's position, its variables bound by ``env`` (id(Var) -> value):
+    for lowerings that print scalar semantics inside loops of their own."""
+    p = _Printer(_ExprOnly(b, math), Kernel("expr", [], []))
+    p.scopes = [dict(env)]
+    return p.expr(e)
+
+
+__all__ = ["print_llvm", "expr_llvm", "VALUE_TYPES", "MEMORY_TYPES"]

@@ -1,0 +1,236 @@
+"""Each elementwise op's scalar semantics, written once as loop-form expressions.
+
+``scalar(op, args, out)`` is the value of ``op`` at one point, from its operands' values there
+(expressions in their compute types: f16/bf16 operands arrive as f32; ``None`` for a missing
+optional operand); ``out`` is the element type of the op's result. The result has ``out``'s compute
+type and, for f16/bf16, is rounded to that type as the reference interpreter rounds after every op.
+Every backend prints these expressions; none has its own per-op code.
+
+``reason(op, in_types, out)`` says why an op cannot be expressed for these element types (None
+when it can). The semantics match ``op.compute`` (NumPy): NaN propagates through min/max/Relu;
+integer division truncates and gives 0 for division by 0; Mod with fmod=0 takes the divisor's sign;
+BitShift past the width gives the sign fill; float to integer conversions truncate.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from ...ir.ops import elementwise as ew
+from ...ir.ops.base import OpDef
+from ...ir.ops.shape import Identity
+from ...ir.types import DType
+from .expr import COMPUTE_TYPES, STORAGE_TYPES, Const, Expr, cast, compute_type, op, select
+
+Build = Callable[[OpDef, list, DType], Expr]
+
+
+def _c(x: Expr, v) -> Const:
+    return Const(v, x.dtype)
+
+
+def _fold(prim: str) -> Build:
+    def build(o, xs, out):
+        acc = xs[0]
+        for x in xs[1:]:
+            acc = op(prim, acc, x)
+        return acc
+    return build
+
+
+def _where_neg(x: Expr, neg: Expr, pos: Expr) -> Expr:
+    return select(op("lt", x, _c(x, 0)), neg, pos)
+
+
+def _expm1_neg(x: Expr, alpha: float) -> Expr:
+    """alpha (e^min(x, 0) - 1), accurate near 0."""
+    return op("mul", _c(x, alpha), op("expm1", op("min", x, _c(x, 0))))
+
+
+def _clip01(x: Expr) -> Expr:
+    return op("min", op("max", x, _c(x, 0)), _c(x, 1))
+
+
+def _sign(o, xs, out):
+    (x,) = xs
+    if x.dtype.is_int and not x.dtype.is_signed:
+        return select(op("gt", x, _c(x, 0)), _c(x, 1), _c(x, 0))
+    s = select(op("gt", x, _c(x, 0)), _c(x, 1), select(op("lt", x, _c(x, 0)), _c(x, -1), _c(x, 0)))
+    return select(op("isnan", x), x, s) if x.dtype.is_float else s
+
+
+def _celu(o, xs, out):
+    (x,) = xs
+    inner = op("mul", _c(x, o.alpha), op("expm1", op("div", x, _c(x, o.alpha))))
+    return op("add", op("max", _c(x, 0), x), op("min", _c(x, 0), inner))
+
+
+def _selu(o, xs, out):
+    (x,) = xs
+    return op("mul", _c(x, o.gamma), select(op("le", x, _c(x, 0)), _expm1_neg(x, o.alpha), x))
+
+
+def _shrink(o, xs, out):
+    (x,) = xs
+    lo, hi = op("lt", x, _c(x, -o.lambd)), op("gt", x, _c(x, o.lambd))
+    return select(lo, op("add", x, _c(x, o.bias)), select(hi, op("sub", x, _c(x, o.bias)), _c(x, 0)))
+
+
+def _gelu(o, xs, out):
+    (x,) = xs
+    if o.approximate == "tanh":  # x/2 (1 + tanh(z)) = x / (1 + e^(-2z))
+        c = math.sqrt(2 / math.pi)
+        two_z = op("mul", x, op("fma", op("mul", x, x), _c(x, 2 * c * 0.044715), _c(x, 2 * c)))
+        return op("xsigmoid", x, two_z)
+    return op("gelu", x)
+
+
+def _clip(o, xs, out):
+    x, lo, hi = (list(xs) + [None, None])[:3]
+    if lo is not None:
+        x = op("max", x, lo)
+    if hi is not None:
+        x = op("min", x, hi)
+    return x
+
+
+#: the exponents Pow computes exactly as the reference does, without a pow call
+POW_EXPONENTS = (1.0, 2.0, 3.0, 0.5, -1.0)
+
+
+def _pow(o, xs, out):
+    x, y = xs
+    if not isinstance(y, Const):
+        raise ValueError("Pow: only a constant scalar exponent is supported")
+    e = float(y.value)
+    if e == 1:
+        return x
+    if e == 2:
+        return op("mul", x, x)
+    if e == 3:
+        return op("mul", op("mul", x, x), x)
+    if e == -1:
+        return op("div", _c(x, 1), x)
+    if e == 0.5:
+        return op("sqrt", x)
+    supported = ", ".join(f"{v:g}" for v in POW_EXPONENTS)
+    raise ValueError(f"Pow: exponent {e:g} is not supported (constant {supported})")
+
+
+def _mod(o, xs, out):
+    a, b = xs
+    r = op("rem", a, b)
+    if o.fmod or (a.dtype.is_int and not a.dtype.is_signed):
+        return r
+    fix = op("and", op("ne", r, _c(r, 0)), op("ne", op("lt", r, _c(r, 0)), op("lt", b, _c(b, 0))))
+    return select(fix, op("add", r, b), r)
+
+
+def _bitshift(o, xs, out):
+    a, b = xs
+    bits = a.dtype.itemsize * 8
+    ok = op("lt", b, _c(b, bits)) if not a.dtype.is_signed else \
+        op("and", op("ge", b, _c(b, 0)), op("lt", b, _c(b, bits)))
+    safe = select(ok, b, _c(b, 0))
+    if o.direction == "LEFT":
+        return select(ok, op("shl", a, safe), _c(a, 0))
+    fill = select(op("lt", a, _c(a, 0)), _c(a, -1), _c(a, 0)) if a.dtype.is_signed else _c(a, 0)
+    return select(ok, op("shr", a, safe), fill)
+
+
+def _isinf(o, xs, out):
+    (x,) = xs
+    pos, neg = op("eq", x, _c(x, math.inf)), op("eq", x, _c(x, -math.inf))
+    if o.detect_negative and o.detect_positive:
+        return op("or", pos, neg)
+    return neg if o.detect_negative else pos if o.detect_positive else Const(False, DType.bool)
+
+
+def _cast(o, xs, out):
+    return cast(xs[0], compute_type(out))
+
+
+def _unary(prim: str) -> Build:
+    return lambda o, xs, out: op(prim, xs[0])
+
+
+def _binary(prim: str) -> Build:
+    return lambda o, xs, out: op(prim, xs[0], xs[1])
+
+
+#: op class -> its scalar semantics
+SCALAR: dict[type, Build] = {
+    Identity: lambda o, xs, out: xs[0],
+    ew.Add: _binary("add"), ew.Sub: _binary("sub"), ew.Mul: _binary("mul"), ew.Div: _binary("div"),
+    ew.Mod: _mod, ew.BitShift: _bitshift,
+    ew.And: _binary("and"), ew.Or: _binary("or"), ew.Xor: _binary("xor"), ew.Not: _unary("not"),
+    ew.BitwiseAnd: _binary("and"), ew.BitwiseOr: _binary("or"), ew.BitwiseXor: _binary("xor"),
+    ew.BitwiseNot: _unary("not"),
+    ew.Equal: _binary("eq"), ew.Less: _binary("lt"), ew.LessOrEqual: _binary("le"), ew.Greater: _binary("gt"),
+    ew.GreaterOrEqual: _binary("ge"),
+    ew.Sum: _fold("add"), ew.Max: _fold("max"), ew.Min: _fold("min"),
+    ew.Mean: lambda o, xs, out: op("div", _fold("add")(o, xs, out), _c(xs[0], len(xs))),
+    ew.Where: lambda o, xs, out: select(xs[0], xs[1], xs[2]),
+    ew.Neg: _unary("neg"), ew.Abs: _unary("abs"), ew.Sign: _sign,
+    ew.Sqrt: _unary("sqrt"), ew.Floor: _unary("floor"), ew.Ceil: _unary("ceil"), ew.Round: _unary("round"),
+    ew.Reciprocal: lambda o, xs, out: op("div", _c(xs[0], 1), xs[0]),
+    ew.Exp: _unary("exp"), ew.Log: _unary("log"), ew.Tanh: _unary("tanh"), ew.Erf: _unary("erf"),
+    ew.Sin: _unary("sin"), ew.Cos: _unary("cos"), ew.Tan: _unary("tan"), ew.Asin: _unary("asin"),
+    ew.Acos: _unary("acos"), ew.Atan: _unary("atan"), ew.Sinh: _unary("sinh"), ew.Cosh: _unary("cosh"),
+    ew.Asinh: _unary("asinh"), ew.Acosh: _unary("acosh"), ew.Atanh: _unary("atanh"),
+    ew.Sigmoid: _unary("sigmoid"), ew.Softplus: _unary("softplus"),
+    ew.Mish: lambda o, xs, out: op("mul", xs[0], op("tanh", op("softplus", xs[0]))),
+    ew.Softsign: lambda o, xs, out: op("div", xs[0], op("add", _c(xs[0], 1), op("abs", xs[0]))),
+    ew.Relu: lambda o, xs, out: op("max", xs[0], _c(xs[0], 0)),
+    ew.LeakyRelu: lambda o, xs, out: _where_neg(xs[0], op("mul", xs[0], _c(xs[0], o.alpha)), xs[0]),
+    ew.PRelu: lambda o, xs, out: _where_neg(xs[0], op("mul", xs[0], xs[1]), xs[0]),
+    ew.Elu: lambda o, xs, out: _where_neg(xs[0], _expm1_neg(xs[0], o.alpha), xs[0]),
+    ew.Celu: _celu, ew.Selu: _selu,
+    ew.ThresholdedRelu: lambda o, xs, out: select(op("gt", xs[0], _c(xs[0], o.alpha)), xs[0], _c(xs[0], 0)),
+    ew.HardSigmoid: lambda o, xs, out: _clip01(op("add", op("mul", _c(xs[0], o.alpha), xs[0]), _c(xs[0], o.beta))),
+    ew.HardSwish: lambda o, xs, out: op("mul", xs[0], _clip01(op("add", op("div", xs[0], _c(xs[0], 6)),
+                                                                  _c(xs[0], 0.5)))),
+    ew.Shrink: _shrink,
+    ew.Swish: lambda o, xs, out: op("xsigmoid", xs[0], op("mul", _c(xs[0], o.alpha), xs[0])),
+    ew.Gelu: _gelu, ew.Clip: _clip, ew.Pow: _pow,
+    ew.IsNaN: lambda o, xs, out: op("isnan", xs[0]), ew.IsInf: _isinf,
+    ew.Cast: _cast, ew.CastLike: _cast,
+}
+
+#: ops that compute in float32 when given f16/bf16 and round after (the rest are exact on them)
+_ROUNDING = {DType.f16: "to_f16", DType.bf16: "to_bf16"}
+
+
+def reason(o: OpDef, in_types: Sequence[DType | None], out: DType) -> str | None:
+    """Why ``o`` has no loop-form semantics for these element types (None when it has)."""
+    if type(o) not in SCALAR:
+        return f"{o.name} has no scalar semantics in the loop form"
+    for t in list(in_types) + [out]:
+        if t is not None and t not in STORAGE_TYPES:
+            return f"element type {t} (the loop form computes {', '.join(sorted(d.short for d in STORAGE_TYPES))})"
+    try:
+        xs = [None if t is None else _probe(t) for t in in_types]
+        scalar(o, xs, out)
+    except (ValueError, Exception) as e:  # an ill-typed combination: FormError, or an op's own refusal
+        return str(e)
+    return None
+
+
+def _probe(t: DType) -> Expr:
+    from .expr import Var
+
+    return Var("probe", compute_type(t))
+
+
+def scalar(o: OpDef, xs: Sequence[Expr | None], out: DType) -> Expr:
+    """The value of ``o`` at one point (see the module docstring)."""
+    build = SCALAR.get(type(o))
+    if build is None:
+        raise ValueError(f"{o.name} has no scalar semantics in the loop form")
+    y = build(o, list(xs), out)
+    want = compute_type(out)
+    if y.dtype is not want:
+        raise ValueError(f"{o.name}: computes {y.dtype}, the result is {out}")
+    if out in _ROUNDING and want in COMPUTE_TYPES and not isinstance(o, Identity):
+        y = op(_ROUNDING[out], y)
+    return y

@@ -1,0 +1,268 @@
+"""The loop form (compiler/codegen/loops/): its text, its verifier's refusals, and every elementwise op
+on every element type it claims, printed by both printers — LLVM (compiled, run kernel by kernel)
+and numba.cuda (in numba's CUDA simulator) — against the reference interpreter, on shapes with
+broadcasting on every axis, size-1 axes and lengths that are no multiple of a vector width."""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from compiler.codegen.kernels import KernelGroup
+from compiler.codegen.kernels.elementwise import Elementwise
+from compiler.codegen.kernels.testing import run_kernels
+from compiler.codegen.loops import FormError, KernelForm, op, print_kernel, select
+from compiler.codegen.loops.cuda import print_cuda
+from compiler.codegen.loops.expr import STORAGE_TYPES, Const, Var
+from compiler.codegen.loops.scalar import SCALAR
+from compiler.ir.graph import Graph
+from compiler.ir.interpreter import interpret
+from compiler.ir.ops import elementwise as ew
+from compiler.ir.types import DType, TensorType
+
+RNG = np.random.default_rng(7)
+
+
+# -- the form itself ------------------------------------------------------------------------------------
+def _scale_kernel():
+    kf = KernelForm("scale")
+    x = kf.buffer("x", DType.f32, (4, 7), strides=(0, 1))
+    y = kf.buffer("y", DType.f32, (4, 7), role="out")
+    with kf.loop(4, "parallel", grain=2) as i, kf.loop(7, "vector") as j:
+        t = kf.let(op("max", x[i, j] * 2.0, Const(0.0, DType.f32)))
+        kf.store(y, (i, j), t)
+    return kf.finish()
+
+
+def test_text_form():
+    assert print_kernel(_scale_kernel()) == """\
+kernel scale(x: f32[4,7] strides [0,1] in, y: f32[4,7] out) {
+  parallel for i0 in 0..4 grain 2 {
+    vector for i1 in 0..7 {
+      let t0 = max(mul(x[i0, i1], 2.0:f32), 0.0:f32)
+      y[i0, i1] = t0
+    }
+  }
+}"""
+
+
+def test_reduction_text_and_cuda_source():
+    kf = KernelForm("rowsum")
+    x = kf.buffer("x", DType.i32, (3, 5))
+    y = kf.buffer("y", DType.i32, (3,), role="out")
+    with kf.loop(3, "parallel") as i:
+        acc = kf.acc(Const(0, DType.i32))
+        with kf.loop(5) as j:
+            kf.update(acc, "add", x[i, j])
+        kf.store(y, (i,), acc)
+    k = kf.finish()
+    assert "acc acc0 = 0:i32\n    for i1 in 0..5 {\n      acc0 add= x[i0, i1]" in print_kernel(k)
+    src = print_cuda(k).source
+    assert "for i0 in range(tid, 3, cuda.gridsize(1)):" in src and "acc0 = int32(acc0 + b0_x[i0 * 5 + i1])" in src
+    xs = RNG.integers(-100, 100, (3, 5)).astype(np.int32)
+    out = np.zeros(3, np.int32)
+    print_cuda(k).launch([xs.ravel(), out])
+    np.testing.assert_array_equal(out, xs.sum(1))
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda kf, x, y: kf.store(y, (Var("zz"),), x[0]), "zz is used outside the scope"),
+    (lambda kf, x, y: kf.store(x, (0,), x[0]), "a store to x, an input"),
+    (lambda kf, x, y: kf.store(y, (7,), x[0]), r"ranges over \[7, 7\], outside 0..5"),
+    (lambda kf, x, y: kf.store(y, (0,), Const(1, DType.i64)), "a i64 value stored to y"),
+])
+def test_verifier_refusals(build, message):
+    kf = KernelForm("bad")
+    x = kf.buffer("x", DType.f32, (6,))
+    y = kf.buffer("y", DType.f32, (6,), role="out")
+    build(kf, x, y)
+    with pytest.raises(FormError, match=message):
+        kf.finish()
+
+
+def test_verifier_bounds_follow_the_loops():
+    kf = KernelForm("shift")
+    x = kf.buffer("x", DType.f32, (6,))
+    y = kf.buffer("y", DType.f32, (6,), role="out")
+    with kf.loop(6) as i:
+        kf.store(y, (i,), x[i + 1])  # reads x[6] on the last iteration
+    with pytest.raises(FormError, match=r"index 0 into x \(add\(i0, 1:i64\)\) ranges over \[1, 6\]"):
+        kf.finish()
+    kf = KernelForm("clamped")
+    x = kf.buffer("x", DType.f32, (6,))
+    y = kf.buffer("y", DType.f32, (6,), role="out")
+    with kf.loop(6) as i:
+        kf.store(y, (i,), x[op("min", i + 1, Const(5, DType.i64))])
+    kf.finish()
+
+
+def test_structure_refusals():
+    kf = KernelForm("nested")
+    y = kf.buffer("y", DType.f32, (2, 2), role="out")
+    with kf.loop(2) as i, kf.loop(2, "parallel") as j:
+        kf.store(y, (i, j), Const(0.0, DType.f32))
+    with pytest.raises(FormError, match="a parallel loop must be at the top level"):
+        kf.finish()
+    kf = KernelForm("vec")
+    y = kf.buffer("y", DType.f32, (2, 2), role="out")
+    with kf.loop(2, "vector") as i, kf.loop(2) as j:
+        kf.store(y, (i, j), Const(0.0, DType.f32))
+    with pytest.raises(FormError, match="a loop inside a vector loop"):
+        kf.finish()
+
+
+def test_expressions_are_typed():
+    x = Var("x", DType.f32)
+    with pytest.raises(FormError, match="operands of types f32, i32"):
+        op("add", x, Var("n", DType.i32))
+    with pytest.raises(FormError, match="shl does not take f32"):
+        op("shl", x, x)
+    with pytest.raises(FormError, match="300 does not fit i8"):
+        Const(300, DType.i8)
+    assert select(op("lt", x, 0.0), x, 1.0).dtype is DType.f32
+
+
+# -- every elementwise op, every element type, both printers ---------------------------------------------
+FLOATS = (DType.f32, DType.f64, DType.f16)
+INTS = (DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u16, DType.u32, DType.u64)
+SHAPES = [((3, 1, 5), (4, 1)), ((2, 1), (1, 9)), ((17,), ())]  # broadcast on every axis, odd lengths
+
+
+def _data(shape, dt: DType, o) -> np.ndarray:
+    op_cls = type(o)
+    if dt is DType.bool:
+        return np.asarray(RNG.random(shape) < 0.5)
+    if dt.is_float:
+        x = np.asarray(RNG.standard_normal(shape) * 3)
+        if op_cls in (ew.Log, ew.Sqrt, ew.Acosh):
+            x = np.abs(x) + (1 if op_cls is ew.Acosh else 0)
+        if op_cls in (ew.Asin, ew.Acos, ew.Atanh):
+            x = np.tanh(x)
+        flat = x.reshape(-1)
+        # NaN, infinity and -0 (not into integer casts: NaN and out-of-range values are undefined there,
+        # and what NumPy gives differs between AVX2 and AVX-512 hosts)
+        if flat.size > 4 and not (op_cls is ew.Cast and (o.to.is_int or o.to is DType.f16)):
+            flat[:3] = [np.nan, np.inf, -0.0]
+        return np.asarray(x.astype(dt.np))
+    info = np.iinfo(dt.np)
+    lo, hi = (max(info.min, -40), min(info.max, 40)) if op_cls not in (ew.BitShift,) else (0, 2 * 8 * dt.itemsize)
+    x = np.asarray(RNG.integers(lo, hi, shape, endpoint=True).astype(dt.np))
+    if x.size > 3 and op_cls in (ew.Div, ew.Mod):
+        x.reshape(-1)[1] = 0  # division by zero: 0, as the reference gives
+    return x
+
+
+def _cases():
+    """(op instance, input element types) for each op of SCALAR and each type it takes."""
+    unary_f = [c for c in SCALAR if issubclass(c, ew.Unary) and c not in (ew.Not, ew.BitwiseNot, ew.IsNaN, ew.IsInf)]
+    out = []
+    int_unary = (ew.Abs, ew.Neg, ew.Sign, ew.Relu)  # the others compute float math only (ints: the interpreter)
+    for c in unary_f:
+        o = c()
+        for dt in sorted(o.dtypes & STORAGE_TYPES, key=str):
+            if dt.is_float or c in int_unary:
+                out.append((o, [dt]))
+    for dt in FLOATS:
+        out += [(ew.IsNaN(), [dt]), (ew.IsInf(detect_negative=0), [dt]), (ew.IsInf(), [dt])]
+    out += [(ew.Not(), [DType.bool])] + [(ew.BitwiseNot(), [dt]) for dt in INTS]
+    for c in (ew.Add, ew.Sub, ew.Mul, ew.Div, ew.Equal, ew.Less, ew.LessOrEqual, ew.Greater, ew.GreaterOrEqual):
+        out += [(c(), [dt, dt]) for dt in FLOATS + INTS]
+    out += [(ew.Mod(fmod=1), [dt, dt]) for dt in FLOATS] + [(ew.Mod(), [dt, dt]) for dt in INTS]
+    out += [(c(), [dt, dt]) for c in (ew.BitwiseAnd, ew.BitwiseOr, ew.BitwiseXor) for dt in INTS]
+    out += [(ew.BitShift(direction=d), [dt, dt]) for d in ("LEFT", "RIGHT") for dt in INTS]
+    out += [(c(), [DType.bool, DType.bool]) for c in (ew.And, ew.Or, ew.Xor)]
+    out += [(c(), [dt, dt, dt]) for c in (ew.Sum, ew.Max, ew.Min, ew.Mean) for dt in FLOATS]
+    out += [(ew.Max(), [dt, dt]) for dt in INTS] + [(ew.PRelu(), [dt, dt]) for dt in FLOATS]
+    out += [(ew.Where(), [DType.bool, dt, dt]) for dt in FLOATS + INTS + (DType.bool,)]
+    types = FLOATS + INTS + (DType.bool,)
+    out += [(ew.Cast(to=b), [a]) for a in types for b in types if a is not b]
+    return out
+
+
+CASES = _cases()
+
+
+def _graph(o, dts, shapes):
+    g = Graph("t")
+    ins = [g.add_input(f"x{j}", TensorType(dt, shapes[j % len(shapes)])) for j, dt in enumerate(dts)]
+    g.set_outputs([g.add(o, *ins)])
+    return g
+
+
+def _label(o, dts) -> str:
+    attrs = "".join(f"{k}={v}" for k, v in vars(o).items() if not k.startswith("_"))
+    return f"{o.name}{'(' + attrs + ')' if attrs else ''}[{','.join(map(str, dts))}]"
+
+
+def _compare(got: np.ndarray, want: np.ndarray, o, label: str) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape, label
+    if want.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want, err_msg=label)
+        return
+    exact = isinstance(o, (ew.Add, ew.Sub, ew.Mul, ew.Div, ew.Neg, ew.Abs, ew.Relu, ew.Max, ew.Min, ew.Where, ew.Cast,
+                           ew.Floor, ew.Ceil, ew.Round, ew.Sqrt, ew.Sign, ew.Reciprocal, ew.Mod))
+    rtol = 0 if exact else {np.float16: 2e-3, np.float32: 2e-6, np.float64: 1e-13}[want.dtype.type]
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
+                               atol=rtol * max(1.0, float(np.nanmax(np.abs(np.where(np.isinf(want), 0, want)))))
+                               if want.size else 0, equal_nan=True, err_msg=label)
+
+
+@pytest.mark.parametrize("shapes", SHAPES, ids=lambda s: "x".join(map(str, s[0])) + "_" + "x".join(map(str, s[1])))
+def test_every_elementwise_op_and_type_on_the_llvm_printer(shapes):
+    """One graph holding every case (one kernel each: run_kernels), one compile."""
+    g = Graph("all")
+    feeds, outs, labels = {}, [], []
+    for n, (o, dts) in enumerate(CASES):
+        ins = []
+        for j, dt in enumerate(dts):
+            shape = shapes[j % len(shapes)]
+            name = f"c{n}_{j}"
+            ins.append(g.add_input(name, TensorType(dt, shape)))
+            feeds[name] = _data(shape, dt, o)
+        outs.append(g.add(o, *ins))
+        labels.append(_label(o, dts))
+    g.set_outputs(outs)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = interpret(g, feeds)
+        for n, (o, dts) in enumerate(CASES):
+            assert Elementwise().check(KernelGroup.of_node(g.nodes[n])) is None, labels[n]
+        got = run_kernels(g, feeds)
+    for name, label, (o, _) in zip(g.output_names, labels, CASES):
+        _compare(np.asarray(got[name]), np.asarray(want[name]), o, label)
+
+
+def _run_cuda(g: Graph, feeds: dict) -> np.ndarray:
+    node = g.nodes[0]
+    group = KernelGroup.of_node(node)
+    kernel = Elementwise().form(group, "k")
+    y = node.outputs[0]
+    out = np.zeros(int(math.prod(y.shape)), y.type.dtype.np)
+    arrays = []
+    for b in kernel.buffers:
+        arrays.append(out if b.role == "out" else np.ascontiguousarray(feeds[b.value.name]).reshape(-1))
+    print_cuda(kernel).launch(arrays, threads=8)
+    return out.reshape([int(d) for d in y.shape])
+
+
+#: one case per (op, type class) on the simulator (it runs each thread in Python: slow)
+CUDA_CASES = [c for c in CASES if not (isinstance(c[0], ew.Cast) and c[1][0] not in (DType.f32, DType.i64, DType.bool))
+              and c[1][0] is not DType.f16]
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator "
+                    "(tests/conftest.py turns it on unless NUMBA_ENABLE_CUDASIM is set otherwise)")
+@pytest.mark.parametrize("case", CUDA_CASES, ids=[_label(*c) for c in CUDA_CASES])
+def test_every_elementwise_op_and_type_on_the_cuda_printer(case):
+    o, dts = case
+    shapes = SHAPES[0]
+    g = _graph(o, dts, shapes)
+    feeds = {v.name: _data(tuple(v.shape), v.type.dtype, o) for v in g.inputs}
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = interpret(g, feeds)[g.output_names[0]]
+        got = _run_cuda(g, feeds)
+    _compare(got, np.asarray(want), o, _label(o, dts))
