@@ -179,6 +179,22 @@ def form_groups(graph: Graph) -> list[KernelGroup]:
     return [KernelGroup.of_node(n) for n in graph.nodes]
 
 
+def kernel_forms(graph: Graph) -> list[tuple[KernelGroup, str, object]]:
+    """Per kernel group: (the group, its lowering's name or why it has none, its loop-form
+    ``Kernel`` or None when the lowering still writes LLVM by hand). In-place choices are the program
+    builder's and are not shown (``kiln dump --kernels``)."""
+    out = []
+    for i, group in enumerate(form_groups(graph)):
+        low, why = lowering_for(group)
+        if low is None:
+            out.append((group, f"interpreter: {why}", None))
+            continue
+        form = getattr(low, "form", None)
+        name = f"k{i}_{'_'.join(group.ops)}"
+        out.append((group, type(low).__name__, form(group, name) if form is not None and not low.alias else None))
+    return out
+
+
 def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_memory: bool = True,
                   in_place: bool = True, profile: bool = False, verify_shared: bool = False) -> Program:
     """Lower ``graph`` (after the pipeline) to a ``Program`` for ``target`` (see the module docstring).

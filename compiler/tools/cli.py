@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--explain-fusion", action="store_true",
                    help="say, for each pair of adjacent ops, whether the fuse pass put them in one kernel and "
                         "why not (pattern, shared producer, cycle, limit)")
+    d.add_argument("--kernels", action="store_true",
+                   help="print each kernel of the final IR: its lowering and, where the lowering is built on the "
+                        "loop form, the kernel in that form (buffers, loops, scalar expressions)")
     d.add_argument("--output", "-o", metavar="FILE", help="write the final IR here instead of printing it")
     d.add_argument("--memory-plan", metavar="FILE.svg",
                    help="build the program (no LLVM compile) and draw its arena plan, offset x schedule step, "
@@ -248,6 +251,8 @@ def cmd_dump(args) -> int:
         write_memory_plan(graph, args.memory_plan, args.model)
     if args.explain_fusion:
         explain_fusion(passes)
+    if args.kernels:
+        print_kernels(graph)
     if args.json:
         doc = {"passes": result.to_json()}
         if checker:
@@ -255,13 +260,23 @@ def cmd_dump(args) -> int:
         print(json.dumps(doc, indent=2))
     else:
         if not (args.print_after_all or args.print_after or args.output or args.dump_dir or checker
-                or args.memory_plan or args.explain_fusion):
+                or args.memory_plan or args.explain_fusion or args.kernels):
             sys.stdout.write(print_graph(graph))
         if args.dump_dir or checker:
             print(result.summary())
         if checker:
             print(checker.report.text())
     return 1 if checker and checker.report.first_bad else 0
+
+
+def print_kernels(graph) -> None:
+    """``--kernels``: each kernel group of the final IR with its lowering and loop form."""
+    from ..codegen.program import kernel_forms
+
+    for i, (group, lowering, form) in enumerate(kernel_forms(graph)):
+        print(f"# kernel {i}: {group.describe()} -> {lowering}")
+        print(str(form) if form is not None else "  (hand-written LLVM; not yet in the loop form)")
+        print()
 
 
 def _onnx_exporter(fmt: str):

@@ -125,3 +125,25 @@ def test_explain_fusion_says_why_pairs_stay_apart(cnn, capsys):
     assert "not fused  " in out and "(pattern reduce)" in out  # the squeeze-excite's GlobalAveragePool
     assert main(["dump", cnn, "--explain-fusion", "-O1"]) == 1
     assert "the pipeline has no fuse pass" in capsys.readouterr().err
+
+
+def test_kernels_prints_each_kernel_in_the_loop_form(tmp_path, capsys):
+    path = tmp_path / "m.kir"
+    path.write_text("""\
+graph @g(%x: f32[2,3,8], %b: f32[8], %m: i64[2,3,8]) -> (y: f32[2,3,8], z: bool[2,3,8], w: f32[2,3,3]) {
+  %0 = Add(%x, %b) : f32[2,3,8]
+  %1 = Sigmoid(%0) : f32[2,3,8]
+  %2 = Mul(%0, %1) : f32[2,3,8]
+  %c = const i64[] dense<3>
+  %3 = Greater(%m, %c) : bool[2,3,8]
+  %t = Transpose(%x) {perm=[0, 2, 1]} : f32[2,8,3]
+  %4 = MatMul(%x, %t) : f32[2,3,3]
+  return y=%2, z=%3, w=%4
+}
+""")
+    assert main(["dump", str(path), "--kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "# kernel 0: group [Add, Sigmoid, Mul] -> Elementwise" in out
+    assert "kernel k0_Add_Sigmoid_Mul(in0: f32[6,8] in, in1: f32[6,8] strides [0,1] in, out0: f32[6,8] out)" in out
+    assert "let t1 = sigmoid(t0)" in out and "gt(in0[i0], 3:i64)" in out
+    assert "-> MatMul\n  (hand-written LLVM; not yet in the loop form)" in out
