@@ -180,18 +180,21 @@ def form_groups(graph: Graph) -> list[KernelGroup]:
 
 
 def kernel_forms(graph: Graph) -> list[tuple[KernelGroup, str, object]]:
-    """Per kernel group: (the group, its lowering's name or why it has none, its loop-form
-    ``Kernel`` or None when the lowering still writes LLVM by hand). In-place choices are the program
-    builder's and are not shown (``kiln dump --kernels``)."""
+    """Per kernel group: (the group, its lowering's name or why it has none, what it runs: its
+    loop-form ``Kernel``, or a few words when it has none: a view, hand-written LLVM, the
+    interpreter). In-place choices are the program builder's and are not shown (``kiln dump
+    --kernels``)."""
     out = []
     for i, group in enumerate(form_groups(graph)):
         low, why = lowering_for(group)
         if low is None:
-            out.append((group, f"interpreter: {why}", None))
-            continue
-        form = getattr(low, "form", None)
-        name = f"k{i}_{'_'.join(group.ops)}"
-        out.append((group, type(low).__name__, form(group, name) if form is not None and not low.alias else None))
+            out.append((group, "interpreter", f"runs in the reference interpreter: {why}"))
+        elif low.alias:
+            out.append((group, type(low).__name__, "a view of its input's buffer: no code"))
+        elif getattr(low, "form", None) is None:
+            out.append((group, type(low).__name__, "hand-written LLVM; not yet in the loop form"))
+        else:
+            out.append((group, type(low).__name__, low.form(group, f"k{i}_{'_'.join(group.ops)}")))
     return out
 
 

@@ -275,7 +275,7 @@ def print_kernels(graph) -> None:
 
     for i, (group, lowering, form) in enumerate(kernel_forms(graph)):
         print(f"# kernel {i}: {group.describe()} -> {lowering}")
-        print(str(form) if form is not None else "  (hand-written LLVM; not yet in the loop form)")
+        print(f"  ({form})" if isinstance(form, str) else form)
         print()
 
 
