@@ -6,12 +6,14 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import compiler
 from compiler.codegen.kernels import EMPTY, KernelGroup, lowering_for
 from compiler.ir.interpreter import interpret
 from frontends.onnx import import_model
+
+from ..onnx_build import float_model
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -19,12 +21,7 @@ RNG = np.random.default_rng(5)
 
 
 def _model(nodes, inputs, inits=()):
-    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
-    g = helper.make_graph(nodes, "empty", vi, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(a, n) for n, a in inits])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+    return float_model(nodes, inputs, inits, "empty")
 
 
 W = ("w", RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))

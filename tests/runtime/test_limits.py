@@ -5,20 +5,17 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import compiler
 from compiler.errors import KilnError, LimitError
 from compiler.passes.options import CompileOptions, OptionError
 
+from ..onnx_build import float_model
+
 
 def _model(nodes, inputs, inits=()):
-    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
-    g = helper.make_graph(nodes, "big", vi, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(a, n) for n, a in inits])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+    return float_model(nodes, inputs, inits, "big")
 
 
 @pytest.mark.parametrize("model, words", [
