@@ -9,7 +9,8 @@ no native code it also parses the final IR to run those nodes in the reference i
 any native code runs, takes an arena (one per concurrent caller, allocated once and reused), calls
 the native forward function (or, with fallback nodes, the native segments and the interpreter in
 turn) and copies the outputs out of the arena: results never alias Kiln's memory. It is safe to
-call from several threads at once.
+call from several threads at once. Modules, memory and launches go through a ``Device``
+(``device.py``; the host CPU by default).
 """
 from __future__ import annotations
 
@@ -22,10 +23,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..codegen.loader import load_library
 from ..errors import InputError, KilnError
-from .artifact import (MAX_LIBRARY_BYTES, ArtifactDir, ArtifactError, library_function, library_string,
-                       read_manifest)
+from .artifact import MAX_LIBRARY_BYTES, ArtifactDir, ArtifactError, read_manifest
+from .device import CpuDevice, Device, Memory
 from .manifest import (IR_TEXT, LAYOUT_SYMBOL, LIBRARY, WEIGHTS, SchemaError, check_fallback_nodes, check_layout,
                        machine_memory, np_dtype)
 from .status import clear as clear_status, raise_reported
@@ -41,12 +41,6 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
-    raw = np.empty(nbytes + align, np.uint8)
-    off = (-raw.ctypes.data) % align
-    return raw[off:off + nbytes]
-
-
 class Executable:
     """A loaded model (see the module docstring). Build one with ``compiler.compile`` or ``compiler.load``.
 
@@ -55,9 +49,10 @@ class Executable:
     checksums as it is read: the bytes loaded are the bytes hashed."""
 
     def __init__(self, path: str, manifest: dict, nthreads: int | None = None, _owner: Any = None,
-                 _dir: ArtifactDir | None = None):
+                 _dir: ArtifactDir | None = None, device: Device | None = None):
         self.path = path
         self.manifest = manifest
+        self.device: Device = device or CpuDevice()
         self.nthreads = int(nthreads) if nthreads else default_threads()
         if self.nthreads < 1:
             raise ValueError(f"nthreads must be at least 1, got {nthreads}")
@@ -65,14 +60,14 @@ class Executable:
         with contextlib.ExitStack() as stack:
             d = _dir or stack.enter_context(ArtifactDir(path))
             self._open_files(d)
-        self._segments = {name: self._function(name, _FORWARD, None)
+        self._segments = {name: self._module.function(name, _FORWARD)
                           for name in (s["native"] for s in manifest["plan"] if "native" in s)}
         # (name, NumPy dtype, shape, element type name); dtype None for an input that only
         # interpreted nodes read (a sequence, or a tensor of symbolic shape): not checked here
         self._signature_ = [(i["name"], _np_dtype(i["dtype"]), tuple(i["shape"]), i["dtype"]) if "dtype" in i
                             else (i["name"], None, i["type"], None) for i in manifest["inputs"]]
         self.outputs = [(o["name"], o.get("dtype"), o.get("shape")) for o in manifest["outputs"]]
-        self._arenas: list[tuple[np.ndarray, int]] = []  # (arena, its address), one per concurrent caller
+        self._arenas: list[Memory] = []  # one per concurrent caller
         # what run() does, decoded once: the steps, and where each output is read
         self._steps = [(step, self._segments.get(step.get("native"))) for step in manifest["plan"]]
         self._outputs = []
@@ -92,20 +87,17 @@ class Executable:
         the other files of the artifact verified too."""
         files, plan = self.manifest["files"], self.manifest["plan"]
         used = {WEIGHTS}
-        self._lib = None  # absent when no node runs natively
+        self._module = None  # absent when no node runs natively
         if any("native" in s for s in plan):
             used.add(LIBRARY)
             data = d.read(LIBRARY, files[LIBRARY], MAX_LIBRARY_BYTES)
-            try:
-                self._lib = load_library(data, os.path.join(self.path, LIBRARY))
-            except OSError as e:
-                raise ArtifactError(f"cannot load {os.path.join(self.path, LIBRARY)}: {e}") from None
+            self._module = self.device.load_module(data, os.path.join(self.path, LIBRARY))
         self._mapped = d.map(WEIGHTS, files[WEIGHTS], self.manifest["memory"]["weights_bytes"])
         self._weights = np.frombuffer(self._mapped, np.uint8) if self._mapped is not None else np.zeros(64, np.uint8)
         self._wptr = self._weights.ctypes.data
-        if self._lib is not None:  # native code was compiled for one layout: the manifest must describe it
+        if self._module is not None:  # native code was compiled for one layout: the manifest must describe it
             try:
-                check_layout(self.manifest, library_string(self._lib, LAYOUT_SYMBOL, os.path.join(self.path, LIBRARY)))
+                check_layout(self.manifest, self._module.string(LAYOUT_SYMBOL))
             except SchemaError as e:
                 raise ArtifactError(f"{self.path}: {e}") from None
         self._graph = None
@@ -138,10 +130,10 @@ class Executable:
             raise ArtifactError(f"{self.path}: {e}") from None
         return graph
 
-    def _function(self, name: str, argtypes: list, restype):
-        fn = library_function(self._lib, name, os.path.join(self.path, LIBRARY))
-        fn.argtypes, fn.restype = argtypes, restype
-        return fn
+    @property
+    def _lib(self):
+        """The loaded shared library (the CPU device's), for tests and tools that inspect it."""
+        return getattr(self._module, "lib", None)
 
     # -- information -----------------------------------------------------------------------------
     @property
@@ -170,10 +162,10 @@ class Executable:
         reading). Fallback steps are not timed."""
         if not self.manifest.get("profile"):
             raise KilnError("this artifact was not compiled with profile=True: no step is timed")
-        read = self._function("kiln_profile_seconds", [ctypes.c_int32], ctypes.c_double)
+        read = self._module.function("kiln_profile_seconds", [ctypes.c_int32], ctypes.c_double)
         res = [(k, read(k["step"])) for k in self.kernels]
         if reset:
-            self._function("kiln_profile_reset", [], None)()
+            self._module.function("kiln_profile_reset", [])()
         return res
 
     @property
@@ -234,48 +226,52 @@ class Executable:
         arrays = self.check_inputs(inputs)
         table = (ctypes.c_void_p * max(len(arrays), 1))(
             *[a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else None for a in arrays])
-        arena, address = self._take_arena()
+        dev = self.device
+        mem = self._take_arena()
         try:
             env: dict[str, Any] = {}
             status = self.manifest.get("status_offset")
             for step, fn in self._steps:
                 if fn is not None:
                     if status is not None:
-                        clear_status(arena, status)
-                    fn(ctypes.addressof(table), self._wptr, address, self.nthreads)
+                        clear_status(mem.host, status)
+                    dev.run(fn, ctypes.addressof(table), self._wptr, mem.address, self.nthreads)
                     if status is not None:
-                        raise_reported(arena, status, self.manifest["kernels"])
+                        dev.synchronize()
+                        raise_reported(mem.host, status, self.manifest["kernels"])
                 else:
-                    self._run_fallback(step, arrays, arena, env)
+                    dev.synchronize()
+                    self._run_fallback(step, arrays, mem, env)
+            dev.synchronize()
             result = {}
             for name, start, stop, dt, shape, o in self._outputs:
                 if start is not None:  # in the arena (the common case: one slice, one copy)
-                    result[name] = arena[start:stop].view(dt).reshape(shape).copy()
+                    result[name] = dev.copy_out(mem, start, dt, shape)
                 else:
-                    result[name] = self._read(o["place"], o, arrays, arena, env)
+                    result[name] = self._read(o["place"], o, arrays, mem, env)
             return result
         finally:
-            self._give_arena((arena, address))
+            self._give_arena(mem)
 
-    def _take_arena(self) -> tuple[np.ndarray, int]:
+    def _take_arena(self) -> Memory:
         with self._lock:
             if self._arenas:
                 return self._arenas.pop()
-        arena = _aligned_empty(max(self.arena_bytes, 64))
-        return arena, arena.ctypes.data
+        return self.device.allocate(max(self.arena_bytes, 64))
 
-    def _give_arena(self, arena: tuple[np.ndarray, int]) -> None:
+    def _give_arena(self, mem: Memory) -> None:
         with self._lock:
-            self._arenas.append(arena)
+            self._arenas.append(mem)
 
     def _view(self, place, dtype: str, shape, arrays, arena) -> np.ndarray:
         kind, where = place
         if kind == "input":  # the input itself, or a view op's result seen through it
             return arrays[where].reshape(shape)
         dt = _np_dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-        base = self._weights if kind == "weight" else arena
-        return base[where:where + n].view(dt).reshape(shape)
+        if kind == "weight":
+            n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            return self._weights[where:where + n].view(dt).reshape(shape)
+        return self.device.view(arena, where, dt, shape)
 
     def _read(self, place, desc, arrays, arena, env):
         if place is None or place[0] == "python":
