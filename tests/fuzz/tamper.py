@@ -137,8 +137,11 @@ def tamper(rng, d: str, other: str) -> tuple[str, bool, bool]:
         return about + " (checksums rewritten)", refuse, False
     if kind == 6:  # the weights resized, checksums rewritten
         w = os.path.join(d, "weights.bin")
-        os.truncate(w, max(0, os.path.getsize(w) - int(rng.choice([64, 4, os.path.getsize(w)]))))
+        size = os.path.getsize(w)
+        os.truncate(w, max(0, size - int(rng.choice([64, 4, size]))))
         _rewrite(d, man)
+        if size == 0:  # a model without weights: nothing to shorten, nothing changed
+            return "weights.bin empty, left as it is (checksums rewritten)", False, False
         return "weights.bin shorter than the plan (checksums rewritten)", True, False
     for name in ("model.so", "weights.bin"):  # another artifact's files, checksums rewritten
         if os.path.exists(os.path.join(other, name)):
