@@ -341,6 +341,9 @@ class _Importer:
                 raise ModelError(f"graph input {vi.name!r} is listed twice (input names are unique)")
             listed.add(vi.name)
             if vi.name in self.values:  # an initializer also listed as input (IR version < 4): a constant
+                if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.elem_type == 0:
+                    raise ModelError(f"graph input {vi.name!r} (an initializer) declares element type 0 "
+                                     f"(UNDEFINED), which no input may have")
                 problem = declared_type_problem(vi.type, self.values[vi.name].type, dims=True)
                 if problem:
                     raise ModelError(f"graph input {vi.name!r} (an initializer) is {problem}")

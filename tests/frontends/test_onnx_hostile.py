@@ -234,6 +234,14 @@ def test_graph_input_listed_twice():
         import_model(m)
 
 
+def test_an_initializer_listed_as_input_of_element_type_0():
+    m = _model([helper.make_node("Add", ["x", "w"], ["y"])], [_vi("x", [2]), _vi("w", [2], 0)], [_vi("y", [2])],
+               [helper.make_tensor("w", F, [2], [1, 2])])
+    m.ir_version = 3
+    with pytest.raises(ModelError, match=r"graph input 'w' \(an initializer\) declares element type 0"):
+        import_model(m)
+
+
 def test_graph_output_listed_twice():
     m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2])], [_vi("y", [2]), _vi("y", [2])])
     with pytest.raises(ModelError, match="graph output 'y' is listed twice"):

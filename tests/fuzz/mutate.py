@@ -211,7 +211,9 @@ def m_elem_type(rng, m):
         t.data_type = value
     else:
         t.elem_type = value
-    return f"{what} element type {value}", True
+    # an output declared UNDEFINED (0) takes the type computed for it: Kiln accepts it on purpose (ONNX's
+    # own test models declare outputs so; docs/reliability.md), so running it is a note, not a failure
+    return f"{what} element type {value}", not (what == "output" and value == 0)
 
 
 def m_dangling(rng, m):

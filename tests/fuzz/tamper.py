@@ -107,6 +107,7 @@ def tamper(rng, d: str, other: str) -> tuple[str, bool, bool]:
             about, refuse = f"input dtype {man['inputs'][0]['dtype']!r}", False
         elif field == 1 and man.get("inputs") and man["inputs"][0].get("shape"):
             man["inputs"][0]["shape"] = [s * 2 + 1 for s in man["inputs"][0]["shape"]]
+            _rewrite(d, man)
             return "input shape disagrees with the plan (checksums rewritten)", True, True
         elif field == 2:
             man["memory"]["arena_bytes"] = int(rng.choice([0, -1, 1, 1 << 62]))
