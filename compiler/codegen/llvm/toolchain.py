@@ -6,7 +6,8 @@ The steps, each a plain function:
   it is about.
 * ``optimize(module, target)``: LLVM's default ``O3`` pipeline (new pass manager), loop and SLP
   vectorization and unrolling on, tuned for the target CPU.
-* ``compile_ir(text, target) -> bytes``: the three above plus code emission: an ELF object file.
+* ``compile_ir(text, target) -> bytes``: the above, the rewrites of ``workarounds`` (known LLVM
+  code-generator bugs), and code emission: an ELF object file.
 * ``link_shared(objects, path)``: the system C compiler driver (``cc -shared``) links objects into a
   ``.so``; ``load_library(path)`` opens it with ctypes.
 * ``build_library(texts, path, target)``: all of it for several modules at once.
@@ -32,6 +33,7 @@ import llvmlite.binding as llvm
 
 from ...errors import KilnError
 from .target import Target, host_target
+from .workarounds import define_i1_shuffle_lanes
 
 
 class CodegenError(KilnError):
@@ -114,9 +116,14 @@ def optimize(module: llvm.ModuleRef, target: Target | None = None, opt_level: in
 
 
 def _compiled(module_text: str, target: Target | None, opt_level: int) -> tuple[llvm.ModuleRef, Target]:
+    """Parse, optimize, then apply ``workarounds`` (re-parsing only when one changed the module)."""
     target = target or host_target()
     module = parse_module(module_text, target)
     optimize(module, target, opt_level)
+    text = str(module)
+    fixed = define_i1_shuffle_lanes(text)
+    if fixed is not text:
+        module = parse_module(fixed, target)
     return module, target
 
 
