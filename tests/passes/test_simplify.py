@@ -184,6 +184,27 @@ def test_matmul_add_becomes_gemm_through_a_reshape_for_3d_activations():
     assert g.op_counts() == {"Gemm": 1, "Reshape": 2}
 
 
+@pytest.mark.parametrize("x, k", [((2, 0, 8), 8), ((2, 3, 0), 0)])
+def test_matmul_add_becomes_gemm_on_empty_activations(x, k):
+    """A 0 in a Reshape's target is a size-0 axis (allowzero), not "copy the input's dimension"
+    (found by the fuzzer: [2,0,3] became [2,3,3]); and the rows are counted, not -1 (ambiguous
+    with no elements)."""
+    y = (*x[:-1], 5)
+    dims = lambda s: ",".join(map(str, s))  # noqa: E731
+    g = ir(f"""
+    graph @t(%x: f32[{dims(x)}]) -> (y: f32[{dims(y)}]) {{
+      %w = const f32[{k},5]
+      %b = const f32[5] dense<[1.0, 2.0, 3.0, 4.0, 5.0]>
+      %0 = MatMul(%x, %w) : f32[{dims(y)}]
+      %1 = Add(%0, %b) : f32[{dims(y)}]
+      return y=%1
+    }}""", weights={"w": np.ones((k, 5), np.float32)})
+    assert run_pass(Canonicalize(), g)
+    rows = x[0] * x[1]
+    assert [(n.op.name, tuple(n.output.shape)) for n in g.nodes] == [
+        ("Reshape", (rows, k)), ("Gemm", (rows, 5)), ("Reshape", y)]
+
+
 def test_matmul_add_refused_when_the_matmul_has_other_uses():
     g = ir("""
     graph @t(%x: f32[2,4]) -> (y: f32[2,2], z: f32[2,2]) {

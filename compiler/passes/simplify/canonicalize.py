@@ -32,8 +32,10 @@ def only_use_is(v: Value, node: Node) -> bool:
 
 
 def reshape_to(graph: Graph, x: Value, shape, before: Node, name: str | None = None) -> Value:
+    """``x`` reshaped to the static ``shape`` (a 0 in it is a size-0 axis: allowzero, not "copy")."""
     target = graph.add_constant(np.asarray(shape, dtype=np.int64))
-    return graph.add_node(op("Reshape"), [x, target], name=name, before=before).output
+    reshape = op("Reshape", allowzero=1) if 0 in tuple(shape) else op("Reshape")
+    return graph.add_node(reshape, [x, target], name=name, before=before).output
 
 
 class RemoveIdentity(Rule):
@@ -196,7 +198,8 @@ class MatMulAddToGemm(Rule):
         a, b = mm.producer.inputs
         n = b.shape[1]
         c = graph.add_constant(np.broadcast_to(bias.const.reshape(-1), (n,)).copy())
-        x = a if a.type.rank == 2 else reshape_to(graph, a, (-1, a.shape[-1]), node)
+        rows = int(np.prod(a.shape[:-1]))  # not -1: that is ambiguous when a has no elements
+        x = a if a.type.rank == 2 else reshape_to(graph, a, (rows, a.shape[-1]), node)
         gemm = graph.add_node(op("Gemm"), [x, b, c], name=mm.producer.name, before=node).output
         out = gemm if a.type.rank == 2 else reshape_to(graph, gemm, node.output.shape, node)
         node.output.replace_all_uses_with(out)
