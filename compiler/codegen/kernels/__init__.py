@@ -15,7 +15,7 @@ from .epilogue import Epilogue
 from .linalg import Gemm, MatMul
 from .norm import LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
-from .reduce import Reduce
+from .reduction import Reduce
 from .row_reduce import RowReduce
 from .shuffle import ShuffledDepthwise
 

@@ -1,5 +1,5 @@
-"""Reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin over constant axes) in float32, and the
-vector helpers the pooling and normalization lowerings share.
+"""The float32 vector helpers that the pooling, normalization and fused row-reduction lowerings
+share (Reduce* itself is a loop-form kernel: ``reduction.py``).
 
 **Row reductions** (``reduce_row``) are written with explicit ``<8 x float>`` vectors: LLVM does not
 vectorize a float reduction whose adds may not be reassociated (llvmlite emits no fast-math flags),
@@ -7,11 +7,6 @@ so the kernel keeps four vector accumulators itself (32 elements per step), fold
 tail one element at a time. Sums are accumulated in blocks of 512 elements whose partial sums are
 added in float64, so the error does not grow with the row's length (NumPy's pairwise summation is as
 accurate). Max and min propagate NaN like ``np.maximum``/``np.minimum``.
-
-**Reduce*:** the input's dimensions are merged into runs of kept (K) and reduced (R) axes (size-1 axes
-dropped): the last run decides the innermost loop. ``[..., R]``: each contiguous row is reduced with
-``reduce_row``; ``[..., K]``: the kept run is an elementwise accumulate ``y[i] = y[i] op x[r, i]``
-(contiguous, vectorized by LLVM), the order NumPy also uses along a non-contiguous axis.
 """
 from __future__ import annotations
 
@@ -180,128 +175,5 @@ def nested(k: KernelBuilder, dims: list[int], body: Callable[[list[ir.Value]], N
     rec(0, [])
 
 
-# ---------------------------------------------------------------------------------------------
-# Reduce*
-# ---------------------------------------------------------------------------------------------
-
-def reduce_axes(node) -> tuple[int, ...] | str:
-    """The node's reduced axes, or why they are not known."""
-    op, x = node.op, node.inputs[0]
-    axes = node.inputs[1] if len(node.inputs) > 1 else None
-    listed: list[int] = []
-    if axes is not None:
-        data = axes.const if axes.const is not None else axes.known
-        if data is None:
-            return "the axes are computed at run time"
-        listed = [int(a) for a in data.ravel()] if hasattr(data, "ravel") else [int(a) for a in data]
-    return op.resolve_axes(x.type.rank, listed)
-
-
-def merge_runs(shape, axes) -> list[tuple[int, bool]]:
-    """(size, reduced) runs of adjacent axes alike, size-1 axes dropped."""
-    runs: list[tuple[int, bool]] = []
-    for i, d in enumerate(shape):
-        if d == 1:
-            continue
-        red = i in axes
-        if runs and runs[-1][1] == red:
-            runs[-1] = (runs[-1][0] * d, red)
-        else:
-            runs.append((int(d), red))
-    return runs
-
-
-def emit_reduction(k: KernelBuilder, x, y, shape, axes, kind: str, mean: bool) -> None:
-    """y (the kept axes, row-major) = reduction of x (``shape``) over ``axes``; x and y are the group's
-    values. When the outermost run is kept, its indices (independent blocks of outputs) are split among
-    the threads; every output is reduced in the same order either way."""
-    runs = merge_runs(shape, axes) or [(1, False)]
-    if len(runs) > 1 and not runs[0][1]:
-        n0 = runs[0][0]
-        xs0, ys0 = math.prod(d for d, _ in runs[1:]), math.prod(d for d, red in runs[1:] if not red)
-        with par_loop(k, n0, xs0, "r0") as i0:
-            b = k.b
-            _reduce_block(k, k.ptr(x), k.ptr(y), runs, kind, mean, b.mul(i0, c64(xs0)), b.mul(i0, c64(ys0)),
-                          skip=1)
-        return
-    _reduce_block(k, k.ptr(x), k.ptr(y), runs, kind, mean, c64(0), c64(0))
-
-
-def _reduce_block(k: KernelBuilder, xp, yp, runs, kind: str, mean: bool, x0, y0, skip: int = 0) -> None:
-    """The reduction over ``runs[skip:]`` of the block of x at element x0 into y at element y0."""
-    b = k.b
-    ident, comb = KINDS[kind]
-    nred = math.prod(d for d, red in runs if red)
-    only_last_reduced = runs[-1][1] and sum(red for _, red in runs) == 1
-    runs = runs[skip:]
-    xp, yp = k.at(xp, x0), k.at(yp, y0)
-    nout = math.prod(d for d, red in runs if not red)
-    xstr, ystr = [], []
-    s = 1
-    for d, red in reversed(runs):
-        xstr.append(s)
-        s *= d
-    xstr.reverse()
-    s = 1
-    for d, red in reversed(runs):
-        ystr.append(0 if red else s)
-        s *= 1 if red else d
-    ystr.reverse()
-    if not only_last_reduced:
-        map_row(k, nout, lambda i: vstore(k, cf32(ident), yp, i), "init")
-    last, last_red = runs[-1]
-
-    def body(idx):
-        xo, yo = offset(b, idx, xstr[:-1]), offset(b, idx, ystr[:-1])
-        if last_red:
-            v = reduce_row(k, last, lambda i, w: vload(k, xp, b.add(xo, i), w), kind)
-            if not only_last_reduced:
-                v = comb(b, vload(k, yp, yo), v)
-            vstore(k, v, yp, yo)
-        else:
-            def acc(i):
-                yi = b.add(yo, i)
-                vstore(k, comb(b, vload(k, yp, yi), vload(k, xp, b.add(xo, i))), yp, yi)
-            map_row(k, last, acc, "k")
-
-    nested(k, [d for d, _ in runs[:-1]], body)
-    if mean:
-        map_row(k, nout, lambda i: vstore(k, b.fdiv(vload(k, yp, i), cf32(float(nred))), yp, i), "mean")
-
-
-class Reduce(Lowering):
-    """ReduceSum, ReduceMean, ReduceMax, ReduceMin of float32 over constant axes (any keepdims)."""
-
-    ops = (rd.ReduceSum, rd.ReduceMean, rd.ReduceMax, rd.ReduceMin)
-    KIND = {rd.ReduceSum: "sum", rd.ReduceMean: "sum", rd.ReduceMax: "max", rd.ReduceMin: "min"}
-
-    def check(self, group: KernelGroup) -> str | None:
-        n = group.node
-        why = dtype_reason([n.inputs[0]])
-        if why:
-            return why
-        axes = reduce_axes(n)
-        if isinstance(axes, str):
-            return axes
-        why = dtype_reason([n.outputs[0]])
-        if why:
-            return why
-        if not axes:
-            return "a reduction over no axes is left to the interpreter"
-        if n.inputs[0].type.numel == 0:
-            return "empty tensors are left to the interpreter"
-        if nred := math.prod(n.inputs[0].shape[a] for a in axes):
-            if isinstance(n.op, rd.ReduceMean) and nred >= 1 << 24:
-                return "ReduceMean over 2^24 or more elements (the count is not exact in float32)"
-        return None
-
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
-        n = group.node
-        x, y = n.inputs[0], n.outputs[0]
-        emit_reduction(k, x, y, [int(d) for d in x.shape], set(reduce_axes(n)),
-                       self.KIND[type(n.op)], isinstance(n.op, rd.ReduceMean))
-
-
-__all__ = ["PAR_MIN_WORK", "Reduce", "V", "VEC", "emit_reduction", "hreduce", "map_row", "nested", "offset",
-           "par_loop", "par_min", "reduce_row",
+__all__ = ["PAR_MIN_WORK", "V", "VEC", "hreduce", "map_row", "nested", "offset", "par_loop", "par_min", "reduce_row",
            "splat", "vload", "vstore"]

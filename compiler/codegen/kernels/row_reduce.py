@@ -29,7 +29,8 @@ from ..llvm.elementwise import _is_inlined
 from .base import F32, KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason, unravel
 from .elementwise import Elementwise
 from .norm import ScaleBias, _trailing, layernorm_row, softmax_row
-from .reduce import par_loop, reduce_axes, reduce_row, vload, vstore
+from .reduce import par_loop, reduce_row, vload, vstore
+from .reduction import reduce_axes
 from .tile_epilogue import RowChain, _broadcast_strides, dense_strides
 
 #: the longest row (floats) computed into a stack buffer

@@ -173,6 +173,8 @@ class _Printer:
             return b.fcmp_unordered("!=", *xs)
         if p == "isnan":
             return b.fcmp_unordered("uno", xs[0], xs[0])
+        if p == "isinf":
+            return b.fcmp_ordered("==", b.call(self.intrinsic("fabs", dt), xs), ir.Constant(ty, float("inf")))
         if p in _INTRINSIC:
             return b.call(self.intrinsic(_INTRINSIC[p], dt), xs)
         if p == "to_f16":

@@ -1,4 +1,5 @@
-"""Each elementwise op's scalar semantics, written once as loop-form expressions.
+"""Each elementwise op's scalar semantics, and each reduction's pieces, written once as loop-form
+expressions.
 
 ``scalar(op, args, out)`` is the value of ``op`` at one point, from its operands' values there
 (expressions in their compute types: f16/bf16 operands arrive as f32; ``None`` for a missing
@@ -10,13 +11,20 @@ Every backend prints these expressions; none has its own per-op code.
 when it can). The semantics match ``op.compute`` (NumPy): NaN propagates through min/max/Relu;
 integer division truncates and gives 0 for division by 0; Mod with fmod=0 takes the divisor's sign;
 BitShift past the width gives the sign fill; float to integer conversions truncate.
+
+``REDUCTIONS`` gives each Reduce* op as an identity, a combiner, a map before and a finish after
+(``reduction(op, dt)``: for bool, max is "or" and min "and"); the Reduce lowering arranges them in
+loops.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ...ir.ops import elementwise as ew
+from ...ir.ops import reduce as rd
 from ...ir.ops.base import OpDef
 from ...ir.ops.shape import Identity
 from ...ir.types import DType
@@ -234,3 +242,92 @@ def scalar(o: OpDef, xs: Sequence[Expr | None], out: DType) -> Expr:
     if out in _ROUNDING and want in COMPUTE_TYPES and not isinstance(o, Identity):
         y = op(_ROUNDING[out], y)
     return y
+
+
+# -- reductions ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reduction:
+    """A Reduce* op in loop-form pieces: ``acc = identity; acc = combiner(acc, pre(x)) for each x;
+    result = post(acc, count)``. ``real``: integers are reduced in f64 (the result truncated back),
+    as the op's reference does. ``shifted`` (LogSumExp): a first pass finds the maximum m and the
+    sum runs over ``exp(x - m)`` (m is 0 where infinite or NaN), then ``m`` is added back."""
+
+    combiner: str
+    identity: Callable[[DType], float | int | bool]
+    pre: Callable[[Expr], Expr] | None = None
+    post: Callable[[Expr, int], Expr] | None = None
+    real: bool = False
+    shifted: bool = False
+
+    def map(self, x: Expr) -> Expr:
+        """What is accumulated for element ``x``."""
+        return x if self.pre is None else self.pre(x)
+
+    def finish(self, acc: Expr, count: int) -> Expr:
+        """The result from the accumulator after ``count`` elements."""
+        return acc if self.post is None else self.post(acc, count)
+
+    def combine(self, acc: Expr, x: Expr) -> Expr:
+        """``combiner`` as an expression (for accumulators kept in a buffer)."""
+        return op(self.combiner, acc, x)
+
+    def acc_type(self, dt: DType) -> DType:
+        """The accumulator's type for elements of ``dt``: f64 for float sums (their error does not
+        grow with the count) and for integers of a ``real`` op, else the compute type."""
+        ct = compute_type(dt)
+        if (self.real and ct.is_int) or (ct.is_float and self.combiner == "add"):
+            return DType.f64
+        return ct
+
+
+def _lowest(dt: DType):
+    return False if dt is DType.bool else -math.inf if dt.is_float else _int_limits(dt)[0]
+
+
+def _highest(dt: DType):
+    return True if dt is DType.bool else math.inf if dt.is_float else _int_limits(dt)[1]
+
+
+def _int_limits(dt: DType) -> tuple[int, int]:
+    bits = 8 * dt.itemsize
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dt.is_signed else (0, (1 << bits) - 1)
+
+
+def _square(x: Expr) -> Expr:
+    return op("mul", x, x)
+
+
+def _mean(acc: Expr, n: int) -> Expr:
+    return op("div", acc, Const(float(n), acc.dtype))
+
+
+REDUCTIONS: dict[type, Reduction] = {
+    rd.ReduceSum: Reduction("add", lambda dt: 0),
+    rd.ReduceMean: Reduction("add", lambda dt: 0, post=_mean, real=True),
+    rd.ReduceMax: Reduction("max", _lowest),
+    rd.ReduceMin: Reduction("min", _highest),
+    rd.ReduceProd: Reduction("mul", lambda dt: 1),
+    rd.ReduceL1: Reduction("add", lambda dt: 0, pre=lambda x: op("abs", x)),
+    rd.ReduceL2: Reduction("add", lambda dt: 0, pre=_square, post=lambda acc, n: op("sqrt", acc), real=True),
+    rd.ReduceLogSum: Reduction("add", lambda dt: 0, post=lambda acc, n: op("log", acc), real=True),
+    rd.ReduceLogSumExp: Reduction("add", lambda dt: 0, pre=lambda x: op("exp", x),
+                                  post=lambda acc, n: op("log", acc), real=True, shifted=True),
+    rd.ReduceSumSquare: Reduction("add", lambda dt: 0, pre=_square),
+}
+#: bool has no arithmetic: its max is "any", its min "all"
+_BOOL_COMBINER = {"max": "or", "min": "and"}
+
+
+def reduction(o: OpDef, dt: DType) -> Reduction:
+    """The pieces of reduction ``o`` over elements of ``dt`` (ValueError when it has none)."""
+    r = REDUCTIONS.get(type(o))
+    if r is None:
+        raise ValueError(f"{o.name} has no loop-form reduction")
+    if dt not in STORAGE_TYPES:
+        raise ValueError(f"element type {dt} (the loop form computes "
+                         f"{', '.join(sorted(d.short for d in STORAGE_TYPES))})")
+    if dt is DType.bool:
+        if r.combiner not in _BOOL_COMBINER:
+            raise ValueError(f"{o.name} of bool")
+        return dataclasses.replace(r, combiner=_BOOL_COMBINER[r.combiner])
+    return r
