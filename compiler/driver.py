@@ -35,12 +35,14 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             output: str | os.PathLike | None = None, target: Target | None = None, fallback: bool = True,
             nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),
             timings: dict | None = None, profile: bool = False, memory_limit: int | None = None,
-            model_name: str | None = None) -> Executable:
+            model_name: str | None = None, input_values: Mapping[str, Any] | None = None) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
     this CPU (or ``target``) and return it loaded.
 
     ``input_shapes`` fixes symbolic input dimensions (native code needs static shapes; ops on
-    non-static values run in the interpreter). ``output`` also keeps the artifact there (a
+    non-static values run in the interpreter). ``input_values`` binds inputs to values: they become
+    constants and the compiled model no longer takes them (for inputs that decide shapes, such as a
+    Reduce's axes fed as an input: ``passes.simplify.infer_shapes.shape_determining_inputs``). ``output`` also keeps the artifact there (a
     ``model.kiln`` directory). ``fallback=False`` refuses nodes without native code instead of running
     them in the reference interpreter (with a ``FallbackWarning``). ``nthreads``: threads per run
     (default: the CPUs this process may use). ``timings``, if given, receives seconds per phase.
@@ -62,6 +64,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
 
     t0 = time.perf_counter()
     opts = CompileOptions.make(opt_level=opt_level, input_shapes=dict(input_shapes or {}),
+                               input_values=dict(input_values or {}),
                                disabled_passes=tuple(disabled_passes), verify=verify,
                                memory_limit_bytes=memory_limit)
     graph = load_graph(model, opts.input_shapes)

@@ -19,6 +19,9 @@ class CompileOptions:
     disabled_passes: tuple[str, ...] = ()
     #: input name -> shape, replacing symbolic dimensions
     input_shapes: Mapping[str, tuple] = field(default_factory=dict)
+    #: input name -> value: the input becomes a constant (the compiled model no longer takes it);
+    #: for inputs that decide shapes (a Reduce's axes, a Reshape's shape fed as an input)
+    input_values: Mapping[str, object] = field(default_factory=dict)
     #: constant folding never creates a constant larger than this many bytes
     fold_limit_bytes: int = 1 << 26
     #: run the IR verifier after every pass
@@ -36,6 +39,7 @@ class CompileOptions:
             raise OptionError(f"opt_level must be 0, 1, 2 or 3, got {self.opt_level!r}")
         object.__setattr__(self, "disabled_passes", tuple(self.disabled_passes))
         object.__setattr__(self, "input_shapes", {k: tuple(v) for k, v in dict(self.input_shapes).items()})
+        object.__setattr__(self, "input_values", dict(self.input_values))
         if self.fold_limit_bytes < 0:
             raise OptionError("fold_limit_bytes must be >= 0")
         if self.memory_limit_bytes is not None and self.memory_limit_bytes < 1:

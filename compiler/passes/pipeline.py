@@ -27,7 +27,7 @@ from .simplify.infer_shapes import InferShapes
 
 def pipeline(opts: CompileOptions, fusion: FusionCapabilities = NO_FUSION) -> list[Pass]:
     """The passes of ``opts.opt_level``, fusing what ``fusion`` (the backend) can run as one kernel."""
-    passes: list[Pass] = [InferShapes(opts.input_shapes)]
+    passes: list[Pass] = [InferShapes(opts.input_shapes, opts.input_values)]
     if opts.opt_level >= 1:
         passes += [FoldConstants(opts.fold_limit_bytes), Canonicalize(max_rounds=opts.max_rewrite_rounds),
                    EliminateCommonSubexpressions(), EliminateDead()]

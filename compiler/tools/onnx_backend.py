@@ -15,13 +15,18 @@ from frontends.onnx import import_model
 from ..ir.graph import Graph
 from ..ir.interpreter import interpret
 from ..ir.types import OptionalType, SequenceType, TensorType
+from ..passes.simplify.infer_shapes import shape_determining_inputs
 
 
 class KilnRep(BackendRep):
     """A prepared model, compiled to native code on first run for the input shapes it is given (and
-    again for other shapes). Nodes without native code run in the reference interpreter (with a
+    again for other shapes; the last ``CACHE`` compiled models are kept). Integer inputs whose values
+    decide shapes (a Reduce's axes, a Reshape's target shape fed as an input) are compiled in as
+    constants, and a new value compiles again, as a new shape does. Nodes without native code run in the reference interpreter (with a
     ``FallbackWarning``) unless ``fallback=False``, which refuses them. ``interpret=True`` runs the
     whole imported graph in the reference interpreter instead (the oracle)."""
+
+    CACHE = 16
 
     def __init__(self, model: onnx.ModelProto, opt_level: int = 2, fallback: bool = True, interpret: bool = False):
         self.model = model
@@ -47,15 +52,19 @@ class KilnRep(BackendRep):
             return tuple(outs[n] for n in self.graph.output_names)
         shapes = {k: tuple(v.shape) for k, v in feeds.items()
                   if isinstance(types.get(k), TensorType) and isinstance(v, np.ndarray)}
-        key = tuple(sorted(shapes.items()))
+        values = {k: feeds[k] for k in shape_determining_inputs(self.graph, feeds)}
+        key = (tuple(sorted(shapes.items())),
+               tuple((k, v.dtype.str, v.shape, v.tobytes()) for k, v in sorted(values.items())))
         exe = self._compiled.get(key)
         if exe is None:
             import compiler
 
-            exe = compiler.compile(self.model, self.opt_level, shapes, fallback=self.fallback)
+            exe = compiler.compile(self.model, self.opt_level, shapes, fallback=self.fallback, input_values=values)
+            if len(self._compiled) >= self.CACHE:
+                self._compiled.pop(next(iter(self._compiled)))
             self._compiled[key] = exe
         self.executable = exe
-        outs = exe.run(feeds)
+        outs = exe.run({k: v for k, v in feeds.items() if k not in values})
         return tuple(outs[n] for n in exe.output_names)
 
 

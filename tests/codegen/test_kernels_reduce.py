@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
-from compiler.codegen.kernels.reduction import Reduce
+from compiler.codegen.kernels.reduction import ArgReduce, Reduce
 from compiler.codegen.kernels.testing import run_kernels
 from compiler.codegen.loops.cuda import print_cuda
 from compiler.codegen.loops.expr import STORAGE_TYPES
@@ -129,6 +129,35 @@ def test_nan_propagates_through_max_and_min():
         np.testing.assert_array_equal(got[name], want[name])
 
 
+ARG_TYPES = [DType.f32, DType.f16, DType.f64, DType.i8, DType.i64, DType.u8, DType.u32]
+
+
+@pytest.mark.parametrize("op_cls", [rd.ArgMax, rd.ArgMin], ids=lambda c: c.__name__)
+def test_argmax_and_argmin_on_every_type_with_ties_and_nan(op_cls):
+    """Ties (small integers) pick the first index, or the last with select_last_index; NaN is the
+    extreme for both (NumPy's rule), the first or last NaN."""
+    g = Graph("arg")
+    feeds, labels = {}, []
+    for dt in ARG_TYPES:
+        for shape, axis in (((3, 5, 7), 1), ((3, 5, 7), -1), ((4, 6), 0), ((9,), 0), ((2, 1, 3), 1)):
+            for keep in (0, 1):
+                for last in (0, 1):
+                    name = f"x{len(labels)}"
+                    x = g.add_input(name, TensorType(dt, shape))
+                    data = RNG.integers(0 if not dt.is_signed else -3, 3, shape, endpoint=True).astype(dt.np)
+                    if dt.is_float and data.size > 4:
+                        data.reshape(-1)[[1, 3]] = np.nan
+                    feeds[name] = data
+                    g.add(op_cls(axis=axis, keepdims=keep, select_last_index=last), x)
+                    labels.append(f"{op_cls.__name__}[{dt}]{list(shape)} axis={axis} keepdims={keep} last={last}")
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    for n, label in zip(g.nodes, labels):
+        assert lowering_for(KernelGroup.of_node(n))[1] is None, label
+    want, got = interpret(g, feeds), run_kernels(g, feeds)
+    for name, label in zip(g.output_names, labels):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=label)
+
+
 def test_axes_computed_at_run_time_are_refused():
     g = Graph("r")
     x = g.add_input("x", TensorType(DType.f32, (2, 3)))
@@ -141,7 +170,8 @@ def test_axes_computed_at_run_time_are_refused():
 def _run_cuda(g: Graph, feeds: dict) -> dict:
     out = {}
     for n in g.nodes:
-        kernel = Reduce().form(KernelGroup.of_node(n), "k")
+        low = ArgReduce() if isinstance(n.op, rd.ArgReduce) else Reduce()
+        kernel = low.form(KernelGroup.of_node(n), "k")
         y = n.outputs[0]
         res = np.zeros(int(y.type.numel), y.type.dtype.np)
         arrays = [res if b.value is y else np.ascontiguousarray(feeds[b.value.name]).reshape(-1)
@@ -167,3 +197,18 @@ def test_every_reduction_on_the_cuda_printer(case):
         got = _run_cuda(g, {k: v for k, v in feeds.items()})
     for n, name, label in zip(g.nodes, g.output_names, labels):
         _compare(got[n.outputs[0]], want[name], dt, label)
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
+@pytest.mark.parametrize("op_cls", [rd.ArgMax, rd.ArgMin], ids=lambda c: c.__name__)
+def test_argmax_and_argmin_on_the_cuda_printer(op_cls):
+    g = Graph("arg")
+    x = g.add_input("x", TensorType(DType.f32, (3, 5, 4)))
+    for axis, last in ((1, 0), (1, 1), (2, 0), (0, 1)):
+        g.add(op_cls(axis=axis, select_last_index=last), x)
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    v = RNG.integers(-2, 2, (3, 5, 4), endpoint=True).astype(np.float32)
+    v[1, 2, 3] = np.nan
+    want, got = interpret(g, {"x": v}), _run_cuda(g, {"x": v})
+    for n, name in zip(g.nodes, g.output_names):
+        np.testing.assert_array_equal(got[n.outputs[0]], want[name], err_msg=n.describe())

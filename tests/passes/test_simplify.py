@@ -11,7 +11,7 @@ from compiler.passes.simplify.cse import EliminateCommonSubexpressions
 from compiler.passes.simplify.dce import EliminateDead
 from compiler.passes.simplify.fold_batchnorm import FoldBatchNorm, FoldScaleBias
 from compiler.passes.simplify.fold_constants import FoldConstants
-from compiler.passes.simplify.infer_shapes import InferShapes
+from compiler.passes.simplify.infer_shapes import InferShapes, shape_determining_inputs
 
 from .util import ir, run_pass, same_ir
 
@@ -45,6 +45,40 @@ def test_infer_shapes_refuses_a_fixed_dimension():
     }""")
     with pytest.raises(Exception, match="dimension 1 is fixed to 3"):
         InferShapes({"x": (4, 5)}).run(g)
+
+
+AXES_AS_INPUT = """
+graph @t(%x: f32[2,3,4], %axes: i64[1], %idx: i64[2]) -> (y: f32[?], z: f32[2,2,4]) {
+  %0 = ReduceSum(%x, %axes) {keepdims=0} : f32[?,?]
+  %1 = Gather(%x, %idx) {axis=1} : f32[2,2,4]
+  return y=%0, z=%1
+}"""
+
+
+def test_only_inputs_that_decide_shapes_are_bound():
+    """A Reduce's axes fed as an input decide its result's shape; Gather indices never change a type."""
+    g = ir(AXES_AS_INPUT.replace("y: f32[?]", "y: f32[?,?]"))
+    feeds = {"axes": np.array([1]), "idx": np.array([0, 2]), "x": np.zeros((2, 3, 4), np.float32)}
+    assert shape_determining_inputs(g, feeds) == ["axes"]
+    assert InferShapes(input_values={"axes": feeds["axes"]}).run(g)
+    same_ir(g, """
+    graph @t(%x: f32[2,3,4], %idx: i64[2]) -> (y: f32[2,4], z: f32[2,2,4]) {
+      %axes = const i64[1] dense<[1]>
+      %0 = ReduceSum(%x, %axes) {keepdims=0} : f32[2,4]
+      %1 = Gather(%x, %idx) {axis=1} : f32[2,2,4]
+      return y=%0, z=%1
+    }""")
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"nope": np.array([1])}, "unknown input"),
+    ({"axes": np.array([1], np.int32)}, "the value is int32"),
+    ({"axes": np.array([1, 2])}, "the value has shape"),
+])
+def test_binding_an_input_refuses_a_wrong_value(values, message):
+    g = ir(AXES_AS_INPUT.replace("y: f32[?]", "y: f32[?,?]"))
+    with pytest.raises(Exception, match=message):
+        InferShapes(input_values=values).run(g)
 
 
 # -- fold-constants -------------------------------------------------------------------------------
@@ -152,6 +186,20 @@ def test_canonicalize_identity_dropout_sum_reshapes_transposes():
     assert g.op_counts() == {"Add": 2, "Reshape": 1, "Transpose": 1}
     assert g.outputs[1] is g.inputs[0]  # the two transposes cancel
     assert not run_pass(Canonicalize(), g)
+
+
+def test_cast_like_becomes_cast():
+    g = ir("""
+    graph @t(%x: f32[2,3], %like: f16[4]) -> (y: f16[2,3]) {
+      %0 = CastLike(%x, %like) : f16[2,3]
+      return y=%0
+    }""")
+    assert run_pass(Canonicalize(), g)
+    same_ir(g, """
+    graph @t(%x: f32[2,3], %like: f16[4]) -> (y: f16[2,3]) {
+      %0 = Cast(%x) {to=f16} : f16[2,3]
+      return y=%0
+    }""")
 
 
 def test_canonicalize_refusals_say_why():

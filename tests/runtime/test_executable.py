@@ -318,3 +318,22 @@ def test_profiled_build_times_every_kernel(exe):
     assert all(s > 0.0 for _, s in rows)
     with pytest.raises(compiler.errors.KilnError, match="profile=True"):
         exe.step_seconds()
+
+
+def test_input_values_bind_an_input_that_decides_shapes():
+    """Axes fed as an input: with its value bound the Reduce runs natively and the model no longer
+    takes it; without, the Reduce runs in the interpreter."""
+    text = """
+    graph @t(%x: f32[2,3,4], %axes: i64[1]) -> (y: f32[?,?]) {
+      %0 = ReduceSum(%x, %axes) {keepdims=0} : f32[?,?]
+      return y=%0
+    }"""
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    exe = compiler.compile(parse(text), input_values={"axes": np.array([1])})
+    assert exe.fallback == [] and exe.input_names == ["x"]
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], x.sum(axis=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        loose = compiler.compile(parse(text))
+    assert [f["op"] for f in loose.fallback] == ["ReduceSum"]
+    np.testing.assert_array_equal(loose.run({"x": x, "axes": np.array([1])})["y"], x.sum(axis=1))

@@ -15,14 +15,14 @@ from .epilogue import Epilogue
 from .linalg import Gemm, MatMul
 from .norm import LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
-from .reduction import Reduce
+from .reduction import ArgReduce, Reduce
 from .row_reduce import RowReduce
 from .shuffle import ShuffledDepthwise
 
 #: every lowering, in the order they are consulted
 _GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
-ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), Softmax(),
-                             LayerNorm(), Lrn(), *DATA_LOWERINGS,
+ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
+                             Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())
 
 #: the lowering of groups with nothing to compute

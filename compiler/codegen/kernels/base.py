@@ -38,6 +38,8 @@ from ..gemm.irbuild import _Fn
 from ..llvm.elementwise import _For
 from ..llvm.mathlib import MathLib
 from ..llvm.target import Target
+from ..loops import Kernel, print_llvm
+from ..loops.expr import FormError
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -461,6 +463,27 @@ class Lowering:
         output written over the input's buffer (same size). The program builder applies a pair when
         the input dies in this kernel and tells ``emit`` through ``k.in_place``. Default: none."""
         return []
+
+
+class FormLowering(Lowering):
+    """A lowering whose kernel is built in the loop form (``form``): ``emit`` prints it with the LLVM
+    printer, and every other backend prints the same kernel."""
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        """The group as a loop-form kernel; ``in_place`` {output index: input index} writes those
+        outputs over their inputs' buffers (for lowerings that offer ``in_place``)."""
+        raise NotImplementedError
+
+    def form_reason(self, group: KernelGroup) -> str | None:
+        """Why the form cannot be built for ``group`` (None when it can)."""
+        try:
+            self.form(group, "check")
+        except (FormError, ValueError) as e:
+            return str(e)
+        return None
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        print_llvm(k, self.form(group, f"{k.name}.loop", k.in_place))
 
 
 def dtype_reason(values: Sequence[Value | None], allowed=(DType.f32,)) -> str | None:

@@ -7,11 +7,11 @@ import math
 import numpy as np
 
 from ...ir.ops import shape as sh
-from ..loops import KernelForm, Kernel, print_llvm
+from ..loops import KernelForm, Kernel
 from ..loops.broadcast import merge_axes
-from ..loops.expr import STORAGE_TYPES, Const, FormError, compute_type
+from ..loops.expr import STORAGE_TYPES, Const, compute_type
 from ..loops.scalar import SCALAR, scalar
-from .base import LLVM_TYPES, KernelBuilder, KernelGroup, Lowering, dtype_reason
+from .base import LLVM_TYPES, FormLowering, KernelGroup, Lowering, dtype_reason
 
 
 def inlined(v) -> bool:
@@ -25,7 +25,7 @@ def _const(v) -> Const:
     return Const(bool(x) if dt.short == "bool" else float(x) if dt.is_float else int(x), dt)
 
 
-class Elementwise(Lowering):
+class Elementwise(FormLowering):
     """Any chain of elementwise/broadcast ops (``loops.scalar.SCALAR``) on any element type the loop
     form holds: one loop nest over the result's shape (axes merged where every operand moves
     alike), operands broadcast with compiled-in strides, one-element constants compiled in, the
@@ -48,11 +48,7 @@ class Elementwise(Lowering):
                 return why
         if any(tuple(o.shape) != tuple(group.outputs[0].shape) for o in group.outputs):
             return "outputs of different shapes"
-        try:
-            self.form(group, "check")
-        except (FormError, ValueError) as e:
-            return str(e)
-        return None
+        return self.form_reason(group)
 
     def in_place(self, group: KernelGroup) -> list[tuple[int, int]]:
         """Any output may overwrite an input of its shape and type (each point reads all its inputs
@@ -62,8 +58,6 @@ class Elementwise(Lowering):
                 if v.const is None and tuple(v.shape) == tuple(o.shape) and v.type.dtype is o.type.dtype]
 
     def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
-        """The group as a loop-form kernel; ``in_place`` {output index: input index} writes those
-        outputs over their inputs' buffers."""
         in_place = dict(in_place or {})
         shape = tuple(group.outputs[0].shape)
         reads = [v for v in group.inputs if not inlined(v)]
@@ -103,9 +97,6 @@ class Elementwise(Lowering):
 
             nest(1)
         return kf.finish()
-
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
-        print_llvm(k, self.form(group, f"{k.name}.loop", k.in_place))
 
 
 class View(Lowering):

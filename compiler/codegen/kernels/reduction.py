@@ -1,5 +1,5 @@
-"""Reduce* (Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare) over constant axes, on
-every element type the loop form holds, as one loop-form kernel.
+"""Reduce* (Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare) over constant axes, and
+ArgMax/ArgMin, on every element type the loop form holds, as one loop-form kernel each.
 
 The input's axes are merged into runs of kept (K) and reduced (R) axes (size-1 axes dropped); the
 result's elements are the kept runs in order. Two loop orders, each op's pieces from
@@ -22,10 +22,10 @@ import math
 
 from ...ir.ops import reduce as rd
 from ...ir.types import DType
-from ..loops import KernelForm, Kernel, print_llvm
-from ..loops.expr import STORAGE_TYPES, Const, FormError, cast, compute_type, op, select
+from ..loops import KernelForm, Kernel
+from ..loops.expr import STORAGE_TYPES, Const, cast, compute_type, op, select
 from ..loops.scalar import REDUCTIONS, Reduction, reduction
-from .base import KernelBuilder, KernelGroup, Lowering, dtype_reason
+from .base import FormLowering, KernelGroup, dtype_reason
 
 #: elements of work a parallel task gets at least
 PAR_MIN_WORK = 1 << 16
@@ -36,7 +36,7 @@ def reduce_axes(node) -> tuple[int, ...] | str:
     x = node.inputs[0]
     axes = node.inputs[1] if len(node.inputs) > 1 else None
     listed: list[int] = []
-    if axes is not None:
+    if axes is not None and tuple(axes.shape) != (0,):  # an empty list, even fed as an input, is known
         data = axes.const if axes.const is not None else axes.known
         if data is None:
             return "the axes are computed at run time"
@@ -58,7 +58,7 @@ def merge_runs(shape, axes) -> list[tuple[int, bool]]:
     return runs
 
 
-class Reduce(Lowering):
+class Reduce(FormLowering):
     """Every Reduce* op of ``loops.scalar.REDUCTIONS`` on every storage type it takes (see the module
     docstring)."""
 
@@ -73,17 +73,9 @@ class Reduce(Lowering):
         axes = reduce_axes(n)
         if isinstance(axes, str):
             return axes
-        why = dtype_reason([y], allowed=tuple(STORAGE_TYPES))
-        if why:
-            return why
-        try:
-            reduction(n.op, x.type.dtype)
-            self.form(group, "check")
-        except (FormError, ValueError) as e:
-            return str(e)
-        return None
+        return dtype_reason([y], allowed=tuple(STORAGE_TYPES)) or self.form_reason(group)
 
-    def form(self, group: KernelGroup, name: str) -> Kernel:
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         x, y = n.inputs[0], n.outputs[0]
         dt = x.type.dtype
@@ -104,9 +96,6 @@ class Reduce(Lowering):
         else:
             _rows(kf, r, runs, xb, yb, r.acc_type(dt), count)
         return kf.finish()
-
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
-        print_llvm(k, self.form(group, f"{k.name}.loop"))
 
 
 def _out(v, out: DType):
@@ -192,4 +181,45 @@ def _columns(kf: KernelForm, r: Reduction, runs, xb, yb, acc_t: DType, count: in
     loops.over(outer, body, parallel=True)
 
 
-__all__ = ["PAR_MIN_WORK", "Reduce", "merge_runs", "reduce_axes"]
+class ArgReduce(FormLowering):
+    """ArgMax and ArgMin on every numeric storage type, in two passes over each row of the axis:
+    the extreme value (NaN-propagating, as NumPy's argmax counts NaN the largest), then the first
+    (or with ``select_last_index`` the last) index holding it, both plain min/max reductions."""
+
+    ops = (rd.ArgMax, rd.ArgMin)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        return dtype_reason([n.inputs[0], n.outputs[0]], allowed=tuple(STORAGE_TYPES - {DType.bool})) or \
+            self.form_reason(group)
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, y = n.inputs[0], n.outputs[0]
+        shape = [int(d) for d in x.shape]
+        ax = n.op.axis % len(shape)
+        outer, count, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])
+        kf = KernelForm(name)
+        xb = kf.buffer("x", x.type.dtype, (outer, count, inner), value=x)
+        yb = kf.buffer("y", DType.i64, (outer, inner), "out", value=y)
+        ct = compute_type(x.type.dtype)
+        extreme = "max" if isinstance(n.op, rd.ArgMax) else "min"
+        last = bool(n.op.select_last_index)
+        kf.note(f"{n.op.name} over {count} of [{outer}, {count}, {inner}], the {'last' if last else 'first'} index")
+        with kf.loop(outer, "parallel", grain=-(-PAR_MIN_WORK // max(count * inner, 1))) as o, kf.loop(inner) as i:
+            m = kf.acc(Const(-math.inf if extreme == "max" else math.inf, ct) if ct.is_float else
+                       _as(xb[o, 0, i], ct), name="m")
+            with kf.loop(count) as r:
+                kf.update(m, extreme, _as(xb[o, r, i], ct))
+            best = kf.acc(Const(-1 if last else count, DType.i64), name="at")
+            with kf.loop(count) as r:
+                v = _as(xb[o, r, i], ct)
+                hit = op("eq", v, m)
+                if ct.is_float:
+                    hit = op("or", hit, op("and", op("isnan", v), op("isnan", m)))
+                kf.update(best, "max" if last else "min", select(hit, r, Const(-1 if last else count, DType.i64)))
+            kf.store(yb, (o, i), best)
+        return kf.finish()
+
+
+__all__ = ["ArgReduce", "PAR_MIN_WORK", "Reduce", "merge_runs", "reduce_axes"]

@@ -81,6 +81,21 @@ class SumToAdd(Rule):
         node.output.replace_all_uses_with(acc)
 
 
+class CastLikeToCast(Rule):
+    """CastLike reads only its second operand's element type: a Cast to that type says so (and the
+    second operand, often a broadcast-incompatible tensor, is no longer an operand of anything)."""
+
+    name = "cast-like-to-cast"
+    roots = ("CastLike",)
+
+    def check(self, node):
+        return None
+
+    def rewrite(self, graph, node):
+        cast = op("Cast", to=node.inputs[1].dtype, saturate=node.op.saturate, round_mode=node.op.round_mode)
+        node.output.replace_all_uses_with(graph.add_node(cast, [node.inputs[0]], name=node.name, before=node).output)
+
+
 _RESHAPE_LIKE = ("Flatten", "Squeeze", "Unsqueeze")
 
 
@@ -205,7 +220,7 @@ class MatMulAddToGemm(Rule):
         node.output.replace_all_uses_with(out)
 
 
-RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), ReshapeLikeToReshape(),
+RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), CastLikeToCast(), ReshapeLikeToReshape(),
                            CollapseReshapes(), ComposeTransposes(), MatMulAddToGemm())
 
 

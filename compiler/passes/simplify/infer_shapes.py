@@ -1,10 +1,13 @@
-"""Shape and dtype inference, specializing symbolic input dimensions to the user's shapes."""
+"""Shape and dtype inference, specializing symbolic input dimensions to the user's shapes and
+binding inputs to values (``input_values``: they become constants)."""
 from __future__ import annotations
 
 from typing import Mapping
 
+import numpy as np
+
 from ...errors import ModelError
-from ...ir.graph import Graph
+from ...ir.graph import KNOWN_VALUE_LIMIT, Graph, Value
 from ...ir.ops.base import infer_node
 from ...ir.types import TensorType
 from ..manager import Pass
@@ -34,6 +37,58 @@ def specialize_inputs(graph: Graph, input_shapes: Mapping[str, tuple]) -> bool:
     return changed
 
 
+def bind_inputs(graph: Graph, values: Mapping[str, np.ndarray]) -> bool:
+    """Make the named inputs constants holding ``values`` (of the input's element type and shape):
+    the graph no longer takes them."""
+    names = {v.name: v for v in graph.inputs}
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ModelError(f"input values name unknown input(s) {unknown}; the inputs are {sorted(names)}")
+    for name, data in values.items():
+        v = names[name]
+        if not isinstance(v.type, TensorType):
+            raise ModelError(f"input {name!r} is a {v.type}; only tensor inputs can be bound to values")
+        arr = np.asarray(data)
+        if arr.dtype != v.dtype.np:
+            raise ModelError(f"input {name!r}: the value is {arr.dtype}, the input is {v.type}")
+        if len(arr.shape) != v.type.rank or any(isinstance(d, int) and d != n for d, n in zip(v.shape, arr.shape)):
+            raise ModelError(f"input {name!r}: the value has shape {list(arr.shape)}, the input is {v.type}")
+        c = graph.add_constant(arr.copy(), name=name)
+        v.replace_all_uses_with(c)
+        graph.inputs.remove(v)
+    return bool(values)
+
+
+def shape_determining_inputs(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[str]:
+    """The integer inputs whose values (not only their shapes) some user's result type depends on:
+    a Reduce's axes, a Reshape's shape, a Slice's bounds fed as inputs. Binding them
+    (``input_values``) gives static shapes where the model otherwise has none; other inputs (data,
+    Gather indices) never change a type and are not listed."""
+    out = []
+    for v in graph.inputs:
+        arr = feeds.get(v.name)
+        if not isinstance(v.type, TensorType) or not v.dtype.is_int or arr is None or np.size(arr) > KNOWN_VALUE_LIMIT:
+            continue
+        stand_in = Value(TensorType(v.dtype, tuple(np.shape(arr))), name=v.name)
+        stand_in.known = np.asarray(arr)
+        for user in v.users:
+            ins = [stand_in if x is v else x for x in user.inputs]
+            try:
+                types, _ = infer_node(user.op, ins, len(user.outputs))
+            except Exception:  # noqa: BLE001 - a value this op refuses: not ours to judge here
+                continue
+            if sum(_unknown_dims(t) for t in types) < sum(_unknown_dims(o.type) for o in user.outputs):
+                out.append(v.name)
+                break
+    return out
+
+
+def _unknown_dims(t) -> int:
+    if not isinstance(t, TensorType):
+        return 0
+    return sum(not isinstance(d, int) for d in t.shape)
+
+
 def reinfer(graph: Graph) -> bool:
     """Recompute every node's result types and known values in order; True if any type changed."""
     changed = False
@@ -48,14 +103,18 @@ def reinfer(graph: Graph) -> bool:
 
 
 class InferShapes(Pass):
-    """Specialize input shapes (``input_shapes``) and re-run shape/dtype inference over the graph."""
+    """Specialize input shapes (``input_shapes``), bind inputs to values (``input_values``) and re-run
+    shape/dtype inference over the graph."""
 
     name = "infer-shapes"
     preserves = ("structure",)
 
-    def __init__(self, input_shapes: Mapping[str, tuple] | None = None):
+    def __init__(self, input_shapes: Mapping[str, tuple] | None = None,
+                 input_values: Mapping[str, np.ndarray] | None = None):
         self.input_shapes = dict(input_shapes or {})
+        self.input_values = dict(input_values or {})
 
     def run(self, graph: Graph) -> bool:
         changed = specialize_inputs(graph, self.input_shapes)
+        changed = bind_inputs(graph, self.input_values) or changed
         return reinfer(graph) or changed
