@@ -289,3 +289,44 @@ def test_where_with_a_broadcast_condition():
     got = run_kernels(g, feeds)
     for name, (_, label) in zip(g.output_names, cases):
         np.testing.assert_array_equal(np.asarray(got[name]), want[name], err_msg=label)
+
+
+def _prim_cases():
+    """(prim, operand type) for every primitive and every compute type it takes."""
+    from compiler.codegen.loops.expr import COMPUTE_TYPES, PRIMS, _takes
+
+    for name, prim in PRIMS.items():
+        for dt in sorted(COMPUTE_TYPES, key=str):
+            if _takes(prim, dt) and not (name in ("to_bf16",)):
+                yield name, dt
+
+
+@pytest.mark.parametrize("name, dt", list(_prim_cases()), ids=lambda v: str(v))
+def test_every_primitive_prints_on_both_printers(name, dt):
+    """Each primitive, on each type it takes, prints as LLVM IR that LLVM accepts and as numba.cuda
+    source (what it computes is checked through the ops built from it, above)."""
+    from llvmlite import ir as llir
+
+    from compiler.codegen.llvm import toolchain
+    from compiler.codegen.llvm.mathlib import MathLib
+    from compiler.codegen.loops.expr import PRIMS
+    from compiler.codegen.loops.llvm import VALUE_TYPES, expr_llvm
+
+    prim = PRIMS[name]
+    if prim.kind == "select":
+        args = [Var("c", DType.bool), Var("a", dt), Var("b", dt)]
+    elif prim.kind == "cast":
+        args = [Var("a", dt)]
+    else:
+        args = [Var(f"a{j}", dt) for j in range(prim.arity)]
+    e = op(name, *args, to=DType.f32) if prim.kind == "cast" else op(name, *args)
+    module = llir.Module("prim")
+    fn = llir.Function(module, llir.FunctionType(VALUE_TYPES[e.dtype], [VALUE_TYPES[a.dtype] for a in args]), "f")
+    b = llir.IRBuilder(fn.append_basic_block())
+    b.ret(expr_llvm(b, MathLib(module), e, {id(a): fn.args[j] for j, a in enumerate(args)}))
+    toolchain.parse_module(str(module))
+    kf = KernelForm("k")
+    y = kf.buffer("y", e.dtype, (1,), "out")
+    ins = [kf.buffer(a.name, a.dtype, (1,)) for a in args]
+    kf.store(y, 0, op(name, *[x[0] for x in ins], to=DType.f32) if prim.kind == "cast" else op(name, *[x[0] for x in ins]))
+    assert "def " in print_cuda(kf.finish()).source
