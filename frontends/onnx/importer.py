@@ -35,6 +35,7 @@ from compiler.ir.types import DType, OptionalType, SequenceType, TensorType
 from . import converters
 from .checks import (MAX_NESTING_DEPTH, MAX_NODES, attribute_type_name, check_model, check_node_schema,
                      declared_type_problem, onnx_type_name)
+from .functions import expand_functions
 
 #: the opsets of the default domain Kiln imports (1-6 for the old models of ONNX's pytorch suites)
 MIN_OPSET = 1
@@ -503,4 +504,10 @@ def import_model(model, input_shapes: Mapping[str, Sequence] | None = None, *,
     """
     proto = load_proto(model)
     check_model(proto, max_nesting_depth, max_nodes)
+    expanded = expand_functions(proto)
+    if expanded is not proto:
+        try:
+            return _Importer(expanded, input_shapes).run()
+        except (ModelError, UnsupportedError):
+            pass  # the op itself says what is wrong better than its body can: import it as written
     return _Importer(proto, input_shapes).run()

@@ -1,0 +1,96 @@
+"""ONNX functions at import: the ops of ``EXPANDED`` become ONNX's own definition of them.
+
+ONNX defines many newer ops as *functions*: a body of simpler ops (``Attention`` is MatMul, scale,
+mask, Softmax, MatMul; ``RMSNormalization`` is a mean of squares, a reciprocal square root and a
+scale). For the ops listed in ``EXPANDED`` Kiln imports that body instead of the op: every op in it
+has native code, and the fusion pass puts the pieces back together where a fused kernel exists
+(Attention's body becomes Kiln's fused attention kernel). The body comes from ONNX's schema for the
+model's opset (``get_context_dependent_function_with_opset_version`` where it depends on the input
+types), and ``onnx.inliner`` splices it into the graph (names prefixed, attributes substituted),
+so the result is exactly what ONNX means by the op. An op whose schema has no function at that
+opset, whose input types are unknown, or that reads float16/bfloat16 (Kiln's own op computes those in
+float32 and rounds once; the body would round every step, and has no native kernels for them either)
+is imported as the op.
+"""
+from __future__ import annotations
+
+import onnx
+import onnx.defs
+import onnx.inliner
+import onnx.shape_inference
+
+#: ops imported as their ONNX function body (each in ONNX's default domain)
+EXPANDED = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding", "CausalConvWithState", "SwiGLU",
+                      "GroupNormalization", "MeanVarianceNormalization", "SpaceToDepth", "DepthToSpace"})
+#: the domain the expanded nodes' functions are put in before they are inlined
+DOMAIN = "kiln.expanded"
+_NARROW = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+
+
+def expand_functions(model: onnx.ModelProto, ops=EXPANDED) -> onnx.ModelProto:
+    """``model`` with the main graph's nodes of ``ops`` replaced by their function bodies (the model
+    itself when there is none to replace)."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    nodes = [n for n in model.graph.node if n.op_type in ops and n.domain in ("", "ai.onnx")]
+    if opset is None or not nodes:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    types = _types(out)
+    found = False
+    for i, node in enumerate(n for n in out.graph.node if n.op_type in ops and n.domain in ("", "ai.onnx")):
+        fn = _function(node, opset, types)
+        if fn is None:
+            continue
+        fn.name, fn.domain = f"{node.op_type}_{i}", DOMAIN
+        node.op_type, node.domain = fn.name, DOMAIN
+        out.functions.append(fn)
+        found = True
+    if not found:
+        return model
+    out.opset_import.add(domain=DOMAIN, version=1)
+    return onnx.inliner.inline_selected_functions(out, [(DOMAIN, f.name) for f in out.functions
+                                                        if f.domain == DOMAIN])
+
+
+def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Value name -> type, from the graph's declarations and ONNX's shape inference where it works."""
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 - a model shape inference rejects keeps its declared types
+        graph = model.graph
+    types = {v.name: v.type for v in list(graph.input) + list(graph.value_info) + list(graph.output)}
+    for t in graph.initializer:
+        types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+    return types
+
+
+def _function(node: onnx.NodeProto, opset: int, types: dict) -> onnx.FunctionProto | None:
+    """ONNX's function body for ``node`` at ``opset``, or None."""
+    ins = [types.get(x) for x in node.input]
+    if any(t is not None and t.tensor_type.elem_type in _NARROW for t in ins):
+        return None
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+    for name, attr in schema.attributes.items():  # the body refers to them: give defaults explicitly
+        if attr.default_value.name and not any(a.name == name for a in node.attribute):
+            node.attribute.append(attr.default_value)
+    fn = onnx.FunctionProto()
+    plain = [v for v in schema.function_opset_versions if v <= opset]
+    ctx = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+    if plain and (not ctx or max(plain) >= max(ctx)):
+        fn.ParseFromString(schema.get_function_with_opset_version(max(plain)))
+    elif ctx:
+        if any(x and t is None for x, t in zip(node.input, ins)):
+            return None
+        blank = onnx.TypeProto()
+        fn.ParseFromString(schema.get_context_dependent_function_with_opset_version(
+            max(ctx), node.SerializeToString(), [(t or blank).SerializeToString() for t in ins]))
+    else:
+        return None
+    return fn if fn.node else None
+
+
+__all__ = ["DOMAIN", "EXPANDED", "expand_functions"]

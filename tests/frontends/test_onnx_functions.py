@@ -1,0 +1,62 @@
+"""frontends/onnx/functions.py: ops imported as ONNX's own function body (Attention, RMSNormalization,
+...) run natively and agree with ONNX's reference evaluator; those that must stay ops stay."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import compiler
+from frontends.onnx import import_model
+from frontends.onnx.functions import expand_functions
+
+RNG = np.random.default_rng(3)
+
+
+def _model(node, inputs, opset: int, elem=TensorProto.FLOAT):
+    vi = [helper.make_tensor_value_info(n, elem, s) for n, s in inputs]
+    outs = [helper.make_tensor_value_info(o, elem, None) for o in node.output]
+    m = helper.make_model(helper.make_graph([node], "f", vi, outs), opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+CASES = [
+    ("attention_causal", helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1),
+     [("q", (2, 3, 4, 8)), ("k", (2, 3, 6, 8)), ("v", (2, 3, 6, 8))], 25),
+    ("attention_gqa_3d", helper.make_node("Attention", ["q", "k", "v"], ["y"], q_num_heads=4, kv_num_heads=2),
+     [("q", (1, 5, 32)), ("k", (1, 7, 16)), ("v", (1, 7, 16))], 25),
+    ("rms_normalization", helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1, epsilon=1e-5),
+     [("x", (2, 3, 16)), ("s", (16,))], 23),
+    ("rotary_embedding", helper.make_node("RotaryEmbedding", ["x", "cos", "sin"], ["y"], num_heads=2),
+     [("x", (1, 4, 16)), ("cos", (1, 4, 4)), ("sin", (1, 4, 4))], 23),
+]
+
+
+@pytest.mark.parametrize("name, node, inputs, opset", CASES, ids=[c[0] for c in CASES])
+def test_expanded_ops_run_natively_and_agree_with_onnx(name, node, inputs, opset):
+    m = _model(node, inputs, opset)
+    assert node.op_type not in {n.op_type for n in expand_functions(m).graph.node}
+    assert node.op_type not in import_model(m).op_counts()
+    feeds = {n: RNG.standard_normal(s).astype(np.float32) for n, s in inputs}
+    want = ReferenceEvaluator(m).run(None, feeds)
+    exe = compiler.compile(m)
+    assert exe.fallback == []
+    got = exe.run(feeds)
+    for o, w in zip(m.graph.output, want):
+        np.testing.assert_allclose(got[o.name], w, rtol=1e-5, atol=1e-5)
+
+
+def test_narrow_floats_stay_ops():
+    """f16 Attention keeps Kiln's op (f32 inside, rounded once), not a body that rounds each step."""
+    m = _model(helper.make_node("Attention", ["q", "k", "v"], ["y"]),
+               [("q", (1, 2, 3, 4)), ("k", (1, 2, 3, 4)), ("v", (1, 2, 3, 4))], 25, TensorProto.FLOAT16)
+    assert expand_functions(m) is m
+
+
+def test_an_op_without_a_function_at_the_models_opset_stays():
+    """SpaceToDepth has a function body only from opset 28."""
+    m = _model(helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2), [("x", (1, 2, 4, 4))], 13)
+    assert expand_functions(m) is m
+    assert import_model(m).op_counts() == {"SpaceToDepth": 1}
