@@ -3,8 +3,7 @@
 ONNX defines many newer ops as *functions*: a body of simpler ops (``Attention`` is MatMul, scale,
 mask, Softmax, MatMul; ``RMSNormalization`` is a mean of squares, a reciprocal square root and a
 scale). For the ops listed in ``EXPANDED`` Kiln imports that body instead of the op: every op in it
-has native code, and the fusion pass puts the pieces back together where a fused kernel exists
-(Attention's body becomes Kiln's fused attention kernel). The body comes from ONNX's schema for the
+has native code (Kiln's own ops of these names run in the reference interpreter). The body comes from ONNX's schema for the
 model's opset (``get_context_dependent_function_with_opset_version`` where it depends on the input
 types), and ``onnx.inliner`` splices it into the graph (names prefixed, attributes substituted),
 so the result is exactly what ONNX means by the op. An op whose schema has no function at that
