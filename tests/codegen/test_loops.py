@@ -330,3 +330,23 @@ def test_every_primitive_prints_on_both_printers(name, dt):
     ins = [kf.buffer(a.name, a.dtype, (1,)) for a in args]
     kf.store(y, 0, op(name, *[x[0] for x in ins], to=DType.f32) if prim.kind == "cast" else op(name, *[x[0] for x in ins]))
     assert "def " in print_cuda(kf.finish()).source
+
+
+def test_fail_if_text_and_verifier():
+    from compiler.codegen.loops.form import Check
+
+    kf = KernelForm("pick")
+    i_buf = kf.buffer("i", DType.i64, (3,))
+    x = kf.buffer("x", DType.f32, (5,))
+    y = kf.buffer("y", DType.f32, (3,), role="out")
+    with kf.loop(3, "parallel") as j:
+        raw = kf.let(i_buf[j])
+        kf.fail_if(op("or", op("lt", raw, 0), op("ge", raw, 5)), raw, 5)
+        kf.store(y, j, x[op("min", op("max", raw, 0), 4)])
+    k = kf.finish()
+    assert k.checks and "fail_if or(lt(t0, 0:i64), ge(t0, 5:i64)): t0 outside [-5, 5)" in print_kernel(k)
+    assert "_status[1] = t0" in print_cuda(k).source
+    k.body[0].body[1] = Check(Var("nope", DType.bool), Const(0, DType.i64), 5)
+    with pytest.raises(FormError, match="nope is used outside the scope"):
+        from compiler.codegen.loops import verify
+        verify(k)

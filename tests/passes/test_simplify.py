@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from compiler.ir.interpreter import interpret
+from compiler.ir.verify import verify
 from compiler.passes.rewrite import explain
 from compiler.passes.simplify.canonicalize import RULES, Canonicalize
 from compiler.passes.simplify.cse import EliminateCommonSubexpressions
@@ -200,6 +202,27 @@ def test_cast_like_becomes_cast():
       %0 = Cast(%x) {to=f16} : f16[2,3]
       return y=%0
     }""")
+
+
+def test_softmax_cross_entropy_becomes_log_softmax_and_nll():
+    g = ir("""
+    graph @t(%x: f32[3,5], %l: i64[3], %h: f16[3,5]) -> (y: f32[], p: f32[3,5], z: f16[]) {
+      %0, %1 = SoftmaxCrossEntropyLoss(%x, %l) {ignore_index=2} : f32[], f32[3,5]
+      %2, %3 = SoftmaxCrossEntropyLoss(%h, %l) : f16[], f16[3,5]
+      return y=%0, p=%1, z=%2
+    }""")
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((3, 5)).astype(np.float32), "l": np.array([4, 2, 0]),
+             "h": rng.standard_normal((3, 5)).astype(np.float16)}
+    before = interpret(g, feeds)
+    assert Canonicalize().run(g)
+    verify(g)
+    after = interpret(g, feeds)
+    for name in before:
+        np.testing.assert_allclose(after[name], before[name], rtol=1e-6, atol=1e-6)
+    assert g.op_counts() == {"LogSoftmax": 1, "NegativeLogLikelihoodLoss": 1, "SoftmaxCrossEntropyLoss": 1}
+    assert g.outputs[1].producer.op.name == "LogSoftmax"
+    assert refusals(g, "sce-to-logsoftmax-nll") == ["f16 scores (the op computes them in f32 and rounds once)"]
 
 
 def test_canonicalize_refusals_say_why():

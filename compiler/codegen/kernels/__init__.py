@@ -11,6 +11,7 @@ from .data import LOWERINGS as DATA_LOWERINGS
 from .conv import Conv
 from .elementwise import Elementwise, View
 from .empty import Empty
+from .indexing import LOWERINGS as INDEXING_LOWERINGS
 from .epilogue import Epilogue
 from .linalg import Gemm, MatMul
 from .norm import LayerNorm, Lrn, Softmax
@@ -22,7 +23,7 @@ from .shuffle import ShuffledDepthwise
 #: every lowering, in the order they are consulted
 _GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
-                             Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS,
+                             Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())
 
 #: the lowering of groups with nothing to compute

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ...ir.types import DType
 from .expr import Const, Expr, FormError, Load, Op, Var
-from .form import Acc, Buffer, Kernel, Let, Loop, Store, Update
+from .form import Acc, Buffer, Check, Kernel, Let, Loop, Store, Update
 
 #: compute or storage type -> numba type name
 TYPES = {DType.f32: "float32", DType.f64: "float64", DType.f16: "float16", DType.bool: "boolean",
@@ -95,6 +95,8 @@ class CudaKernel:
     buffers: list[Buffer]
     #: iterations of the parallel loop (0: none)
     parallel: int
+    #: the kernel reports bad input data: it takes a status array (int64[3]) after its buffers
+    checks: bool = False
     _fn: object = field(default=None, repr=False)
 
     def function(self):
@@ -111,12 +113,29 @@ class CudaKernel:
         return self._fn
 
     def launch(self, arrays, threads: int = 128, blocks: int | None = None) -> None:
-        """Run on ``arrays`` (one per buffer, in order: flat arrays or device arrays)."""
+        """Run on ``arrays`` (one per buffer, in order: flat arrays or device arrays). A kernel that
+        reports bad input data raises ``KernelReport`` after the launch."""
         if len(arrays) != len(self.buffers):
             raise ValueError(f"{self.name} takes {len(self.buffers)} buffers, got {len(arrays)}")
         if blocks is None:
             blocks = max(1, min(-(-self.parallel // threads), 1024)) if self.parallel else 1
-        self.function()[blocks, threads](*arrays)
+        if not self.checks:
+            self.function()[blocks, threads](*arrays)
+            return
+        import numpy as np
+
+        status = np.zeros(3, np.int64)
+        self.function()[blocks, threads](*arrays, status)
+        if status[0]:
+            raise KernelReport(int(status[1]), int(status[2]))
+
+
+class KernelReport(ValueError):
+    """A kernel found bad input data: an index ``value`` outside ``[-limit, limit)``."""
+
+    def __init__(self, value: int, limit: int):
+        super().__init__(f"index {value} is out of range [-{limit}, {limit})")
+        self.value, self.limit = value, limit
 
 
 class _SimMath:
@@ -237,6 +256,10 @@ class _Printer:
                 self.emit(depth, f"{v} = {rhs}")
             elif isinstance(s, Store):
                 self.emit(depth, f"{self.args[id(s.buf)]}[{self.offset(s.buf, s.index)}] = {self.expr(s.value)}")
+            elif isinstance(s, Check):
+                self.emit(depth, f"if {self.expr(s.bad)}:")
+                for j, v in enumerate(("1", self.expr(s.value), str(s.limit))):
+                    self.emit(depth + 1, f"_status[{j}] = {v}")
             else:
                 raise FormError(f"not a statement: {s!r}")
 
@@ -251,7 +274,8 @@ def print_cuda(kernel: Kernel) -> CudaKernel:
     name = _ident(kernel.name)
     p.lines += PRELUDE.strip("\n").splitlines() + ["", ""]
     p.emit(0, "@cuda.jit")
-    p.emit(0, f"def {name}({', '.join(p.args[id(b)] for b in kernel.buffers)}):")
+    params = [p.args[id(b)] for b in kernel.buffers] + (["_status"] if kernel.checks else [])
+    p.emit(0, f"def {name}({', '.join(params)}):")
     p.emit(1, "tid = cuda.grid(1)")
     parallel = next((s for s in kernel.body if isinstance(s, Loop) and s.kind == "parallel"), None)
     if parallel is None:  # one thread's work
@@ -266,4 +290,5 @@ def print_cuda(kernel: Kernel) -> CudaKernel:
         else:
             raise FormError(f"kernel {kernel.name}: only lets may stand beside the parallel loop at the top "
                             f"level (a {type(s).__name__.lower()} does)")
-    return CudaKernel(name, "\n".join(p.lines) + "\n", list(kernel.buffers), parallel.extent if parallel else 0)
+    return CudaKernel(name, "\n".join(p.lines) + "\n", list(kernel.buffers), parallel.extent if parallel else 0,
+                      kernel.checks)

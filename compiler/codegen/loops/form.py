@@ -10,6 +10,9 @@ A ``Kernel`` is a name, its ``Buffer``s and a body of statements:
     Update(var, combiner, value)    ``var = combiner(var, value)``: a reduction step (add, mul, min, max,
                                     and, or); a backend may reassociate it (vector or tree reductions)
     Store(buf, index, value)        one element of an output or scratch buffer
+    Check(bad, value, limit)        where ``bad`` holds the input data is wrong (an index ``value``
+                                    outside ``[-limit, limit)``): the run reports it and the kernel
+                                    goes on without reading out of bounds (its indices are clamped)
 
 A buffer has an element type, a shape and strides in elements (0 on an axis it broadcasts along),
 a role ("in", "out", "inout": read and written, "scratch": the kernel's own), and ``value``: what the
@@ -124,7 +127,14 @@ class Store:
     value: Expr
 
 
-Stmt = Union[Loop, Let, Acc, Update, Store]
+@dataclass(eq=False)
+class Check:
+    bad: Expr
+    value: Expr
+    limit: int
+
+
+Stmt = Union[Loop, Let, Acc, Update, Store, Check]
 
 
 @dataclass(eq=False)
@@ -134,6 +144,18 @@ class Kernel:
     body: list
     #: how the lowering made it, in a few words each
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def checks(self) -> bool:
+        """Whether the kernel reports bad input data (has a ``Check``)."""
+        stack = list(self.body)
+        while stack:
+            s = stack.pop()
+            if isinstance(s, Check):
+                return True
+            if isinstance(s, Loop):
+                stack.extend(s.body)
+        return False
 
     def loops(self):
         """Every loop, outermost first."""
@@ -207,6 +229,10 @@ class KernelForm:
     def store(self, buf: Buffer, index, value: Expr) -> None:
         index = index if isinstance(index, tuple) else (index,)
         self.emit(Store(buf, tuple(lift(i, INDEX) for i in index), lift(value, compute_type(buf.dtype))))
+
+    def fail_if(self, bad: Expr, value: Expr, limit: int) -> None:
+        """Report bad input data where ``bad`` holds (see ``Check``)."""
+        self.emit(Check(bad, lift(value, INDEX), int(limit)))
 
     def note(self, text: str) -> None:
         if text not in self.notes:

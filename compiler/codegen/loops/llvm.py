@@ -20,7 +20,7 @@ from llvmlite import ir
 
 from ...ir.types import DType
 from .expr import Const, Expr, FormError, Load, Op, Var
-from .form import Acc, Buffer, Kernel, Let, Loop, Store, Update
+from .form import Acc, Buffer, Check, Kernel, Let, Loop, Store, Update
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F16, BF16, F32, F64 = ir.HalfType(), ir.BFloatType() if hasattr(ir, "BFloatType") else None, ir.FloatType(), \
@@ -315,6 +315,8 @@ class _Printer:
                 self.update(s)
             elif isinstance(s, Store):
                 self.store(s)
+            elif isinstance(s, Check):
+                self.k.fail_if(self.expr(s.bad), self.expr(s.value), s.limit)
             else:
                 raise FormError(f"not a statement: {s!r}")
 

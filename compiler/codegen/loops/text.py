@@ -15,7 +15,7 @@ their type; an expression used twice is printed twice (lowerings name shared val
 from __future__ import annotations
 
 from .expr import Const, Expr, Load, Op, Var
-from .form import Acc, Buffer, Kernel, Let, Loop, Store, Update, dense_strides
+from .form import Acc, Buffer, Check, Kernel, Let, Loop, Store, Update, dense_strides
 
 
 def expr_text(e: Expr) -> str:
@@ -56,6 +56,8 @@ def _lines(stmts, depth: int, out: list[str]) -> None:
             out.append(f"{pad}{s.var.name} {s.combiner}= {expr_text(s.value)}")
         elif isinstance(s, Store):
             out.append(f"{pad}{s.buf.name}[{', '.join(expr_text(i) for i in s.index)}] = {expr_text(s.value)}")
+        elif isinstance(s, Check):
+            out.append(f"{pad}fail_if {expr_text(s.bad)}: {expr_text(s.value)} outside [-{s.limit}, {s.limit})")
         else:
             raise TypeError(f"not a statement: {s!r}")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ...ir.types import DType
 from .expr import INDEX, PRIMS, Const, Expr, FormError, Load, Op, Var, compute_type, walk
-from .form import COMBINERS, Acc, Kernel, Let, Loop, Store, Update
+from .form import COMBINERS, Acc, Check, Kernel, Let, Loop, Store, Update
 from .text import expr_text
 
 INF = float("inf")
@@ -154,6 +154,11 @@ class _Checker:
                 self.index(s.buf, s.index, where)
                 if s.value.dtype is not compute_type(s.buf.dtype):
                     self.fail(where, f"a {s.value.dtype} value stored to {s.buf.name} ({s.buf.dtype})")
+            elif isinstance(s, Check):
+                self.expr(s.bad, where)
+                self.expr(s.value, where)
+                if s.bad.dtype is not DType.bool or s.value.dtype is not INDEX:
+                    self.fail(where, f"fail_if takes a bool and an i64, got {s.bad.dtype} and {s.value.dtype}")
             else:
                 self.fail(where, f"not a statement: {s!r}")
         self.scope.pop()

@@ -96,6 +96,28 @@ class CastLikeToCast(Rule):
         node.output.replace_all_uses_with(graph.add_node(cast, [node.inputs[0]], name=node.name, before=node).output)
 
 
+class SoftmaxCrossEntropyToNLL(Rule):
+    """SoftmaxCrossEntropyLoss is NegativeLogLikelihoodLoss of LogSoftmax along the class axis (its
+    definition; the log-probabilities are its second result). float32/float64 only: for f16 the op
+    rounds once where the pair would round the log-probabilities first."""
+
+    name = "sce-to-logsoftmax-nll"
+    roots = ("SoftmaxCrossEntropyLoss",)
+
+    def check(self, node):
+        if node.inputs[0].dtype not in (DType.f32, DType.f64):
+            return f"{node.inputs[0].dtype} scores (the op computes them in f32 and rounds once)"
+        return None
+
+    def rewrite(self, graph, node):
+        logp = graph.add_node(op("LogSoftmax", axis=1), [node.inputs[0]], name=node.name, before=node).output
+        nll = op("NegativeLogLikelihoodLoss", ignore_index=node.op.ignore_index, reduction=node.op.reduction)
+        loss = graph.add_node(nll, [logp, *node.inputs[1:]], name=node.name, before=node).output
+        node.outputs[0].replace_all_uses_with(loss)
+        if len(node.outputs) > 1:
+            node.outputs[1].replace_all_uses_with(logp)
+
+
 _RESHAPE_LIKE = ("Flatten", "Squeeze", "Unsqueeze")
 
 
@@ -220,8 +242,9 @@ class MatMulAddToGemm(Rule):
         node.output.replace_all_uses_with(out)
 
 
-RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), CastLikeToCast(), ReshapeLikeToReshape(),
-                           CollapseReshapes(), ComposeTransposes(), MatMulAddToGemm())
+RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), CastLikeToCast(),
+                           SoftmaxCrossEntropyToNLL(), ReshapeLikeToReshape(), CollapseReshapes(), ComposeTransposes(),
+                           MatMulAddToGemm())
 
 
 class Canonicalize(Pass):
