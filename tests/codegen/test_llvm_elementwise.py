@@ -330,16 +330,6 @@ def test_refusals():
         elementwise_module(g.nodes)
     with pytest.raises(CodegenError, match="does not broadcast"):
         plan_loops((4, 5), [(3, 5)])
-    g = Graph()
-    x = g.add_input("x", f32(8))
-    g.set_outputs([g.add(ew.Pow(), x, g.add_constant(np.float32(1.7)))])
-    with pytest.raises(CodegenError, match="exponent 1.7 is not supported"):
-        elementwise_module(g.nodes)
-    g = Graph()
-    x, e = g.add_input("x", f32(8)), g.add_input("e", f32())
-    g.set_outputs([g.add(ew.Pow(), x, e)])
-    with pytest.raises(CodegenError, match="only a constant scalar exponent"):
-        elementwise_module(g.nodes)
     module = new_module()
     emit_elementwise(module, unary(ew.Exp()).nodes, "k")
     with pytest.raises(CodegenError, match="already defines 'k'"):

@@ -18,12 +18,13 @@ from .norm import LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
 from .reduction import ArgReduce, Reduce
 from .row_reduce import RowReduce
+from .scan import LOWERINGS as SCAN_LOWERINGS
 from .shuffle import ShuffledDepthwise
 
 #: every lowering, in the order they are consulted
 _GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
-                             Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS,
+                             Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())
 
 #: the lowering of groups with nothing to compute

@@ -102,27 +102,28 @@ def _clip(o, xs, out):
     return x
 
 
-#: the exponents Pow computes exactly as the reference does, without a pow call
+#: constant exponents Pow computes without a pow call (multiplications, a division, a square root)
 POW_EXPONENTS = (1.0, 2.0, 3.0, 0.5, -1.0)
 
 
 def _pow(o, xs, out):
+    """As the reference: a float base to a float exponent of its type in that type (C's pow), any
+    other pair in float64, the result converted to the base's type (integers truncate)."""
     x, y = xs
-    if not isinstance(y, Const):
-        raise ValueError("Pow: only a constant scalar exponent is supported")
-    e = float(y.value)
-    if e == 1:
-        return x
-    if e == 2:
-        return op("mul", x, x)
-    if e == 3:
-        return op("mul", op("mul", x, x), x)
-    if e == -1:
-        return op("div", _c(x, 1), x)
-    if e == 0.5:
+    if isinstance(y, Const) and float(y.value) in POW_EXPONENTS and (x.dtype.is_float or float(y.value) != 0.5):
+        e = float(y.value)
+        if e == 1:
+            return x
+        if e == 2:
+            return op("mul", x, x)
+        if e == 3:
+            return op("mul", op("mul", x, x), x)
+        if e == -1:
+            return op("div", _c(x, 1), x)
         return op("sqrt", x)
-    supported = ", ".join(f"{v:g}" for v in POW_EXPONENTS)
-    raise ValueError(f"Pow: exponent {e:g} is not supported (constant {supported})")
+    if x.dtype.is_float and (y.dtype is x.dtype or isinstance(y, Const)):
+        return op("pow", x, y if y.dtype is x.dtype else Const(float(y.value), x.dtype))
+    return cast(op("pow", cast(x, DType.f64), cast(y, DType.f64)), compute_type(out))
 
 
 def _mod(o, xs, out):

@@ -74,6 +74,10 @@ class OpDef:
     #: whether every input must be a tensor (``infer_node`` refuses a sequence or an optional); the
     #: sequence and optional ops, and Identity, set it False and check their inputs themselves
     tensors_only: ClassVar[bool] = True
+    #: inputs that are parameters rather than data (attributes that ONNX turned into inputs: an
+    #: axis, a diagonal offset): native code needs their values, so a model that feeds them as
+    #: graph inputs is compiled for the values given (``shape_determining_inputs``)
+    parameters: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

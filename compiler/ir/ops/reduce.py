@@ -316,6 +316,7 @@ class Cumulative(OpDef):
     inputs: ClassVar = ("x", "axis")
     outputs: ClassVar = ("y",)
     pattern: ClassVar = Pattern.OPAQUE
+    parameters: ClassVar = ("axis",)
     #: the value an exclusive scan starts from
     identity: ClassVar[int] = 0
 

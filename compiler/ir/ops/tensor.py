@@ -593,6 +593,7 @@ class Trilu(_Movement):
     upper: int = 1
     inputs: ClassVar = ("input", "k?")
     outputs: ClassVar = ("output",)
+    parameters: ClassVar = ("k",)
     since: ClassVar = 14
 
     def validate(self):
