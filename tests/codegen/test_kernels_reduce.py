@@ -212,3 +212,24 @@ def test_argmax_and_argmin_on_the_cuda_printer(op_cls):
     want, got = interpret(g, {"x": v}), _run_cuda(g, {"x": v})
     for n, name in zip(g.nodes, g.output_names):
         np.testing.assert_array_equal(got[n.outputs[0]], want[name], err_msg=n.describe())
+
+
+def test_hardmax_on_every_float_type():
+    from compiler.codegen.kernels.reduction import Hardmax
+    from compiler.ir.ops import norm as nm
+
+    g = Graph("hm")
+    feeds = {}
+    for dt in (DType.f32, DType.f64, DType.f16):
+        x = g.add_input(f"x{dt}", TensorType(dt, (3, 4, 5)))
+        v = RNG.integers(-2, 2, (3, 4, 5), endpoint=True).astype(dt.np)  # ties: the first maximum
+        v[1, 2, 3] = np.nan
+        feeds[f"x{dt}"] = v
+        for axis in (0, 1, -1):
+            g.add(nm.Hardmax(axis=axis), x)
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    for n in g.nodes:
+        assert isinstance(lowering_for(KernelGroup.of_node(n))[0], Hardmax)
+    want, got = interpret(g, feeds), run_kernels(g, feeds)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)

@@ -190,6 +190,16 @@ def test_canonicalize_identity_dropout_sum_reshapes_transposes():
     assert not run_pass(Canonicalize(), g)
 
 
+def test_inference_dropout_with_its_mask_used():
+    g = ir("""
+    graph @t(%x: f32[2,3]) -> (y: f32[2,3], m: bool[2,3]) {
+      %0, %1 = Dropout(%x) : f32[2,3], bool[2,3]
+      return y=%0, m=%1
+    }""")
+    assert run_pass(Canonicalize(), g)
+    assert g.op_counts() == {"ConstantOfShape": 1} and g.outputs[0] is g.inputs[0]
+
+
 def test_cast_like_becomes_cast():
     g = ir("""
     graph @t(%x: f32[2,3], %like: f16[4]) -> (y: f16[2,3]) {

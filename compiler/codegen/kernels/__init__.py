@@ -14,9 +14,10 @@ from .empty import Empty
 from .indexing import LOWERINGS as INDEXING_LOWERINGS
 from .epilogue import Epilogue
 from .linalg import Gemm, MatMul
+from .onehot import LOWERINGS as ONEHOT_LOWERINGS
 from .norm import LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
-from .reduction import ArgReduce, Reduce
+from .reduction import ArgReduce, Hardmax, Reduce
 from .row_reduce import RowReduce
 from .scan import LOWERINGS as SCAN_LOWERINGS
 from .shuffle import ShuffledDepthwise
@@ -24,6 +25,7 @@ from .shuffle import ShuffledDepthwise
 #: every lowering, in the order they are consulted
 _GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
+                             Hardmax(), *ONEHOT_LOWERINGS,
                              Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from ...ir.ops import norm as nm
 from ...ir.ops import reduce as rd
 from ...ir.types import DType
 from ..loops import KernelForm, Kernel
@@ -181,6 +182,54 @@ def _columns(kf: KernelForm, r: Reduction, runs, xb, yb, acc_t: DType, count: in
     loops.over(outer, body, parallel=True)
 
 
+def extreme_index(kf: KernelForm, xb, o, i, extreme: str, last: bool = False):
+    """The first (or last) index along axis 1 of ``xb`` ([outer, count, inner]) at (o, i) holding
+    its ``extreme`` ("max"/"min"; NaN counts as both, as NumPy's argmax/argmin): an i64 accumulator."""
+    count = xb.shape[1]
+    ct = compute_type(xb.dtype)
+    m = kf.acc(Const(-math.inf if extreme == "max" else math.inf, ct) if ct.is_float else _as(xb[o, 0, i], ct),
+               name="m")
+    with kf.loop(count) as r:
+        kf.update(m, extreme, _as(xb[o, r, i], ct))
+    none = Const(-1 if last else count, DType.i64)
+    best = kf.acc(none, name="at")
+    with kf.loop(count) as r:
+        v = _as(xb[o, r, i], ct)
+        hit = op("eq", v, m)
+        if ct.is_float:
+            hit = op("or", hit, op("and", op("isnan", v), op("isnan", m)))
+        kf.update(best, "max" if last else "min", select(hit, r, none))
+    return best
+
+
+class Hardmax(FormLowering):
+    """Hardmax: 1 at the first maximum along the axis, 0 elsewhere (``extreme_index``, then a pass
+    writing the row)."""
+
+    ops = (nm.Hardmax,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        return dtype_reason([n.inputs[0], n.outputs[0]], allowed=(DType.f32, DType.f64, DType.f16)) or \
+            self.form_reason(group)
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, y = n.inputs[0], n.outputs[0]
+        shape = [int(d) for d in x.shape]
+        ax = n.op.axis % len(shape)
+        outer, count, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])
+        kf = KernelForm(name)
+        xb = kf.buffer("x", x.type.dtype, (outer, count, inner), value=x)
+        yb = kf.buffer("y", y.type.dtype, (outer, count, inner), "out", value=y)
+        ct = compute_type(y.type.dtype)
+        with kf.loop(outer, "parallel", grain=-(-PAR_MIN_WORK // max(count * inner, 1))) as o, kf.loop(inner) as i:
+            at = extreme_index(kf, xb, o, i, "max") if count else Const(0, DType.i64)
+            with kf.loop(count) as r:
+                kf.store(yb, (o, r, i), select(op("eq", r, at), Const(1.0, ct), Const(0.0, ct)))
+        return kf.finish()
+
+
 class ArgReduce(FormLowering):
     """ArgMax and ArgMin on every numeric storage type, in two passes over each row of the axis:
     the extreme value (NaN-propagating, as NumPy's argmax counts NaN the largest), then the first
@@ -202,24 +251,12 @@ class ArgReduce(FormLowering):
         kf = KernelForm(name)
         xb = kf.buffer("x", x.type.dtype, (outer, count, inner), value=x)
         yb = kf.buffer("y", DType.i64, (outer, inner), "out", value=y)
-        ct = compute_type(x.type.dtype)
         extreme = "max" if isinstance(n.op, rd.ArgMax) else "min"
         last = bool(n.op.select_last_index)
         kf.note(f"{n.op.name} over {count} of [{outer}, {count}, {inner}], the {'last' if last else 'first'} index")
         with kf.loop(outer, "parallel", grain=-(-PAR_MIN_WORK // max(count * inner, 1))) as o, kf.loop(inner) as i:
-            m = kf.acc(Const(-math.inf if extreme == "max" else math.inf, ct) if ct.is_float else
-                       _as(xb[o, 0, i], ct), name="m")
-            with kf.loop(count) as r:
-                kf.update(m, extreme, _as(xb[o, r, i], ct))
-            best = kf.acc(Const(-1 if last else count, DType.i64), name="at")
-            with kf.loop(count) as r:
-                v = _as(xb[o, r, i], ct)
-                hit = op("eq", v, m)
-                if ct.is_float:
-                    hit = op("or", hit, op("and", op("isnan", v), op("isnan", m)))
-                kf.update(best, "max" if last else "min", select(hit, r, Const(-1 if last else count, DType.i64)))
-            kf.store(yb, (o, i), best)
+            kf.store(yb, (o, i), extreme_index(kf, xb, o, i, extreme, last))
         return kf.finish()
 
 
-__all__ = ["ArgReduce", "PAR_MIN_WORK", "Reduce", "merge_runs", "reduce_axes"]
+__all__ = ["ArgReduce", "Hardmax", "PAR_MIN_WORK", "Reduce", "extreme_index", "merge_runs", "reduce_axes"]

@@ -57,12 +57,16 @@ class RemoveInferenceDropout(Rule):
         training = node.inputs[2] if len(node.inputs) > 2 else None
         if training is not None and (training.known is None or bool(np.asarray(training.known).item())):
             return "training_mode is not known to be false"
-        if len(node.outputs) > 1 and node.outputs[1].uses:
-            return "the mask output is used"
+        if len(node.outputs) > 1 and node.outputs[1].uses and not node.outputs[1].type.is_static:
+            return "the mask output is used and its shape is not static"
         return None
 
     def rewrite(self, graph, node):
         node.outputs[0].replace_all_uses_with(node.inputs[0])
+        if len(node.outputs) > 1 and node.outputs[1].uses:  # in inference the mask keeps everything
+            shape = graph.add_constant(np.asarray(node.outputs[1].shape, np.int64))
+            ones = graph.add_node(op("ConstantOfShape", value=np.ones(1, bool)), [shape], before=node).output
+            node.outputs[1].replace_all_uses_with(ones)
 
 
 class SumToAdd(Rule):

@@ -60,15 +60,17 @@ def bind_inputs(graph: Graph, values: Mapping[str, np.ndarray]) -> bool:
 
 
 def shape_determining_inputs(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[str]:
-    """The integer inputs whose values (not only their shapes) some user's result type depends on
-    (a Reduce's axes, a Reshape's shape, a Slice's bounds fed as inputs), or that some user takes as
+    """The small numeric inputs whose values (not only their shapes) some user's result type depends on
+    (a Reduce's axes, a Reshape's shape, a Slice's bounds, a OneHot's depth fed as inputs), or that some
+    user takes as
     a parameter (``OpDef.parameters``: a CumSum's axis, a Trilu's k). Binding them
     (``input_values``) gives static shapes and known parameters where the model otherwise has none;
     other inputs (data, Gather indices) are never listed."""
     out = []
     for v in graph.inputs:
         arr = feeds.get(v.name)
-        if not isinstance(v.type, TensorType) or not v.dtype.is_int or arr is None or np.size(arr) > KNOWN_VALUE_LIMIT:
+        if not isinstance(v.type, TensorType) or not (v.dtype.is_int or v.dtype.is_float) or arr is None \
+                or np.size(arr) > KNOWN_VALUE_LIMIT:
             continue
         if any(i < len(u.op.inputs) and u.op.inputs[i].rstrip("?*") in u.op.parameters for u, i in v.uses
                if hasattr(u, "op")):
