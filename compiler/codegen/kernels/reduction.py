@@ -19,6 +19,7 @@ identity finished (Mean: NaN, LogSum: -inf), as the reference gives.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 from ...ir.ops import norm as nm
 from ...ir.ops import reduce as rd
@@ -202,6 +203,25 @@ def extreme_index(kf: KernelForm, xb, o, i, extreme: str, last: bool = False):
     return best
 
 
+@contextmanager
+def _outer_inner(kf: KernelForm, outer: int, count: int, inner: int):
+    with kf.loop(outer, "parallel", grain=-(-PAR_MIN_WORK // max(count * inner, 1))) as o, kf.loop(inner) as i:
+        yield o, i
+
+
+def along_axis(group: KernelGroup, name: str):
+    """(a KernelForm, the input as a buffer ``[outer, count, inner]`` around the op's ``axis``, the
+    loops over (outer, inner) as a context yielding their indices) for a one-axis op."""
+    n = group.node
+    x = n.inputs[0]
+    shape = [int(d) for d in x.shape]
+    ax = n.op.axis % len(shape)
+    outer, count, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])
+    kf = KernelForm(name)
+    xb = kf.buffer("x", x.type.dtype, (outer, count, inner), value=x)
+    return kf, xb, _outer_inner(kf, outer, count, inner)
+
+
 class Hardmax(FormLowering):
     """Hardmax: 1 at the first maximum along the axis, 0 elsewhere (``extreme_index``, then a pass
     writing the row)."""
@@ -214,16 +234,12 @@ class Hardmax(FormLowering):
             self.form_reason(group)
 
     def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
-        n = group.node
-        x, y = n.inputs[0], n.outputs[0]
-        shape = [int(d) for d in x.shape]
-        ax = n.op.axis % len(shape)
-        outer, count, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])
-        kf = KernelForm(name)
-        xb = kf.buffer("x", x.type.dtype, (outer, count, inner), value=x)
+        y = group.node.outputs[0]
+        kf, xb, rows = along_axis(group, name)
+        outer, count, inner = xb.shape
         yb = kf.buffer("y", y.type.dtype, (outer, count, inner), "out", value=y)
         ct = compute_type(y.type.dtype)
-        with kf.loop(outer, "parallel", grain=-(-PAR_MIN_WORK // max(count * inner, 1))) as o, kf.loop(inner) as i:
+        with rows as (o, i):
             at = extreme_index(kf, xb, o, i, "max") if count else Const(0, DType.i64)
             with kf.loop(count) as r:
                 kf.store(yb, (o, r, i), select(op("eq", r, at), Const(1.0, ct), Const(0.0, ct)))
@@ -244,17 +260,13 @@ class ArgReduce(FormLowering):
 
     def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
-        x, y = n.inputs[0], n.outputs[0]
-        shape = [int(d) for d in x.shape]
-        ax = n.op.axis % len(shape)
-        outer, count, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])
-        kf = KernelForm(name)
-        xb = kf.buffer("x", x.type.dtype, (outer, count, inner), value=x)
-        yb = kf.buffer("y", DType.i64, (outer, inner), "out", value=y)
+        kf, xb, rows = along_axis(group, name)
+        outer, count, inner = xb.shape
+        yb = kf.buffer("y", DType.i64, (outer, inner), "out", value=n.outputs[0])
         extreme = "max" if isinstance(n.op, rd.ArgMax) else "min"
         last = bool(n.op.select_last_index)
         kf.note(f"{n.op.name} over {count} of [{outer}, {count}, {inner}], the {'last' if last else 'first'} index")
-        with kf.loop(outer, "parallel", grain=-(-PAR_MIN_WORK // max(count * inner, 1))) as o, kf.loop(inner) as i:
+        with rows as (o, i):
             kf.store(yb, (o, i), extreme_index(kf, xb, o, i, extreme, last))
         return kf.finish()
 
