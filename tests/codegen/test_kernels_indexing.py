@@ -13,8 +13,8 @@ from onnx import TensorProto, helper
 import compiler
 from compiler.codegen.kernels import KernelGroup, lowering_for
 from compiler.codegen.kernels.indexing import GatherElements, NegativeLogLikelihoodLoss
-from compiler.codegen.kernels.testing import run_kernels
-from compiler.codegen.loops.cuda import KernelReport, print_cuda
+from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
+from compiler.codegen.loops.cuda import KernelReport
 from compiler.errors import InputError
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import interpret
@@ -115,29 +115,58 @@ def test_an_index_out_of_range_is_reported():
         nll.run({"x": x, "t": np.array([-2, 2])})
 
 
-def _cuda(g: Graph, feeds: dict, low) -> dict:
-    out = {}
-    for n in g.nodes:
-        kernel = low.form(KernelGroup.of_node(n), "k")
-        y = n.outputs[0]
-        res = np.zeros(int(y.type.numel), y.type.dtype.np)
-        print_cuda(kernel).launch([res if b.value is y else np.ascontiguousarray(feeds[b.value.name]).reshape(-1)
-                                   for b in kernel.buffers], threads=4)
-        out[y] = res.reshape([int(d) for d in y.shape])
-    return out
-
-
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
 def test_both_on_the_cuda_printer():
-    g, feeds, labels = _gather_graph([DType.f32, DType.i8])
-    want, got = interpret(g, feeds), _cuda(g, feeds, GatherElements())
-    for n, name, label in zip(g.nodes, g.output_names, labels):
-        np.testing.assert_array_equal(got[n.outputs[0]], want[name], err_msg=label)
-    g, feeds = _nll_graph()
-    want, got = interpret(g, feeds), _cuda(g, feeds, NegativeLogLikelihoodLoss())
-    for n, name in zip(g.nodes, g.output_names):
-        np.testing.assert_allclose(got[n.outputs[0]], want[name], rtol=1e-6, atol=1e-6, err_msg=n.describe())
+    for g, feeds in (_gather_graph([DType.f32, DType.i8])[:2], _nll_graph()):
+        want, got = interpret(g, feeds), run_cuda_forms(g, feeds)
+        for n, name in zip(g.nodes, g.output_names):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6, err_msg=n.describe())
     g, feeds, _ = _gather_graph([DType.f32])
     feeds["i0"] = np.full_like(feeds["i0"], 5)
     with pytest.raises(KernelReport, match="index 5 is out of range"):
-        _cuda(g, feeds, GatherElements())
+        run_cuda_forms(g, feeds)
+
+
+def _scatter_graph():
+    g = Graph("sc")
+    feeds = {}
+    d = g.add_input("d", TensorType(DType.f32, (4, 3, 2)))
+    feeds["d"] = RNG.standard_normal((4, 3, 2)).astype(np.float32)
+    di = g.add_input("di", TensorType(DType.i32, (4, 3, 2)))
+    feeds["di"] = RNG.integers(-5, 5, (4, 3, 2)).astype(np.int32)
+    ie = g.add_input("ie", TensorType(DType.i64, (2, 3, 2)))
+    feeds["ie"] = np.array([[[0, 3], [1, -1], [0, 0]], [[3, 3], [2, -4], [1, 1]]])  # duplicates: in order
+    for data, dt in ((d, DType.f32), (di, DType.i32)):
+        ue = g.add_input(f"ue{dt}", TensorType(dt, (2, 3, 2)))
+        feeds[f"ue{dt}"] = RNG.integers(-3, 4, (2, 3, 2)).astype(dt.np)
+        for red in ("none", "add", "mul", "max", "min"):
+            g.add(ix.ScatterElements(axis=0, reduction=red), data, ie, ue)
+        nd = g.add_input(f"nd{dt}", TensorType(DType.i64, (3, 2)))
+        feeds[f"nd{dt}"] = np.array([[0, 1], [3, -1], [0, 1]])
+        un = g.add_input(f"un{dt}", TensorType(dt, (3, 2)))
+        feeds[f"un{dt}"] = RNG.integers(-3, 4, (3, 2)).astype(dt.np)
+        for red in ("none", "add", "max"):
+            g.add(ix.ScatterND(reduction=red), data, nd, un)
+        g.add(ix.GatherND(), data, nd)
+        g.add(ix.GatherND(batch_dims=1), data, g.add_constant(np.array([[1], [0], [2], [-1]])))
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    return g, feeds
+
+
+def test_scatter_and_gather_nd():
+    from compiler.codegen.kernels.indexing import GatherND, Scatter
+
+    g, feeds = _scatter_graph()
+    for n in g.nodes:
+        assert isinstance(lowering_for(KernelGroup.of_node(n))[0], (GatherND, Scatter)), n.describe()
+    want, got = interpret(g, feeds), run_kernels(g, feeds)
+    for n, name in zip(g.nodes, g.output_names):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, err_msg=n.describe())
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
+def test_scatter_and_gather_nd_on_the_cuda_printer():
+    g, feeds = _scatter_graph()
+    want, got = interpret(g, feeds), run_cuda_forms(g, feeds, threads=2)
+    for n, name in zip(g.nodes, g.output_names):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, err_msg=n.describe())

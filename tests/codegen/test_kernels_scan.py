@@ -10,8 +10,7 @@ import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
 from compiler.codegen.kernels.scan import Cumulative, Trilu
-from compiler.codegen.kernels.testing import run_kernels
-from compiler.codegen.loops.cuda import print_cuda
+from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import interpret
 from compiler.ir.ops import reduce as rd
@@ -70,15 +69,9 @@ def test_every_type_on_the_llvm_printer():
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
 def test_on_the_cuda_printer():
     g, feeds, labels = _graph([DType.f32, DType.i32])
-    want = interpret(g, feeds)
-    for n, name, label in zip(g.nodes, g.output_names, labels):
-        low = Trilu() if isinstance(n.op, tn.Trilu) else Cumulative()
-        kernel = low.form(KernelGroup.of_node(n), "k")
-        y = n.outputs[0]
-        res = np.zeros(y.type.numel, y.type.dtype.np)
-        print_cuda(kernel).launch([res if b.value is y else np.ascontiguousarray(feeds[b.value.name]).reshape(-1)
-                                   for b in kernel.buffers], threads=2)
-        _check(res.reshape(want[name].shape), want[name], label)
+    want, got = interpret(g, feeds), run_cuda_forms(g, feeds, threads=2)
+    for name, label in zip(g.output_names, labels):
+        _check(got[name], want[name], label)
 
 
 def test_parameters_fed_as_inputs_are_bound_and_data_is_not():

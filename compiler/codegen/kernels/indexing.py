@@ -140,6 +140,114 @@ class NegativeLogLikelihoodLoss(FormLowering):
         return kf.finish()
 
 
+class GatherND(FormLowering):
+    """GatherND: ``y[b, t, s] = data[b, i_0, .., i_{m-1}, s]`` with the index tuple
+    ``indices[b, t, :]`` (each component checked), over data seen as ``[batch, dims.., rest]``."""
+
+    ops = (ix.GatherND,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        data, idx = n.inputs
+        return dtype_reason([data, n.outputs[0]], allowed=tuple(STORAGE_TYPES)) or \
+            dtype_reason([idx], allowed=(DType.i32, DType.i64)) or self.form_reason(group)
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        data, idx = n.inputs
+        y = n.outputs[0]
+        b, m = n.op.batch_dims, int(idx.shape[-1])
+        dshape, ishape = [int(d) for d in data.shape], [int(d) for d in idx.shape]
+        nb, k, rest = math.prod(dshape[:b]), math.prod(ishape[b:-1]), math.prod(dshape[b + m:])
+        dims = dshape[b:b + m]
+        if 0 in dims:
+            raise ValueError("an indexed axis is empty: every index is out of range")
+        kf = KernelForm(name)
+        db = kf.buffer("data", data.type.dtype, (nb, *dims, rest), value=data)
+        ib = kf.buffer("indices", idx.type.dtype, (nb, k, m), value=idx)
+        yb = kf.buffer("y", y.type.dtype, (nb, k, rest), "out", value=y)
+        kf.note(f"GatherND of {k} tuples of {m} per batch of {nb}, slices of {rest}")
+        with kf.loop(nb * k, "parallel", grain=-(-PAR_MIN_WORK // max(rest, 1))) as q:
+            bi, t = op("div", q, Const(k, INDEX)), op("rem", q, Const(k, INDEX))
+            js = [checked_index(kf, ib[bi, t, Const(j, INDEX)], d) for j, d in enumerate(dims)]
+            with kf.loop(rest, "vector") as e:
+                kf.store(yb, (bi, t, e), db[(bi, *js, e)])
+        return kf.finish()
+
+
+class Scatter(FormLowering):
+    """ScatterElements and ScatterND: the result is a copy of data, then each update is written (or
+    combined: add, mul, max, min) at its checked index, one after the other in index order (later
+    duplicates win, as the reference gives): serial code."""
+
+    ops = (ix.ScatterElements, ix.ScatterND)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        data, idx, upd = n.inputs
+        types = tuple(STORAGE_TYPES) if n.op.reduction == "none" else tuple(STORAGE_TYPES - {DType.bool})
+        return dtype_reason([data, upd, n.outputs[0]], allowed=types) or \
+            dtype_reason([idx], allowed=(DType.i32, DType.i64)) or self.form_reason(group)
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        data, idx, upd = n.inputs
+        y = n.outputs[0]
+        dshape = [int(d) for d in data.shape]
+        kf = KernelForm(name)
+        db = kf.buffer("data", data.type.dtype, dshape, value=data)
+        yb = kf.buffer("y", y.type.dtype, dshape, "inout", value=y)  # a copy of data, then updated
+        _nest(kf, dshape, lambda ix_: kf.store(yb, ix_, db[ix_]))
+        red = n.op.reduction
+
+        def write(at, v):
+            kf.store(yb, at, v if red == "none" else op(red, yb[at], v))
+
+        ishape = [int(d) for d in idx.shape]
+        if isinstance(n.op, ix.ScatterElements):
+            a = n.op.axis % len(dshape)
+            if dshape[a] == 0:
+                raise ValueError("the axis is empty: every index is out of range")
+            ib = kf.buffer("indices", idx.type.dtype, ishape, value=idx)
+            ub = kf.buffer("updates", upd.type.dtype, ishape, value=upd)
+            kf.note(f"ScatterElements along axis {a}, reduction {red}")
+
+            def one(ix_):
+                j = checked_index(kf, ib[ix_], dshape[a])
+                write(tuple(j if d == a else ix_[d] for d in range(len(ix_))), ub[ix_])
+            _nest(kf, ishape, one, inner="serial")  # updates may collide: in order
+            return kf.finish()
+        m = ishape[-1]
+        if 0 in dshape[:m]:
+            raise ValueError("an indexed axis is empty: every index is out of range")
+        tuples, rest = math.prod(ishape[:-1]), math.prod(dshape[m:])
+        ib = kf.buffer("indices", idx.type.dtype, (tuples, m), value=idx)
+        ub = kf.buffer("updates", upd.type.dtype, (tuples, rest), value=upd)
+        yt = kf.buffer("y_tuples", y.type.dtype, (*dshape[:m], rest), "inout", value=y)
+        kf.note(f"ScatterND of {tuples} tuples of {m}, slices of {rest}, reduction {red}")
+        with kf.loop(tuples) as t:
+            js = [checked_index(kf, ib[t, Const(j, INDEX)], dshape[j]) for j in range(m)]
+            with kf.loop(rest) as e:
+                at = (*js, e)
+                kf.store(yt, at, ub[t, e] if red == "none" else op(red, yt[at], ub[t, e]))
+        return kf.finish()
+
+
+def _nest(kf: KernelForm, shape, body, inner: str = "vector") -> None:
+    """``body(index)`` inside serial loops over ``shape``, the innermost of kind ``inner``."""
+    index: list = []
+
+    def go(axis: int):
+        if axis == len(shape):
+            return body(tuple(index))
+        with kf.loop(shape[axis], inner if axis == len(shape) - 1 else "serial") as i:
+            index.append(i)
+            go(axis + 1)
+            index.pop()
+
+    go(0)
+
+
 def _as(v: Expr, dt: DType) -> Expr:
     return v if v.dtype is dt else cast(v, dt)
 
@@ -148,6 +256,6 @@ def _rounded(v: Expr, out: DType) -> Expr:
     return op("to_f16", v) if out is DType.f16 else v
 
 
-LOWERINGS = (GatherElements(), NegativeLogLikelihoodLoss())
+LOWERINGS = (GatherElements(), GatherND(), Scatter(), NegativeLogLikelihoodLoss())
 
-__all__ = ["GatherElements", "LOWERINGS", "NegativeLogLikelihoodLoss", "checked_index"]
+__all__ = ["GatherElements", "GatherND", "LOWERINGS", "NegativeLogLikelihoodLoss", "Scatter", "checked_index"]

@@ -89,3 +89,21 @@ def _aligned(a: np.ndarray) -> np.ndarray:
     raw = np.empty(a.nbytes + 64, np.uint8)
     off = (-raw.ctypes.data) % 64
     return raw[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
+
+
+def run_cuda_forms(graph: Graph, inputs: Mapping[str, np.ndarray], threads: int = 4) -> dict[str, np.ndarray]:
+    """Run each node of ``graph`` (one kernel each, every node's lowering built on the loop form) with
+    the numba.cuda printer (in numba's CUDA simulator without a GPU); returns each output by name."""
+    from ..loops.cuda import print_cuda
+
+    env = {v: np.ascontiguousarray(inputs[v.name]) for v in graph.inputs}
+    for node in graph.nodes:
+        low, why = lowering_for(KernelGroup.of_node(node))
+        if low is None or not hasattr(low, "form"):
+            raise NotImplementedError(f"{node.describe()}: {why or 'not built on the loop form'}")
+        y = node.outputs[0]
+        env[y] = np.zeros([int(d) for d in y.shape], y.type.dtype.np)
+        cu = print_cuda(low.form(KernelGroup.of_node(node), "k"))
+        cu.launch([env[b.value].reshape(-1) if b.value in env else np.ascontiguousarray(b.value.const).reshape(-1)
+                   for b in cu.buffers], threads=threads)
+    return {name: env[v] for name, v in zip(graph.output_names, graph.outputs)}

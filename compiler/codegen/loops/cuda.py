@@ -2,7 +2,8 @@
 
 ``print_cuda(kernel)`` returns a ``CudaKernel``: the source (``.source``, readable) and ``launch``.
 The kernel takes each buffer as a flat device array (its elements from the first the buffer
-addresses; strides are compiled into the index arithmetic). The top-level parallel loop becomes a
+addresses; strides are compiled into the index arithmetic); buffers bound to one value (two views
+of one array) share one parameter, so their reads and writes see each other. The top-level parallel loop becomes a
 grid-stride loop (``for i in range(cuda.grid(1), n, cuda.gridsize(1))``: a thread per iteration
 while there are threads, any grid size works); only ``let``s may stand beside it at the top level
 (every thread computes them). A kernel without a parallel loop is one thread's work. Inner loops are
@@ -113,8 +114,9 @@ class CudaKernel:
         return self._fn
 
     def launch(self, arrays, threads: int = 128, blocks: int | None = None) -> None:
-        """Run on ``arrays`` (one per buffer, in order: flat arrays or device arrays). A kernel that
-        reports bad input data raises ``KernelReport`` after the launch."""
+        """Run on ``arrays`` (one per parameter, ``buffers``: the kernel's buffers, those bound to
+        one value once; flat arrays or device arrays). A kernel that reports bad input data raises
+        ``KernelReport`` after the launch."""
         if len(arrays) != len(self.buffers):
             raise ValueError(f"{self.name} takes {len(self.buffers)} buffers, got {len(arrays)}")
         if blocks is None:
@@ -157,7 +159,16 @@ class _Printer:
     def __init__(self, kernel: Kernel):
         self.kernel = kernel
         self.lines: list[str] = []
-        self.args = {id(b): f"b{j}_{_ident(b.name)}" for j, b in enumerate(kernel.buffers)}
+        #: one parameter per array: buffers bound to the same value (views of one array) share it
+        self.params: list[Buffer] = []
+        self.args: dict[int, str] = {}
+        first: dict[int, str] = {}
+        for b in kernel.buffers:
+            key = id(b.value) if b.value is not None else id(b)
+            if key not in first:
+                first[key] = f"b{len(self.params)}_{_ident(b.name)}"
+                self.params.append(b)
+            self.args[id(b)] = first[key]
         for b in kernel.buffers:
             if b.dtype is DType.bf16:
                 raise FormError(f"buffer {b.name}: numba.cuda has no bfloat16")
@@ -274,7 +285,7 @@ def print_cuda(kernel: Kernel) -> CudaKernel:
     name = _ident(kernel.name)
     p.lines += PRELUDE.strip("\n").splitlines() + ["", ""]
     p.emit(0, "@cuda.jit")
-    params = [p.args[id(b)] for b in kernel.buffers] + (["_status"] if kernel.checks else [])
+    params = [p.args[id(b)] for b in p.params] + (["_status"] if kernel.checks else [])
     p.emit(0, f"def {name}({', '.join(params)}):")
     p.emit(1, "tid = cuda.grid(1)")
     parallel = next((s for s in kernel.body if isinstance(s, Loop) and s.kind == "parallel"), None)
@@ -290,5 +301,5 @@ def print_cuda(kernel: Kernel) -> CudaKernel:
         else:
             raise FormError(f"kernel {kernel.name}: only lets may stand beside the parallel loop at the top "
                             f"level (a {type(s).__name__.lower()} does)")
-    return CudaKernel(name, "\n".join(p.lines) + "\n", list(kernel.buffers), parallel.extent if parallel else 0,
+    return CudaKernel(name, "\n".join(p.lines) + "\n", list(p.params), parallel.extent if parallel else 0,
                       kernel.checks)
