@@ -1,0 +1,164 @@
+"""QuantizeLinear and DequantizeLinear to and from the integer types (per tensor, per axis, blocked),
+on the loop form, computed as the reference computes them:
+
+* quantize: ``q = x / scale`` in the precision (f32, or f64 for an integer scale), rounded half to
+  even, plus the zero point, clamped to the result type's range;
+* dequantize: ``(x - zero_point)`` in i64, converted to the result type, times the scale in that
+  type (float16: the product in f32, rounded once).
+
+Each element finds its scale and zero point from its own index (the same one, the one along the
+axis, or the axis index divided by the block size). Float 8/4 types and float16 quotients stay with
+the interpreter.
+"""
+from __future__ import annotations
+
+from ...ir.ops import quant as qn
+from ...ir.types import DType
+from ..loops import Kernel, KernelForm
+from ..loops.expr import INDEX, Const, cast, compute_type, op
+from .base import FormLowering, KernelGroup, dtype_reason
+
+_INTS = (DType.i8, DType.u8, DType.i16, DType.u16, DType.i32)
+_FLOATS = (DType.f32, DType.f16, DType.f64)
+#: elements of work a parallel task gets at least
+PAR_MIN_WORK = 1 << 15
+
+
+def _params(kf: KernelForm, n, scale, zp, shape):
+    """(scale buffer, zero-point buffer or None, index function of x's index) for the op's layout."""
+    rank = len(shape)
+    op_ = n.op
+    if op_.block_size > 0:
+        a = op_.axis % rank
+        dims = [int(d) for d in scale.shape]
+
+        def at(ix):
+            return tuple(op("div", i, Const(op_.block_size, INDEX)) if k == a else i for k, i in enumerate(ix))
+    elif scale.type.numel == 1:
+        dims = [1]
+
+        def at(ix):
+            return (Const(0, INDEX),)
+    else:
+        a = op_.axis % rank
+        dims = [int(scale.shape[0])]
+
+        def at(ix):
+            return (ix[a],)
+    sb = kf.buffer("scale", scale.type.dtype, dims, value=scale)
+    zb = kf.buffer("zero_point", zp.type.dtype, dims, value=zp) if zp is not None else None
+    return sb, zb, at
+
+
+def _loops(kf: KernelForm, shape, body) -> None:
+    index: list = []
+
+    def go(axis: int):
+        if axis == len(shape):
+            return body(tuple(index))
+        kind = "parallel" if axis == 0 else "vector" if axis == len(shape) - 1 else "serial"
+        inner = 1
+        for d in shape[1:]:
+            inner *= d
+        with kf.loop(shape[axis], kind, grain=-(-PAR_MIN_WORK // max(inner, 1)) if axis == 0 else 1) as i:
+            index.append(i)
+            go(axis + 1)
+            index.pop()
+
+    go(0)
+
+
+def _as(v, dt: DType):
+    return v if v.dtype is dt else cast(v, dt)
+
+
+class QuantizeLinear(FormLowering):
+    ops = (qn.QuantizeLinear,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        x, scale = n.inputs[0], n.inputs[1]
+        zp = n.inputs[2] if len(n.inputs) > 2 else None
+        why = dtype_reason([x], allowed=_FLOATS + (DType.i32,)) or \
+            dtype_reason([scale], allowed=(DType.f32, DType.i32)) or dtype_reason([zp, n.outputs[0]], allowed=_INTS)
+        if why:
+            return why
+        if n.op.precision not in (None, DType.f32, DType.f64):
+            return f"precision {n.op.precision}"
+        if x.type.rank == 0:
+            return "a scalar input"
+        return self.form_reason(group)
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, scale = n.inputs[0], n.inputs[1]
+        zp = n.inputs[2] if len(n.inputs) > 2 else None
+        y = n.outputs[0]
+        shape = [int(d) for d in x.shape]
+        prec = n.op.precision or (DType.f64 if scale.type.dtype is DType.i32 else DType.f32)
+        out = y.type.dtype
+        bits = 8 * out.itemsize
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if out.is_signed else (0, (1 << bits) - 1)
+        kf = KernelForm(name)
+        xb = kf.buffer("x", x.type.dtype, shape, value=x)
+        sb, zb, at = _params(kf, n, scale, zp, shape)
+        yb = kf.buffer("y", out, shape, "out", value=y)
+        kf.note(f"QuantizeLinear to {out}, the quotient in {prec}")
+
+        def body(ix):
+            q = op("div", _as(xb[ix], prec), _as(sb[at(ix)], prec))
+            v = op("round", _as(q, DType.f64))
+            if zb is not None:
+                v = op("add", v, _as(zb[at(ix)], DType.f64))
+            v = op("min", op("max", v, Const(float(lo), DType.f64)), Const(float(hi), DType.f64))
+            kf.store(yb, ix, cast(v, out))
+
+        _loops(kf, shape, body)
+        return kf.finish()
+
+
+class DequantizeLinear(FormLowering):
+    ops = (qn.DequantizeLinear,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        x, scale = n.inputs[0], n.inputs[1]
+        zp = n.inputs[2] if len(n.inputs) > 2 else None
+        why = dtype_reason([x, zp], allowed=_INTS) or dtype_reason([scale, n.outputs[0]], allowed=_FLOATS)
+        if why:
+            return why
+        if x.type.rank == 0:
+            return "a scalar input"
+        return self.form_reason(group)
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, scale = n.inputs[0], n.inputs[1]
+        zp = n.inputs[2] if len(n.inputs) > 2 else None
+        y = n.outputs[0]
+        shape = [int(d) for d in x.shape]
+        out = y.type.dtype
+        work = compute_type(out)
+        kf = KernelForm(name)
+        xb = kf.buffer("x", x.type.dtype, shape, value=x)
+        sb, zb, at = _params(kf, n, scale, zp, shape)
+        yb = kf.buffer("y", out, shape, "out", value=y)
+        kf.note(f"DequantizeLinear to {out}")
+
+        def rounded(v):  # a value of the result type, held in its compute type
+            return op("to_f16", v) if out is DType.f16 else v
+
+        def body(ix):
+            d = _as(xb[ix], INDEX)
+            if zb is not None:
+                d = op("sub", d, _as(zb[at(ix)], INDEX))
+            s = rounded(_as(sb[at(ix)], work))  # the scale in the result type
+            kf.store(yb, ix, rounded(op("mul", rounded(cast(d, work)), s)))
+
+        _loops(kf, shape, body)
+        return kf.finish()
+
+
+LOWERINGS = (QuantizeLinear(), DequantizeLinear())
+
+__all__ = ["DequantizeLinear", "LOWERINGS", "QuantizeLinear"]

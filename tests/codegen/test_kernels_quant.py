@@ -1,0 +1,73 @@
+"""QuantizeLinear and DequantizeLinear on the loop form (compiler/codegen/kernels/quant.py): per tensor,
+per axis and blocked, every integer type, ties rounded half to even and saturation, against the
+reference interpreter on the LLVM printer and in numba's CUDA simulator."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from compiler.codegen.kernels import KernelGroup, lowering_for
+from compiler.codegen.kernels.quant import DequantizeLinear, QuantizeLinear
+from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
+from compiler.ir.graph import Graph
+from compiler.ir.interpreter import interpret
+from compiler.ir.ops import quant as qn
+from compiler.ir.types import DType, TensorType
+
+RNG = np.random.default_rng(8)
+LAYOUTS = [({}, ()), ({"axis": 1}, (4,)), ({"axis": 0, "block_size": 2}, (2, 4, 3))]  # x: (3, 4, 3)
+
+
+def _graph(types=(DType.u8, DType.i8, DType.i16, DType.u16)):
+    g = Graph("q")
+    x = g.add_input("x", TensorType(DType.f32, (3, 4, 3)))
+    feeds = {"x": np.concatenate([[0.5, 1.5, 2.5, -0.5, -2.5, 1e9, -1e9],  # ties to even; saturation
+                                  RNG.standard_normal(29) * 40]).astype(np.float32).reshape(3, 4, 3)}
+    for attrs, sshape in LAYOUTS:
+        scale = g.add_constant((RNG.random(sshape) + 0.5).astype(np.float32))
+        for dt in types:
+            zp = g.add_constant(RNG.integers(-3 if dt.is_signed else 0, 4, sshape).astype(dt.np))
+            q = g.add(qn.QuantizeLinear(**attrs), x, scale, zp)
+            for out in (None, DType.f16):
+                g.add(qn.DequantizeLinear(**attrs, output_dtype=out), q, scale, zp)
+        g.add(qn.QuantizeLinear(**attrs), x, scale)  # no zero point: u8
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    return g, feeds
+
+
+def _check(got, want, label):
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-3 if want.dtype == np.float16 else 1e-6, err_msg=label)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+def test_on_the_llvm_printer():
+    g, feeds = _graph()
+    for n in g.nodes:
+        assert isinstance(lowering_for(KernelGroup.of_node(n))[0], (QuantizeLinear, DequantizeLinear)), n.describe()
+    want, got = interpret(g, feeds), run_kernels(g, feeds)
+    for n, name in zip(g.nodes, g.output_names):
+        _check(got[name], want[name], n.describe())
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
+def test_on_the_cuda_printer():
+    g, feeds = _graph((DType.u8, DType.i8))
+    want = interpret(g, feeds)
+    env = dict(feeds)
+    for n, name in zip(g.nodes, g.output_names):  # a Dequantize reads its Quantize's result
+        one = Graph("one")
+        ins = []
+        for v in n.inputs:
+            if v.const is not None:
+                ins.append(one.add_constant(v.const))
+            else:
+                src = "x" if v.name == "x" else g.output_names[g.outputs.index(v)]
+                ins.append(one.add_input(src, v.type))
+        one.set_outputs([one.add_node(n.op, ins).outputs[0]])
+        got = run_cuda_forms(one, {v.name: env[v.name] for v in one.inputs})
+        _check(got[one.output_names[0]], want[name], n.describe())
+        env[name] = want[name]
