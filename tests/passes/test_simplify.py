@@ -200,6 +200,20 @@ def test_inference_dropout_with_its_mask_used():
     assert g.op_counts() == {"ConstantOfShape": 1} and g.outputs[0] is g.inputs[0]
 
 
+@pytest.mark.parametrize("op_, mode, shape, out", [("DepthToSpace", "DCR", "2,8,3,2", "2,2,6,4"),
+                                                   ("DepthToSpace", "CRD", "2,8,3,2", "2,2,6,4"),
+                                                   ("SpaceToDepth", "DCR", "1,3,4,6", "1,12,2,3"),
+                                                   ("SpaceToDepth", "CRD", "1,3,4,6", "1,12,2,3")])
+def test_depth_to_space_and_back_become_transposes(op_, mode, shape, out):
+    g = ir(f"""
+    graph @t(%x: f32[{shape}]) -> (y: f32[{out}]) {{
+      %0 = {op_}(%x) {{blocksize=2, mode="{mode}"}} : f32[{out}]
+      return y=%0
+    }}""")
+    assert run_pass(Canonicalize(), g)
+    assert g.op_counts() == {"Reshape": 2, "Transpose": 1}
+
+
 def test_cast_like_becomes_cast():
     g = ir("""
     graph @t(%x: f32[2,3], %like: f16[4]) -> (y: f16[2,3]) {

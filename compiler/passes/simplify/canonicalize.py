@@ -122,6 +122,31 @@ class SoftmaxCrossEntropyToNLL(Rule):
             node.outputs[1].replace_all_uses_with(logp)
 
 
+class BlocksToTranspose(Rule):
+    """DepthToSpace / SpaceToDepth are a Reshape to 6-D, a Transpose and a Reshape back (their
+    definition; the Transpose has native code for every type)."""
+
+    name = "blocks-to-transpose"
+    roots = ("DepthToSpace", "SpaceToDepth")
+
+    def check(self, node):
+        if not node.inputs[0].type.is_static:
+            return "the input's shape is not static"
+        return None
+
+    def rewrite(self, graph, node):
+        n, c, h, w = (int(d) for d in node.inputs[0].shape)
+        b, dcr = node.op.blocksize, node.op.mode == "DCR"
+        if node.op.name == "DepthToSpace":
+            six = (n, b, b, c // (b * b), h, w) if dcr else (n, c // (b * b), b, b, h, w)
+            perm = (0, 3, 4, 1, 5, 2) if dcr else (0, 1, 4, 2, 5, 3)
+        else:
+            six, perm = (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4) if dcr else (0, 1, 3, 5, 2, 4)
+        t = graph.add_node(op("Transpose", perm=list(perm)), [reshape_to(graph, node.inputs[0], six, node)],
+                           name=node.name, before=node).output
+        node.output.replace_all_uses_with(reshape_to(graph, t, node.output.shape, node))
+
+
 _RESHAPE_LIKE = ("Flatten", "Squeeze", "Unsqueeze")
 
 
@@ -247,7 +272,7 @@ class MatMulAddToGemm(Rule):
 
 
 RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), CastLikeToCast(),
-                           SoftmaxCrossEntropyToNLL(), ReshapeLikeToReshape(), CollapseReshapes(), ComposeTransposes(),
+                           SoftmaxCrossEntropyToNLL(), BlocksToTranspose(), ReshapeLikeToReshape(), CollapseReshapes(), ComposeTransposes(),
                            MatMulAddToGemm())
 
 
