@@ -12,7 +12,7 @@ import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
 from compiler.codegen.kernels.reduction import ArgReduce, Reduce
-from compiler.codegen.kernels.testing import run_kernels
+from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
 from compiler.codegen.loops.cuda import print_cuda
 from compiler.codegen.loops.expr import STORAGE_TYPES
 from compiler.codegen.loops.scalar import REDUCTIONS
@@ -233,3 +233,29 @@ def test_hardmax_on_every_float_type():
     want, got = interpret(g, feeds), run_kernels(g, feeds)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_lp_normalization():
+    from compiler.codegen.kernels.reduction import LpNormalization
+    from compiler.ir.ops import norm as nm
+
+    g = Graph("lp")
+    feeds = {}
+    for dt in (DType.f32, DType.f64, DType.f16):
+        x = g.add_input(f"x{dt}", TensorType(dt, (3, 4, 5)))
+        v = RNG.standard_normal((3, 4, 5)).astype(dt.np)
+        v[1, :, 2] = 0  # a zero norm along axis 1: zeros
+        feeds[f"x{dt}"] = v
+        for p in (1, 2):
+            for axis in (0, 1, -1):
+                g.add(nm.LpNormalization(axis=axis, p=p), x)
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    for n in g.nodes:
+        assert isinstance(lowering_for(KernelGroup.of_node(n))[0], LpNormalization)
+    want, got = interpret(g, feeds), run_kernels(g, feeds)
+    for n, name in zip(g.nodes, g.output_names):
+        tol = 2e-3 if want[name].dtype == np.float16 else 1e-6
+        np.testing.assert_allclose(got[name], want[name], rtol=tol, atol=tol, err_msg=n.describe())
+    cuda = run_cuda_forms(g, feeds) if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else {}
+    for name, v in cuda.items():
+        np.testing.assert_allclose(v, want[name], rtol=2e-3, atol=2e-3, err_msg=name)

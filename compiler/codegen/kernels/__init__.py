@@ -18,7 +18,7 @@ from .onehot import LOWERINGS as ONEHOT_LOWERINGS
 from .norm import LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
 from .quant import LOWERINGS as QUANT_LOWERINGS
-from .reduction import ArgReduce, Hardmax, Reduce
+from .reduction import ArgReduce, Hardmax, LpNormalization, Reduce
 from .row_reduce import RowReduce
 from .scan import LOWERINGS as SCAN_LOWERINGS
 from .shuffle import ShuffledDepthwise
@@ -26,7 +26,7 @@ from .shuffle import ShuffledDepthwise
 #: every lowering, in the order they are consulted
 _GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
-                             Hardmax(), *ONEHOT_LOWERINGS,
+                             Hardmax(), LpNormalization(), *ONEHOT_LOWERINGS,
                              Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
                              *QUANT_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())

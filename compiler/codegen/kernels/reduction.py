@@ -246,6 +246,38 @@ class Hardmax(FormLowering):
         return kf.finish()
 
 
+class LpNormalization(FormLowering):
+    """``y = x / ||x||_p`` along the axis (p = 1 or 2; 0 where the norm is 0): the norm accumulated in
+    the compute type as the reference sums, then a pass dividing the row."""
+
+    ops = (nm.LpNormalization,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        return dtype_reason([n.inputs[0], n.outputs[0]], allowed=(DType.f32, DType.f64, DType.f16)) or \
+            self.form_reason(group)
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        y = n.outputs[0]
+        kf, xb, rows = along_axis(group, name)
+        outer, count, inner = xb.shape
+        yb = kf.buffer("y", y.type.dtype, (outer, count, inner), "out", value=y)
+        ct = compute_type(y.type.dtype)
+        zero = Const(0.0, ct)
+        kf.note(f"LpNormalization p={n.op.p} over {count} of [{outer}, {count}, {inner}]")
+        with rows as (o, i):
+            acc = kf.acc(zero, name="norm")
+            with kf.loop(count) as r:
+                v = _as(xb[o, r, i], ct)
+                kf.update(acc, "add", op("abs", v) if n.op.p == 1 else op("mul", v, v))
+            norm = kf.let(acc if n.op.p == 1 else op("sqrt", acc), name="norm")
+            with kf.loop(count) as r:
+                q = select(op("eq", norm, zero), zero, op("div", _as(xb[o, r, i], ct), norm))
+                kf.store(yb, (o, r, i), op("to_f16", q) if y.type.dtype is DType.f16 else q)
+        return kf.finish()
+
+
 class ArgReduce(FormLowering):
     """ArgMax and ArgMin on every numeric storage type, in two passes over each row of the axis:
     the extreme value (NaN-propagating, as NumPy's argmax counts NaN the largest), then the first
@@ -271,4 +303,4 @@ class ArgReduce(FormLowering):
         return kf.finish()
 
 
-__all__ = ["ArgReduce", "Hardmax", "PAR_MIN_WORK", "Reduce", "extreme_index", "merge_runs", "reduce_axes"]
+__all__ = ["ArgReduce", "Hardmax", "LpNormalization", "PAR_MIN_WORK", "Reduce", "extreme_index", "merge_runs", "reduce_axes"]
