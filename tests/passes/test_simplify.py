@@ -72,6 +72,20 @@ def test_only_inputs_that_decide_shapes_are_bound():
     }""")
 
 
+def test_inputs_needed_together_are_bound_together_and_data_beside_them_is_not():
+    """A Range's three bounds decide its length only together; the data an Expand reads beside its
+    shape input is never needed."""
+    g = ir("""
+    graph @t(%a: f32[], %b: f32[], %d: f32[], %x: f32[1,3], %s: i64[2]) -> (r: f32[?], e: f32[?,?]) {
+      %0 = Range(%a, %b, %d) : f32[?]
+      %1 = Expand(%x, %s) : f32[?,?]
+      return r=%0, e=%1
+    }""")
+    feeds = {"a": np.array(0, np.float32), "b": np.array(5, np.float32), "d": np.array(2, np.float32),
+             "x": np.ones((1, 3), np.float32), "s": np.array([2, 3])}
+    assert shape_determining_inputs(g, feeds) == ["a", "b", "d", "s"]
+
+
 @pytest.mark.parametrize("values, message", [
     ({"nope": np.array([1])}, "unknown input"),
     ({"axes": np.array([1], np.int32)}, "the value is int32"),

@@ -60,13 +60,14 @@ def bind_inputs(graph: Graph, values: Mapping[str, np.ndarray]) -> bool:
 
 
 def shape_determining_inputs(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[str]:
-    """The small numeric inputs whose values (not only their shapes) some user's result type depends on
-    (a Reduce's axes, a Reshape's shape, a Slice's bounds, a OneHot's depth fed as inputs), or that some
-    user takes as
-    a parameter (``OpDef.parameters``: a CumSum's axis, a Trilu's k). Binding them
-    (``input_values``) gives static shapes and known parameters where the model otherwise has none;
-    other inputs (data, Gather indices) are never listed."""
-    out = []
+    """The small numeric inputs whose values (not only their shapes) some user's result type depends
+    on (a Reduce's axes, a Reshape's shape, a OneHot's depth, a Range's bounds fed as inputs), or that
+    some user takes as a parameter (``OpDef.parameters``: a CumSum's axis, a Trilu's k). Binding them
+    (``input_values``) gives static shapes and known parameters where the model otherwise has none.
+    An input is listed only if its own value is needed: other inputs of the same node (data, Gather
+    indices) are not."""
+    stand_ins: dict[int, Value] = {}
+    out: dict[str, None] = {}
     for v in graph.inputs:
         arr = feeds.get(v.name)
         if not isinstance(v.type, TensorType) or not (v.dtype.is_int or v.dtype.is_float) or arr is None \
@@ -74,20 +75,33 @@ def shape_determining_inputs(graph: Graph, feeds: Mapping[str, np.ndarray]) -> l
             continue
         if any(i < len(u.op.inputs) and u.op.inputs[i].rstrip("?*") in u.op.parameters for u, i in v.uses
                if hasattr(u, "op")):
-            out.append(v.name)
+            out[v.name] = None
             continue
-        stand_in = Value(TensorType(v.dtype, tuple(np.shape(arr))), name=v.name)
-        stand_in.known = np.asarray(arr)
-        for user in v.users:
-            ins = [stand_in if x is v else x for x in user.inputs]
-            try:
-                types, _ = infer_node(user.op, ins, len(user.outputs))
-            except Exception:  # noqa: BLE001 - a value this op refuses: not ours to judge here
-                continue
-            if sum(_unknown_dims(t) for t in types) < sum(_unknown_dims(o.type) for o in user.outputs):
-                out.append(v.name)
-                break
-    return out
+        s = Value(TensorType(v.dtype, tuple(np.shape(arr))), name=v.name)
+        s.known = np.asarray(arr)
+        stand_ins[id(v)] = s
+    users = {id(u): u for v in graph.inputs if id(v) in stand_ins for u in v.users}
+    for user in users.values():
+        known = {id(x) for x in user.inputs if x is not None and id(x) in stand_ins}
+        full = _unknown_after(user, known, stand_ins)
+        if full is None or full >= sum(_unknown_dims(o.type) for o in user.outputs):
+            continue
+        for k in known:  # each input whose value is needed: without it the types are worse
+            without = _unknown_after(user, known - {k}, stand_ins)
+            if without is None or without > full:
+                out[stand_ins[k].name] = None
+    return [v.name for v in graph.inputs if v.name in out]
+
+
+def _unknown_after(user, known: set, stand_ins: dict) -> int | None:
+    """Unknown result dims of ``user`` with the inputs ``known`` (ids) given their values; None when
+    the op refuses them."""
+    ins = [stand_ins[id(x)] if x is not None and id(x) in known else x for x in user.inputs]
+    try:
+        types, _ = infer_node(user.op, ins, len(user.outputs))
+    except Exception:  # noqa: BLE001 - a value this op refuses: not ours to judge here
+        return None
+    return sum(_unknown_dims(t) for t in types)
 
 
 def _unknown_dims(t) -> int:
