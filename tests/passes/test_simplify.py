@@ -228,6 +228,24 @@ def test_depth_to_space_and_back_become_transposes(op_, mode, shape, out):
     assert g.op_counts() == {"Reshape": 2, "Transpose": 1}
 
 
+def test_batchnorm_with_statistics_fed_as_inputs_becomes_elementwise():
+    g = ir("""
+    graph @t(%x: f32[2,3,4], %s: f32[3], %b: f32[3], %m: f32[3], %v: f32[3]) -> (y: f32[2,3,4]) {
+      %0 = BatchNormalization(%x, %s, %b, %m, %v) {epsilon=0.01} : f32[2,3,4]
+      return y=%0
+    }""")
+    assert run_pass(Canonicalize(), g)
+    assert "BatchNormalization" not in g.op_counts()
+    g = ir("""
+    graph @t(%x: f32[2,3]) -> (y: f32[2,3]) {
+      %s = const f32[3] dense<[1.0, 2.0, 3.0]>
+      %0 = BatchNormalization(%x, %s, %s, %s, %s) : f32[2,3]
+      return y=%0
+    }""")
+    assert refusals(g, "batchnorm-to-elementwise") == [
+        "constant statistics: fold-batchnorm and fold-scale-bias take them"]
+
+
 def test_cast_like_becomes_cast():
     g = ir("""
     graph @t(%x: f32[2,3], %like: f16[4]) -> (y: f16[2,3]) {

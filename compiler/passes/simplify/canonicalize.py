@@ -147,6 +147,40 @@ class BlocksToTranspose(Rule):
         node.output.replace_all_uses_with(reshape_to(graph, t, node.output.shape, node))
 
 
+class BatchNormToElementwise(Rule):
+    """Inference BatchNormalization whose statistics are not constants (fed as inputs) is its formula,
+    ``(x - mean) * (scale / sqrt(var + epsilon)) + B`` per channel, in elementwise ops (as the
+    reference computes it). With constant statistics ``fold-batchnorm`` / ``fold-scale-bias`` fold it
+    into the conv before it or into a scale and bias."""
+
+    name = "batchnorm-to-elementwise"
+    roots = ("BatchNormalization",)
+
+    def check(self, node):
+        x = node.inputs[0]
+        if node.op.training_mode or len(node.outputs) > 1:
+            return "training mode (running statistics)"
+        if x.dtype not in (DType.f32, DType.f64) or not x.type.is_static or x.type.rank < 2:
+            return "the input is not a static f32/f64 tensor of rank 2 or more"
+        if all(v.const is not None for v in node.inputs[1:]):
+            return "constant statistics: fold-batchnorm and fold-scale-bias take them"
+        return None
+
+    def rewrite(self, graph, node):
+        x, scale, bias, mean, var = node.inputs
+        channels = (int(x.shape[1]),) + (1,) * (x.type.rank - 2)
+
+        def add(name, *ins):
+            return graph.add_node(op(name), list(ins), name=node.name, before=node).output
+
+        eps = graph.add_constant(np.asarray(node.op.epsilon, x.dtype.np))
+        one = graph.add_constant(np.asarray(1, x.dtype.np))
+        k = add("Mul", add("Div", one, add("Sqrt", add("Add", var, eps))), scale)
+        centred = add("Sub", x, reshape_to(graph, mean, channels, node))
+        y = add("Add", add("Mul", centred, reshape_to(graph, k, channels, node)), reshape_to(graph, bias, channels, node))
+        node.outputs[0].replace_all_uses_with(y)
+
+
 _RESHAPE_LIKE = ("Flatten", "Squeeze", "Unsqueeze")
 
 
@@ -272,7 +306,8 @@ class MatMulAddToGemm(Rule):
 
 
 RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), CastLikeToCast(),
-                           SoftmaxCrossEntropyToNLL(), BlocksToTranspose(), ReshapeLikeToReshape(), CollapseReshapes(), ComposeTransposes(),
+                           SoftmaxCrossEntropyToNLL(), BlocksToTranspose(), BatchNormToElementwise(),
+                           ReshapeLikeToReshape(), CollapseReshapes(), ComposeTransposes(),
                            MatMulAddToGemm())
 
 
