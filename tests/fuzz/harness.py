@@ -63,14 +63,18 @@ def compare(ref: dict, got: dict, rtol: float = RTOL, atol: float = ATOL) -> str
             return f"{name}: dtype {k.dtype}, ONNX Runtime gives {r.dtype}"
         if r.dtype.kind in "fc":
             rr, kk = r.astype(np.float64), k.astype(np.float64)
-            scale = max(1.0, float(np.abs(rr).max())) if rr.size else 1.0
-            bad = ~(np.abs(kk - rr) <= atol * scale + rtol * np.abs(rr))
-            bad &= ~(np.isnan(kk) & np.isnan(rr))
+            finite = np.abs(rr[np.isfinite(rr)])
+            scale = max(1.0, float(finite.max())) if finite.size else 1.0  # an infinity sets no scale
+            with np.errstate(invalid="ignore"):
+                near = np.abs(kk - rr) <= atol * scale + rtol * np.abs(rr)
+            # an infinity must be matched exactly (inf - inf is NaN; a tolerance of rtol * inf is none)
+            bad = np.where(np.isinf(rr), kk != rr, ~near) & ~(np.isnan(kk) & np.isnan(rr))
         else:
             bad = k != r
         if bad.any():
             i = tuple(int(j) for j in np.argwhere(bad)[0])
-            err = float(np.nanmax(np.abs(kk - rr))) if r.dtype.kind in "fc" else None
+            with np.errstate(invalid="ignore"):
+                err = float(np.nanmax(np.abs(kk - rr))) if r.dtype.kind in "fc" else None
             return (f"{name}: {int(bad.sum())} of {r.size} elements differ, first at {list(i)}: kiln {k[i]!r}, "
                     f"ORT {r[i]!r}" + (f" (max abs error {err:.3g})" if err is not None else ""))
     return None

@@ -83,6 +83,15 @@ def test_compare_is_relative_to_the_magnitude():
     assert "differ" in compare({"i": np.array([1, 2])}, {"i": np.array([1, 3])})
 
 
+def test_compare_with_infinities():
+    """Equal infinities agree (inf - inf is NaN), and an infinity sets no scale: finite elements beside
+    it are still compared (a mutant with a 0xff weight byte gave both)."""
+    ref = {"y": np.array([np.inf, -np.inf, 1.0, np.nan], np.float32)}
+    assert compare(ref, {"y": ref["y"].copy()}) is None
+    assert "differ" in compare(ref, {"y": np.array([np.inf, np.inf, 1.0, np.nan], np.float32)})
+    assert "differ" in compare(ref, {"y": np.array([np.inf, -np.inf, 2.0, np.nan], np.float32)})
+
+
 def test_classify_outcomes():
     ref = {"y": np.ones(3, np.float32)}
     assert classify(Outcome("ok", value={"outputs": {"y": np.ones(3, np.float32)}}), ref)[0] == "ok"
