@@ -20,6 +20,7 @@ nothing to wait for.
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -107,8 +108,9 @@ class CpuDevice:
         mem.host[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
 
     def view(self, mem: Memory, offset: int, dtype: np.dtype, shape: Sequence[int]) -> np.ndarray:
-        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        return mem.host[offset:offset + n].view(dtype).reshape(shape)
+        dt = np.dtype(dtype)
+        n = math.prod(int(d) for d in shape) * dt.itemsize  # (per call: no NumPy reduction here)
+        return mem.host[offset:offset + n].view(dt).reshape(shape)
 
     def copy_out(self, mem: Memory, offset: int, dtype: np.dtype, shape: Sequence[int]) -> np.ndarray:
         return self.view(mem, offset, dtype, shape).copy()
