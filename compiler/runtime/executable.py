@@ -285,7 +285,7 @@ class Executable:
 
         g = self._graph
         node = g.nodes[step["fallback"]]
-        args = []
+        args, native = [], []
         for ref in step["inputs"]:
             if ref is None:
                 args.append(None)
@@ -298,9 +298,14 @@ class Executable:
             else:  # a buffer native code wrote
                 _, place, dtype, shape = ref
                 args.append(self._view(place, dtype, shape, arrays, arena))
+                native.append(args[-1])
         results = run_node(node, args)
         for v, r, out in zip(node.outputs, results, step["outputs"]):
             if out[0] == "python":
+                # a result kept here must not be a view of an arena buffer (a Reshape's is): the
+                # memory plan lets later kernels reuse that buffer
+                if isinstance(r, np.ndarray) and any(np.may_share_memory(r, a) for a in native):
+                    r = r.copy()
                 env[out[1]] = r
             else:
                 _, place, dtype, shape = out

@@ -1,12 +1,18 @@
-"""Native data-movement and conversion lowerings (kernels/data.py, kernels/convert.py) against the
-reference interpreter, bit for bit, on many shapes, axes and element types."""
+"""Native data-movement lowerings (kernels/data.py, on the loop form) and conversions against the
+reference interpreter, bit for bit, on many shapes, axes and element types: on the LLVM printer and
+in numba's CUDA simulator; Gather's bad run-time indices are reported."""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
-from compiler.codegen.kernels import KernelGroup, lowering_for
-from compiler.codegen.kernels.testing import run_kernels
+import compiler
+from compiler.codegen.kernels import KernelBuilder, KernelGroup, Services, data, lowering_for
+from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
+from compiler.codegen.loops.cuda import KernelReport
+from compiler.errors import InputError
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import interpret
 from compiler.ir.ops import elementwise as ew
@@ -55,12 +61,13 @@ class Bench:
         self.outs.extend(node.outputs)
         return node.outputs[0] if n == 1 else node.outputs
 
-    def check(self):
+    def check(self, cuda: bool = False):
+        """Every output bit for bit as the interpreter's, on the LLVM printer (or the CUDA one)."""
         names = [f"y{i}" for i in range(len(self.outs))]
         self.g.set_outputs(self.outs, names)
         with np.errstate(all="ignore"):
             ref = interpret(self.g, self.inputs)
-        got = run_kernels(self.g, self.inputs)
+        got = run_cuda_forms(self.g, self.inputs, threads=3) if cuda else run_kernels(self.g, self.inputs)
         for name, v in zip(names, self.outs):
             r, o = ref[name], got[name]
             assert r.dtype == o.dtype and r.shape == o.shape, (v.producer.describe(), r.shape, o.shape)
@@ -301,8 +308,12 @@ def test_refusals():
     n = g.add_input("n", TensorType(DType.i64, (1,)))
     dyn = g.add_input("d", TensorType(DType.f32, ("N", 6)))
     half = g.add_input("h", TensorType(DType.f16, (4, 6)))
+    brain = g.add_input("b", TensorType(DType.bf16, (4, 6)))
     assert "not static" in reason(sh.Transpose(), dyn)
-    assert "f16" in reason(sh.Transpose(), half)
+    assert reason(sh.Transpose(), half) is None  # data movement: every type the loop form stores
+    assert "bf16" in reason(sh.Transpose(), brain)
+    assert "every index is out of range" in reason(ix.Gather(axis=1), g.add_input("e", TensorType(DType.f32, (4, 0))),
+                                                   n)
     assert reason(ew.Cast(to=DType.f16), x) is None  # the loop form stores f16
     assert "bf16" in reason(ew.Cast(to=DType.bf16), x)
     assert reason(tn.Slice(), x, n, g.add_constant(i64(3)))  # runtime starts: unknown output shape
@@ -324,3 +335,184 @@ def test_scalars():
     b.add(tn.Expand(), x, b.const(i64(3, 2)))
     b.add(ix.Gather(axis=0), b.input(rand((5,), DType.i64)), b.const(np.array(2, np.int64)))
     b.check()
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop form: every op on every type the form stores, both printers, edge shapes
+# ---------------------------------------------------------------------------------------------
+
+MOVE_TYPES = [DType.f32, DType.f64, DType.f16, DType.i64, DType.i8, DType.bool, DType.u16]
+CUDA = pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
+
+
+def bits_rand(shape, dt: DType) -> np.ndarray:
+    """Random data with, for floats, the values a copy must keep bit for bit: NaNs with payloads,
+    -0.0, infinities, denormals."""
+    a = rand(shape, dt)
+    if dt.is_float and a.size >= 6:
+        u = np.dtype(f"u{dt.itemsize}")
+        flat = a.reshape(-1)
+        flat[:4] = np.array([-0.0, np.inf, -np.inf, np.finfo(dt.np).smallest_subnormal], dt.np)
+        flat[4:6] = np.array([np.iinfo(u).max, (np.iinfo(u).max >> 1) - 3], u).view(dt.np)  # NaNs, payloads
+    return a
+
+
+def every_op(b: Bench, dt: DType, small: bool = False) -> None:
+    """One node of each data-movement op (several forms each) on ``dt``."""
+    x = b.input(bits_rand((3, 5, 6), dt))
+    xv = b.inputs[x.name]
+    b.add(tn.Concat(axis=1), x, b.input(bits_rand((3, 2, 6), dt)), x)
+    b.add(tn.Concat(axis=0), b.input(bits_rand((0, 5, 6), dt)), x)
+    b.add(tn.Split(axis=2), x, b.const(i64(1, 0, 5)), n=3)
+    b.add(tn.Split(axis=0, num_outputs=3), x, n=3)
+    for starts, ends, axes, steps in [((4, 5), (0, 0), (1, 2), (-2, -1)), ((-1,), (-100,), (0,), (-1,)),
+                                      ((1, 0, 1), (3, 5, 6), None, (1, 3, 4))]:
+        ops = [b.const(i64(*starts)), b.const(i64(*ends)), b.const(i64(*axes)) if axes else None, b.const(i64(*steps))]
+        b.add(tn.Slice(), x, *ops)
+    for perm in [(2, 0, 1), (0, 2, 1), (1, 0, 2), (2, 1, 0)]:
+        b.add(sh.Transpose(perm=perm), x)
+    b.add(sh.Transpose(perm=(1, 0)), b.input(bits_rand((5, 19) if small else (37, 21), dt)))
+    b.add(tn.Expand(), b.input(bits_rand((3, 1, 6), dt)), b.const(i64(2, 3, 4, 6)))
+    b.add(tn.Expand(), b.input(bits_rand((1,), dt)), b.const(i64(7)))
+    b.add(tn.Tile(), x, b.const(i64(2, 1, 3)))
+    value = b.const(np.asarray(xv.reshape(-1)[7]))
+    b.add(tn.Pad(), x, b.const(i64(1, 0, 2, 0, 3, 1)), value)
+    b.add(tn.Pad(), x, b.const(i64(0, -1, 1, 2, 0, -2)), b.input(bits_rand((), dt)))
+    for mode in ("reflect", "edge", "wrap"):
+        b.add(tn.Pad(mode=mode), x, b.const(i64(2, 1, 3, 1, 0, 4)))
+    d = 5
+    b.add(ix.Gather(axis=1), x, b.input(rng.integers(-d, d, (2, 3)).astype(np.int64)))
+    b.add(ix.Gather(axis=-1), x, b.input(rng.integers(-6, 6, (4,)).astype(np.int32)))
+    b.add(ix.Gather(axis=0), x, b.const(i64(2, -3, 1)))
+    b.add(ix.Gather(axis=1), x, b.const(i64(1, 2, 3)))
+    fill = np.asarray(bits_rand((6,), dt).reshape(-1)[4 if dt.is_float else 0]).reshape(1)  # a NaN for floats
+    b.add(tn.ConstantOfShape(value=fill), b.const(i64(3, 4)))
+
+
+@pytest.mark.parametrize("dt", MOVE_TYPES)
+def test_every_op_on_every_type(dt):
+    b = Bench()
+    every_op(b, dt)
+    for node in b.g.nodes:
+        low = lowering_for(KernelGroup.of_node(node))[0]
+        assert type(low).__module__ == data.__name__ and hasattr(low, "form"), node.describe()
+    b.check()
+
+
+@CUDA
+@pytest.mark.parametrize("dt", [DType.f32, DType.f16, DType.i8, DType.bool, DType.u16, DType.f64])
+def test_every_op_on_the_cuda_printer(dt):
+    b = Bench()
+    every_op(b, dt, small=True)
+    b.check(cuda=True)
+
+
+def edge_shapes(b: Bench, dt: DType) -> None:
+    """Size-0 and size-1 axes, broadcasts along every axis, negative steps, widths that are no
+    multiple of a vector, transposes whose sides are no multiple of a tile."""
+    for shape in [(1, 1, 1), (2, 1, 7), (1, 3, 1), (2, 3, 1), (1, 1, 7), (2, 1, 1), (7,), (3, 1)]:
+        b.add(tn.Expand(), b.input(bits_rand(shape, dt)), b.const(i64(2, 3, 7)))
+    b.add(tn.Expand(), b.input(bits_rand((), dt)), b.const(i64(1, 1)))
+    x = b.input(bits_rand((1, 7, 1, 13), dt))
+    b.add(sh.Transpose(perm=(3, 2, 1, 0)), x)
+    b.add(sh.Transpose(perm=(0, 3, 2, 1)), x)
+    b.add(tn.Concat(axis=2), x, x, x)
+    b.add(tn.Slice(), x, b.const(i64(12, 6)), b.const(i64(-100, -100)), b.const(i64(3, 1)), b.const(i64(-3, -2)))
+    b.add(tn.Slice(), x, b.const(i64(0)), b.const(i64(1)), b.const(i64(1)))
+    b.add(tn.Pad(mode="reflect"), x, b.const(i64(0, 3, 0, 15)), None, b.const(i64(1, 3)))  # reflects more than once
+    b.add(tn.Pad(mode="wrap"), x, b.const(i64(30, 0, 2, 9)), None, b.const(i64(3, 1)))  # wraps more than once
+    b.add(tn.Pad(mode="edge"), x, b.const(i64(2, 2, 1, 0)), None, b.const(i64(2, 0)))
+    b.add(tn.Pad(), x, b.const(i64(-13, 0, 2, 1)), None, b.const(i64(3, 1)))  # all cropped: only the value
+    b.add(tn.Tile(), x, b.const(i64(3, 1, 2, 1)))
+    z = b.input(bits_rand((4, 0, 3), dt))
+    b.add(tn.Concat(axis=1), z, b.input(bits_rand((4, 2, 3), dt)), z)
+    b.add(tn.Pad(), z, b.const(i64(0, 2, 0, 0, 1, 0)))  # an empty input padded: all value
+    w = b.input(bits_rand((3, 33, 65), dt))
+    b.add(sh.Transpose(perm=(0, 2, 1)), w)
+    b.add(sh.Transpose(perm=(2, 0, 1)), w)
+    b.add(tn.Slice(), w, b.const(i64(-1, 64)), b.const(i64(-100, 0)), b.const(i64(1, 2)), b.const(i64(-5, -7)))
+    b.add(ix.Gather(axis=2), w, b.input(rng.integers(-65, 65, (1, 9)).astype(np.int64)))
+    b.add(ix.Gather(axis=0), w, b.input(np.zeros((0,), np.int32)))
+
+
+@pytest.mark.parametrize("dt", MOVE_TYPES)
+def test_edge_shapes(dt):
+    b = Bench()
+    edge_shapes(b, dt)
+    b.check()
+
+
+@CUDA
+@pytest.mark.parametrize("dt", [DType.f32, DType.bool, DType.u16])
+def test_edge_shapes_on_the_cuda_printer(dt):
+    b = Bench()
+    edge_shapes(b, dt)
+    b.check(cuda=True)
+
+
+@pytest.mark.parametrize("dt", [DType.f32, DType.u8, DType.f64, DType.f16])
+def test_large_copies_split_among_threads(dt):
+    """Shapes big enough for the parallel loop: runs cut at a divisor, transposes with few rows (column
+    tiles in groups; the last tile shifted), a prime run that cannot be cut, fills."""
+    b = Bench()
+    b.add(sh.Transpose(perm=(1, 0)), b.input(bits_rand((30011, 20), dt)))
+    b.add(sh.Transpose(perm=(1, 0)), b.input(bits_rand((20, 30011), dt)))
+    b.add(sh.Transpose(perm=(0, 2, 3, 1)), b.input(bits_rand((1, 24, 61, 59), dt)))
+    b.add(tn.Concat(axis=1), b.input(bits_rand((1, 3, 100000), dt)), b.input(bits_rand((1, 5, 100000), dt)))
+    b.add(tn.Concat(axis=0), b.input(bits_rand((100003,), dt)), b.input(bits_rand((7,), dt)))
+    b.add(tn.Split(axis=1, num_outputs=2), b.input(bits_rand((2, 64, 4099), dt)), n=2)
+    b.add(tn.Expand(), b.input(bits_rand((1, 1, 999), dt)), b.const(i64(300, 2, 999)))
+    b.add(tn.Pad(mode="reflect"), b.input(bits_rand((3, 40, 57, 57), dt)), b.const(i64(0, 0, 2, 1, 0, 0, 1, 2)))
+    b.add(tn.Pad(), b.input(bits_rand((3, 40, 57, 57), dt)), b.const(i64(0, 1, 2, 1, 0, 0, 1, 2)))
+    b.add(tn.Slice(), b.input(bits_rand((4, 300, 600), dt)), b.const(i64(1, 599)), b.const(i64(299, -1000)),
+          b.const(i64(1, 2)), b.const(i64(1, -1)))
+    b.add(ix.Gather(axis=0), b.input(bits_rand((3000, 256), dt)), b.input(rng.integers(-3000, 3000, 500)))
+    b.add(tn.ConstantOfShape(value=np.array([3], dt.np)), b.const(i64(1000003)))
+    b.check()
+
+
+def test_gather_bad_index_is_reported():
+    g = Graph("g")
+    x = g.add_input("x", TensorType(DType.f16, (3, 4)))
+    i = g.add_input("i", TensorType(DType.i32, (2,)))
+    g.set_outputs([g.add(ix.Gather(axis=1), x, i, name="gather")], ["y"])
+    exe = compiler.compile(g, fallback=False)
+    xv = rand((3, 4), DType.f16)
+    np.testing.assert_array_equal(exe.run({"x": xv, "i": np.array([3, -4], np.int32)})["y"], xv[:, [3, 0]])
+    for bad in (4, -5, -2**31):
+        with pytest.raises(InputError, match=rf"'gather'.*index {bad} is out of range"):
+            exe.run({"x": xv, "i": np.array([0, bad], np.int32)})
+
+
+@CUDA
+def test_gather_bad_index_is_reported_on_the_cuda_printer():
+    g = Graph("g")
+    g.set_outputs([g.add(ix.Gather(axis=0), g.add_input("x", TensorType(DType.f32, (3, 4))),
+                         g.add_input("i", TensorType(DType.i64, (2,))))])
+    x = rand((3, 4), DType.f32)
+    np.testing.assert_array_equal(run_cuda_forms(g, {"x": x, "i": np.array([-1, 0])})[g.output_names[0]], x[[2, 0]])
+    with pytest.raises(KernelReport, match="index 3 is out of range"):
+        run_cuda_forms(g, {"x": x, "i": np.array([1, 3])})
+
+
+def test_forms_of_the_fast_paths():
+    """How the kernels are made: contiguous runs (a big one printed as one llvm.memcpy), tiles for
+    transposes, the runs of a Concat on axis 1 of one image in one parallel loop."""
+    from compiler.codegen.gemm.config import model_config
+    from compiler.codegen.llvm.elementwise import new_module
+    from compiler.codegen.llvm.target import host_target
+
+    g = Graph("f")
+    xs = [g.add_input(f"x{j}", TensorType(DType.f32, (1, 64, 56, 56))) for j in range(2)]
+    nodes = [g.add_node(tn.Concat(axis=1), xs), g.add_node(sh.Transpose(perm=(0, 2, 3, 1)), xs[:1])]
+    concat, transpose = [lowering_for(KernelGroup.of_node(n))[0].form(KernelGroup.of_node(n), "k") for n in nodes]
+    text = str(concat)
+    assert text.count("parallel for") == 1 and text.count("vector for") == 2, text
+    assert "tiles" in str(transpose) and "parallel for" in str(transpose), transpose
+    target = host_target()
+    module = new_module("m", target)
+    k = KernelBuilder(Services(module, target, model_config(target)), "concat", KernelGroup.of_node(nodes[0]),
+                      internal=False)
+    lowering_for(KernelGroup.of_node(nodes[0]))[0].emit(k, KernelGroup.of_node(nodes[0]))
+    k.finish()
+    assert "llvm.memcpy" in str(module)

@@ -1,28 +1,69 @@
-"""Data movement for any element type of ``LLVM_TYPES``: Concat, Split, Slice, Transpose, Expand,
-Tile, Pad, Gather and ConstantOfShape as strided copies (merged dimensions, innermost runs copied
-with ``llvm.memcpy`` where both sides are contiguous, Transpose tiled).
+"""Data movement on the loop form, for every element type the form stores: Concat, Split, Slice,
+Transpose, Expand, Tile, Pad, Gather and ConstantOfShape.
 
-Every copy is described as a **strided view**: a shape plus, per side, an element offset and one
-element stride per axis (0 where a side broadcasts, negative for reversed slices). Adjacent axes
-that stay adjacent on every side are merged and axes of length 1 dropped before the loops are
-emitted, so e.g. a Concat on axis 1 copies one contiguous run per outer index.
+Elements move as their bits: every buffer is seen flat, as unsigned integers of its element's size
+(u8, u16, u32, u64), so each copy is exact for every type (NaN payloads, -0.0, f16, bool bytes) and a
+constant is its bit pattern.
+
+A copy is a **strided view**: a shape plus, per side, an element offset and one element stride per
+axis (0 where a side broadcasts, negative for reversed slices), written as the side's flat index
+``offset + sum(i * stride)`` (which the verifier bounds exactly). Axes of length 1 are dropped and
+neighbours that stay adjacent on every side merged (``merge_dims``), so e.g. a Concat on axis 1 of
+one image is one contiguous run per input. The loops:
+
+* the leading axes (at least the first) are one parallel loop over their flattened index, taken
+  until an iteration moves at most ``PIECE_BYTES`` (the last axis cut at a divisor of its length
+  where the others are too few), ``PAR_BYTES`` at least per task;
+* the innermost axis is a vector loop; where both sides are contiguous it is a load/store run,
+  which the LLVM printer makes one ``llvm.memcpy`` (runs of 4 KB or more) and LLVM vectorizes
+  otherwise;
+* a transpose (the destination contiguous along the last axis, the source along another axis j)
+  goes by tiles of T x T elements (T x size = 64 bytes; 32 for 1- and 2-byte elements), which stay
+  in L1: the row tiles (and, for few rows, groups of column tiles) in the parallel loop, then static
+  loops over the column tiles and the tile's rows and columns. The innermost runs along the
+  source's contiguous axis (contiguous loads, strided stores) for 4- and 8-byte elements and along
+  the result's (gathers, contiguous stores) for 1 and 2 bytes: each the faster, measured. Every tile
+  is full: the last row tile repeats its last row, the last column tile starts at C - T; the
+  repeated writes stay within one task.
+
+Concat and Split share one parallel loop among their pieces (outer index x a common cut of the
+pieces' runs). Pad computes each output row as up to three runs (before, the source's row, after);
+the source index of a padded position follows the mode (constant: a select on "inside"; edge, wrap,
+reflect: clamp, remainder, reflection). Gather reads one run per (outer index, index); run-time
+indices are normalized, checked (``fail_if``: the run raises an error naming the node and the index)
+and clamped, a bad one writing zeros; constant indices are checked when compiling.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import math
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
-from llvmlite import ir
 
 from ...ir.graph import Value
 from ...ir.ops import indexing as ix
 from ...ir.ops import shape as sh
 from ...ir.ops import tensor as tn
-from ..llvm.elementwise import _For
-from .base import (I1, I8, I64, LLVM_TYPES, PTR, VOID, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason,
-                   strides_of)
+from ...ir.types import DType
+from ..loops import Kernel, KernelForm
+from ..loops.expr import INDEX, STORAGE_TYPES, Const, Expr, cast, op, select
+from ..loops.form import Buffer
+from .base import FormLowering, KernelGroup, dtype_reason, strides_of
+from .indexing import checked_index
 
-ALL_TYPES = tuple(LLVM_TYPES)
+ALL_TYPES = tuple(sorted(STORAGE_TYPES, key=lambda d: d.name))
+#: the unsigned type each element size moves as
+BITS = {1: DType.u8, 2: DType.u16, 4: DType.u32, 8: DType.u64}
+
+#: bytes a parallel task moves at least (a thread hand-off costs some 10-50 us); copies of less
+#: than twice this run on the calling thread
+PAR_BYTES = 1 << 18
+#: bytes one iteration of the parallel loop moves at most, where the shape allows
+PIECE_BYTES = 1 << 16
+#: a run cut from the last axis for the parallel loop keeps at least this many bytes
+MIN_RUN_BYTES = 1 << 10
 
 
 # ---------------------------------------------------------------------------------------------
@@ -78,152 +119,147 @@ def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> list
     return [0 if d == 1 and o != 1 else s for d, o, s in zip(in_shape, out_shape, st)]
 
 
-def _add(b: ir.IRBuilder, base, delta):
-    if isinstance(base, int) and isinstance(delta, int):
-        return base + delta
-    if isinstance(delta, int):
-        return base if delta == 0 else b.add(base, c64(delta))
-    if isinstance(base, int):
-        return delta if base == 0 else b.add(delta, c64(base))
-    return b.add(base, delta)
+def _i(v: int) -> Const:
+    return Const(int(v), INDEX)
 
 
-def _mul(b: ir.IRBuilder, i: ir.Value, s: int):
-    if s == 0:
-        return 0
-    return i if s == 1 else b.mul(i, c64(s))
+def _flat(kf: KernelForm, name: str, v: Value, role: str = "in") -> Buffer:
+    """``v``'s buffer, flat, as the unsigned integers of its element size."""
+    return kf.buffer(name, BITS[v.type.dtype.itemsize], (v.type.numel,), role, value=v)
 
 
-def _val(x):
-    return c64(x) if isinstance(x, int) else x
+def _bits(value, dt: DType) -> Const:
+    """A value of type ``dt`` as the constant of its bits."""
+    a = np.asarray(value).astype(dt.np).reshape(())
+    b = BITS[dt.itemsize]
+    return Const(int(a.view(b.np)), b)
 
 
-def memcpy(k: KernelBuilder, dst: ir.Value, src: ir.Value, nbytes) -> None:
-    fn = _intrinsic(k, "llvm.memcpy.p0.p0.i64", [PTR, PTR, I64, I1])
-    k.b.call(fn, [dst, src, _val(nbytes), ir.Constant(I1, 0)])
+def _lin(off: int, strides: Sequence[int], idx: Sequence[Expr]) -> Expr:
+    """``off + sum(i * s)`` as an index expression (zero terms left out)."""
+    e = None
+    for i, s in zip(idx, strides):
+        if s == 0 or (isinstance(i, Const) and i.value == 0):
+            continue
+        t = i if s == 1 else op("mul", i, _i(s))
+        e = t if e is None else op("add", e, t)
+    if e is None:
+        return _i(off)
+    return e if off == 0 else op("add", e, _i(off))
 
 
-def memset(k: KernelBuilder, dst: ir.Value, byte: int, nbytes) -> None:
-    fn = _intrinsic(k, "llvm.memset.p0.i64", [PTR, I8, I64, I1])
-    k.b.call(fn, [dst, ir.Constant(I8, byte & 0xFF), _val(nbytes), ir.Constant(I1, 0)])
+@dataclass
+class _Side:
+    """One side of a copy: a flat buffer, the element offset of the first point and a stride per axis."""
+
+    buf: Buffer
+    off: int
+    strides: list[int]
+
+    def index(self, idx: Sequence[Expr]) -> tuple[Expr]:
+        return (_lin(self.off, self.strides, idx),)
+
+    def at(self, idx: Sequence[Expr]) -> Expr:
+        return self.buf[self.index(idx)]
 
 
-def _intrinsic(k: KernelBuilder, name: str, args) -> ir.Function:
-    if name in k.module.globals:
-        return k.module.globals[name]
-    return ir.Function(k.module, ir.FunctionType(VOID, args), name)
+def _divisor(d: int, need: int, most: int) -> int:
+    """The smallest divisor of ``d`` from ``need`` to ``most``; else the largest below ``need``."""
+    small = [f for f in range(1, math.isqrt(d) + 1) if d % f == 0]
+    best = 1
+    for f in sorted(set(small + [d // f for f in small])):
+        if f > most:
+            break
+        if f >= need:
+            return f
+        best = f
+    return best
 
 
-def nest(k: KernelBuilder, shape: Sequence[int], strides: Sequence[Sequence[int]], bases: Sequence,
-         body: Callable[[list], None], depth: int | None = None) -> None:
-    """Loops over ``shape[:depth]`` (all axes by default), calling ``body(offsets)`` with each side's
-    element offset (an int or an i64 value) = base + sum(i * stride)."""
-    depth = len(shape) if depth is None else depth
-
-    def rec(level: int, offs: list) -> None:
-        if level == depth:
-            body(offs)
-            return
-        with k.loop(int(shape[level]), name=f"d{level}") as i:
-            rec(level + 1, [_add(k.b, o, _mul(k.b, i, int(s[level]))) for o, s in zip(offs, strides)])
-
-    rec(0, list(bases))
+def _grain(bytes_per_iteration: int) -> int:
+    return -(-PAR_BYTES // max(bytes_per_iteration, 1))
 
 
-# ---------------------------------------------------------------------------------------------
-# Strided copies
-# ---------------------------------------------------------------------------------------------
-
-#: bytes of data a parallel task moves at least (a thread hand-off costs some 10-50 us); copies of
-#: less than twice this run on the calling thread
-PAR_BYTES = 1 << 18
-#: elements of a piece of a long run (runs are cut so that a big copy of few runs still splits)
-PIECE_BYTES = 1 << 16
-
-
-def _p(k: KernelBuilder, v):
-    """The buffer of a graph value (asked for where the code runs: inside a parallel task too), or
-    ``v`` itself when it already is a pointer."""
-    return k.ptr(v) if isinstance(v, Value) else v
+def _unravel(kf: KernelForm, q: Expr, dims: Sequence[int]) -> list[Expr]:
+    """The indices (outermost first) of the row-major flat index ``q`` over ``dims`` (0 on axes of 1)."""
+    live = [a for a, d in enumerate(dims) if d != 1]
+    out: list[Expr] = [_i(0)] * len(dims)
+    for n, a in enumerate(live):
+        inner = math.prod(dims[b] for b in live[n + 1:])
+        e = q if inner == 1 else op("div", q, _i(inner))
+        if n > 0:
+            e = op("rem", e, _i(dims[a]))
+        out[a] = e if e is q else kf.let(e, name="u")
+    return out
 
 
-def unflatten(b: ir.IRBuilder, flat: ir.Value, dims: Sequence[int]) -> list:
-    """The indices (outermost first) of the row-major flat index ``flat`` over ``dims``."""
-    idx = []
-    for j, d in enumerate(reversed(list(dims))):
-        if j == len(dims) - 1:
-            idx.append(flat)
+@contextmanager
+def _loops(kf: KernelForm, dims: Sequence[int], k: int, grain: int, vector: bool = True):
+    """Loops over ``dims``, yielding their indices: the first ``k`` axes one parallel loop over their
+    flattened index, the others serial, the last a vector loop (with ``vector``, when not in the
+    parallel loop)."""
+    with ExitStack() as stack:
+        idx: list[Expr] = []
+        if k and math.prod(dims[:k]) > 1:
+            q = stack.enter_context(kf.loop(math.prod(dims[:k]), "parallel", grain=grain, name="q"))
+            idx += _unravel(kf, q, dims[:k])
         else:
-            idx.append(b.urem(flat, c64(d)))
-            flat = b.udiv(flat, c64(d))
-    return list(reversed(idx))
+            idx += [_i(0)] * k
+        for a in range(k, len(dims)):
+            kind = "vector" if vector and a == len(dims) - 1 else "serial"
+            idx.append(stack.enter_context(kf.loop(dims[a], kind)))
+        yield idx
 
 
-def split_runs(k: KernelBuilder, shp: Sequence[int], strides: Sequence[Sequence[int]], bases: Sequence,
-               bytes_per_elem: int, body: Callable[[list, object], None], split: bool = True) -> None:
-    """``body(offsets, n)`` for every run of the last axis of the nest ``shp`` (offsets: each side's
-    element offset of the run's first element; n: its length, an int or an i64 value). When the nest
-    moves at least 2 * ``PAR_BYTES``, runs are cut into pieces (of about ``PIECE_BYTES``) and the
-    pieces split among the kernel's threads; ``body`` must then take its pointers inside (``_p``)."""
-    shp = [int(d) for d in shp]
-    run, outer = shp[-1], int(np.prod(shp[:-1], dtype=np.int64))
-    if not split or outer * run * bytes_per_elem < 2 * PAR_BYTES:
-        nest(k, shp, strides, bases, lambda offs: body(offs, run), depth=len(shp) - 1)
-        return
-    piece = min(run, max(1, PIECE_BYTES // max(bytes_per_elem, 1)))
-    nch = -(-run // piece)
-    per = max(1, -(-PAR_BYTES // (piece * bytes_per_elem)))
-    with k.parallel_for(outer * nch, per) as (lo, hi):
-        b = k.b
-        with k.loop(b.sub(hi, lo), "item") as t:
-            item = b.add(lo, t)
-            o, c = (item, None) if nch == 1 else (b.udiv(item, c64(nch)), b.urem(item, c64(nch)))
-            idx = unflatten(b, o, shp[:-1]) if shp[:-1] else []
-            offs = list(bases)
-            for i, d in zip(idx, range(len(shp) - 1)):
-                offs = [_add(b, off, _mul(b, i, int(st[d]))) for off, st in zip(offs, strides)]
-            n = run
-            if c is not None:
-                start = b.mul(c, c64(piece))
-                offs = [_add(b, off, _mul(b, start, int(st[-1]))) for off, st in zip(offs, strides)]
-                n = b.select(b.icmp_signed("<", c64(run - piece), start), b.sub(c64(run), start), c64(piece))
-            body(offs, n)
+def _plan(shape: list[int], sides: list[list[int]], size: int) -> tuple[list[int], list[list[int]], int]:
+    """Where a copy over ``shape`` (merged, non-empty) goes parallel: (shape, strides of each side, k),
+    the first k axes forming the parallel loop: at least the first axis (but not the last), more
+    until an iteration moves at most ``PIECE_BYTES``; the last axis is cut at a divisor of its
+    length (runs of ``MIN_RUN_BYTES`` at least) where the others are too few."""
+    rank = len(shape)
+    need = -(-math.prod(shape) * size // PIECE_BYTES)
+    k, acc = 0, 1
+    while k < rank - 1 and (k == 0 or acc < need):
+        acc *= shape[k]
+        k += 1
+    if acc < need:
+        d = shape[-1]
+        f = _divisor(d, -(-need // acc), max(1, d * size // MIN_RUN_BYTES))
+        if f > 1:
+            shape = shape[:-1] + [f, d // f]
+            sides = [st[:-1] + [st[-1] * (d // f), st[-1]] for st in sides]
+            k = rank
+    return shape, sides, k
 
 
 # ---------------------------------------------------------------------------------------------
 # Strided copies
 # ---------------------------------------------------------------------------------------------
 
-def copy(k: KernelBuilder, ety: ir.Type, size: int, shape: Sequence[int], dst, dst_strides,
-         dst_off, src, src_strides, src_off, split: bool = True) -> None:
-    """dst[dst_off + sum(i*dst_strides)] = src[src_off + sum(i*src_strides)] over ``shape``; dst and
-    src are graph values (or pointers, with ``split=False``). Big copies are split among the threads."""
+def copy(kf: KernelForm, shape: Sequence[int], dst: _Side, src: _Side | Expr, size: int) -> None:
+    """``dst = src`` over the strided view ``shape``; ``src`` a side or a value (a fill)."""
     if any(int(d) == 0 for d in shape):
         return
-    shp, (ds, ss) = merge_dims(shape, [dst_strides, src_strides])
+    reads = isinstance(src, _Side)
+    shp, st = merge_dims(shape, [dst.strides] + ([src.strides] if reads else []))
+    dst = _Side(dst.buf, dst.off, st[0])
+    if reads:
+        src = _Side(src.buf, src.off, st[1])
     if not shp:
-        k.store(k.load(_p(k, src), _val(src_off), ety), _p(k, dst), _val(dst_off))
+        kf.store(dst.buf, dst.index([]), src.at([]) if reads else src)
         return
-    if ds[-1] == 1 and ss[-1] == 1:  # contiguous runs
-        def body(offs, n):
-            memcpy(k, k.at(_p(k, dst), _val(offs[0]), ety), k.at(_p(k, src), _val(offs[1]), ety),
-                   n * size if isinstance(n, int) else k.b.mul(n, c64(size)))
-
-        split_runs(k, shp, [ds, ss], [dst_off, src_off], size, body, split)
-        return
-    if ds[-1] == 1 and ss[-1] != 0:
-        j = _tile_axis(shp, ds, ss)
+    if reads and dst.strides[-1] == 1 and src.strides[-1] not in (0, 1):
+        j = _tile_axis(shp, dst.strides, src.strides)
         if j is not None:
-            _transpose_tiled(k, ety, size, shp, ds, ss, dst, dst_off, src, src_off, j, split)
+            _transpose_tiled(kf, shp, dst, src, j, size)
             return
-
-    def body(offs, n):
-        d, s_ = _p(k, dst), _p(k, src)
-        with k.loop(n, name="e") as i:
-            k.store(k.load(s_, _val(_add(k.b, offs[1], _mul(k.b, i, ss[-1]))), ety), d,
-                    _val(_add(k.b, offs[0], _mul(k.b, i, ds[-1]))))
-
-    split_runs(k, shp, [ds, ss], [dst_off, src_off], 2 * size, body, split)
+    shp, st, k = _plan(shp, st, size)
+    dst = _Side(dst.buf, dst.off, st[0])
+    if reads:
+        src = _Side(src.buf, src.off, st[1])
+        kf.note("contiguous runs" if dst.strides[-1] == 1 and src.strides[-1] == 1 else "strided copy")
+    with _loops(kf, shp, k, _grain(math.prod(shp[k:]) * size)) as idx:
+        kf.store(dst.buf, dst.index(idx), src.at(idx) if reads else src)
 
 
 def _tile_axis(shp, ds, ss) -> int | None:
@@ -235,108 +271,86 @@ def _tile_axis(shp, ds, ss) -> int | None:
     return None
 
 
-def _transpose_tiled(k, ety, size, shp, ds, ss, dst, dst_off, src, src_off, j, split=True) -> None:
-    """Loops over the other axes outside, then T x T tiles of (axis j, last axis): reads of a tile
-    touch T source lines, writes T destination lines, both stay in L1. Big transposes split the
-    (other axes, tile row, tile column) triples among the threads."""
-    t = max(8, 64 // size)
-    outer = [a for a in range(len(shp) - 1) if a != j]
+def _transpose_tiled(kf: KernelForm, shp: list[int], dst: _Side, src: _Side, j: int, size: int) -> None:
+    """Tiles of (axis j, last axis) (see the module docstring)."""
+    t = 32 // size if size <= 2 else 64 // size
     R, C = shp[j], shp[-1]
+    tr, tc = min(t, R), min(t, C)
+    nrb, ncb = -(-R // tr), -(-C // tc)
+    other = [a for a in range(len(shp) - 1) if a != j]
+    odims = [shp[a] for a in other]
+    need = -(-math.prod(shp) * size // PIECE_BYTES)
+    lead = math.prod(odims) * nrb
+    groups = 1
+    if lead < need:  # few rows: column tiles in groups (the shifted last tile with its neighbour)
+        groups = _divisor(ncb, -(-need // lead), ncb if C % tc == 0 else ncb // 2)
+    per = ncb // groups
+    pdims = odims + [nrb, groups]
+    # the inner loop: along the source's contiguous axis (wide elements: contiguous loads, the
+    # stores strided), or along the destination's (1 and 2 bytes: gathers, contiguous stores)
+    inner_src = size >= 4
+    kf.note(f"transpose by {tr}x{tc} tiles, the inner loop along the {'source' if inner_src else 'result'}")
+    with _loops(kf, pdims, len(pdims), _grain(per * tr * tc * size)) as u, kf.loop(per, name="cb") as cbl:
+        rb, g = u[-2], u[-1]
+        cb = cbl if groups == 1 else op("add", op("mul", g, _i(per)), cbl)
+        cs = op("mul", cb, _i(tc))
+        cs = kf.let(cs if C % tc == 0 else op("min", cs, _i(C - tc)), name="cs")
 
-    def tile(d0, s0, rb, cb):
-        b = k.b
-        dp, sp = _p(k, dst), _p(k, src)
-        rn = k.f.min(c64(t), b.sub(c64(R), rb))
-        cn = k.f.min(c64(t), b.sub(c64(C), cb))
-        with _For(b, rn, "r", loop_md(k, ("llvm.loop.unroll.disable",))) as r:
-            rr = b.add(rb, r)
-            drow = _add(b, d0, b.mul(rr, c64(ds[j])))
-            srow = _add(b, s0, b.mul(rr, c64(ss[j])))
-            with _For(b, cn, "c", loop_md(k, ("llvm.loop.vectorize.enable", False))) as c:
-                cc = b.add(cb, c)
-                v = k.load(sp, b.add(_val(srow), b.mul(cc, c64(ss[-1]))), ety)
-                k.store(v, dp, b.add(_val(drow), cc))
+        def point(rr: Expr, c: Expr) -> None:
+            r = op("add", op("mul", rb, _i(tr)), rr)
+            idx: list[Expr] = [_i(0)] * len(shp)
+            for a, i in zip(other, u):
+                idx[a] = i
+            idx[j] = r if R % tr == 0 else op("min", r, _i(R - 1))
+            idx[-1] = op("add", cs, c)
+            kf.store(dst.buf, dst.index(idx), src.at(idx))
 
-    odims = [shp[a] for a in outer]
-    nrb, ncb = -(-R // t), -(-C // t)
-    total = int(np.prod(shp, dtype=np.int64))
-    if split and total * size >= 2 * PAR_BYTES:
-        per = max(1, -(-PAR_BYTES // (t * t * size)))
-        with k.parallel_for(int(np.prod(odims, dtype=np.int64)) * nrb * ncb, per) as (lo, hi):
-            b = k.b
-            with k.loop(b.sub(hi, lo), "tile") as q:
-                idx = unflatten(b, b.add(lo, q), odims + [nrb, ncb])
-                d0, s0 = dst_off, src_off
-                for i, a in zip(idx, outer):
-                    d0, s0 = _add(b, d0, _mul(b, i, ds[a])), _add(b, s0, _mul(b, i, ss[a]))
-                tile(d0, s0, b.mul(idx[-2], c64(t)), b.mul(idx[-1], c64(t)))
+        if inner_src:
+            with kf.loop(tc, name="c") as c, kf.loop(tr, "vector", name="r") as rr:
+                point(rr, c)
+        else:
+            with kf.loop(tr, name="r") as rr, kf.loop(tc, "vector", name="c") as c:
+                point(rr, c)
+
+
+def _pieces(kf: KernelForm, outer: int, whole: Buffer, total: int, pieces: list[tuple[Buffer, int, int]],
+            size: int, into_whole: bool) -> None:
+    """Concat (``into_whole``: every piece's rows to ``whole[o, off:off + n]``, ``whole`` seen as
+    [outer, total]) or Split (the other way): one parallel loop over the outer index and a cut of
+    the runs common to all pieces, a vector loop per piece inside."""
+    pieces = [p for p in pieces if p[2] > 0]
+    if not pieces or outer == 0:
         return
-
-    def tiles(offs):
-        d0, s0 = offs
-        f = k.f
-        with f.loop(0, c64(R), t, name="rb") as rb:
-            with f.loop(0, c64(C), t, name="cb") as cb:
-                tile(d0, s0, rb, cb)
-
-    nest(k, odims, [[ds[a] for a in outer], [ss[a] for a in outer]], [dst_off, src_off], tiles)
-
-
-def loop_md(k: KernelBuilder, *options: tuple) -> ir.MDValue:
-    """A loop ID with the given options, e.g. ``("llvm.loop.unroll.disable",)`` or
-    ``("llvm.loop.vectorize.enable", False)``."""
-    ops = []
-    for opt in options:
-        args = [ir.MetaDataString(k.module, opt[0])]
-        for a in opt[1:]:
-            args.append(ir.Constant(I1, int(a)) if isinstance(a, bool) else ir.Constant(ir.IntType(32), a))
-        ops.append(k.module.add_metadata(args))
-    loop_id = ir.values.MDValue(k.module, [], name=str(len(k.module.metadata)))
-    loop_id.operands = (loop_id, *ops)
-    return loop_id
-
-
-def fill(k: KernelBuilder, ety: ir.Type, dst, n: int, value: ir.Value | np.ndarray) -> None:
-    """dst[0:n] = value (a NumPy scalar of the element type, or a loaded value); dst a graph value
-    (or a pointer). A big fill with a constant whose bytes are all alike is split among the threads."""
-    if n <= 0:
-        return
-    if isinstance(value, np.ndarray | np.generic):
-        raw = np.asarray(value).reshape(()).tobytes()
-        if len(set(raw)) == 1:
-            size = len(raw)
-            split_runs(k, [n], [[1]], [0], size,
-                       lambda offs, m: memset(k, k.at(_p(k, dst), _val(offs[0]), ety), raw[0],
-                                              m * size if isinstance(m, int) else k.b.mul(m, c64(size))),
-                       split=isinstance(dst, Value))
-            return
-        value = llvm_const(ety, value)
-    ptr = _p(k, dst)
-    with k.loop(n, name="fill") as i:
-        k.store(value, ptr, i)
-
-
-def llvm_const(ety: ir.Type, value) -> ir.Constant:
-    a = np.asarray(value).reshape(())
-    if isinstance(ety, ir.IntType):
-        return ir.Constant(ety, int(a.astype(np.int64)) if a.dtype.kind != "b" else int(bool(a)))
-    return ir.Constant(ety, float(a))
+    need = -(-outer * total * size // PIECE_BYTES)
+    cut = 1
+    if outer < need:
+        g = math.gcd(*(n for _, _, n in pieces))
+        cut = _divisor(g, -(-need // outer), max(1, min(n for _, _, n in pieces) * size // MIN_RUN_BYTES))
+    kf.note(f"{len(pieces)} runs per outer index" + (f", each cut in {cut}" if cut > 1 else ""))
+    with _loops(kf, [outer, cut], 2, _grain(total // cut * size), vector=False) as (o, c):
+        for buf, off, n in pieces:
+            m = n // cut
+            with kf.loop(m, "vector") as e:
+                pos = [o, c, e]
+                w = _Side(whole, off, [total, m, 1])
+                p = _Side(buf, 0, [n, m, 1])
+                if into_whole:
+                    kf.store(whole, w.index(pos), p.at(pos))
+                else:
+                    kf.store(buf, p.index(pos), w.at(pos))
 
 
 # ---------------------------------------------------------------------------------------------
 # Lowerings
 # ---------------------------------------------------------------------------------------------
 
-class _Copy(Lowering):
-    """Base: a single node whose inputs/outputs are static tensors of ``LLVM_TYPES``; the data input
-    and outputs share one element type."""
+class _Copy(FormLowering):
+    """Base: a single node whose inputs/outputs are static tensors of the types the form stores; the
+    data input and the outputs share one element type."""
 
     def check(self, group: KernelGroup) -> str | None:
         n = group.node
-        why = static_reason([n.inputs[0]] + list(n.outputs))
-        if why:
-            return why
-        return self.check_node(n)
+        return static_reason([n.inputs[0]] + list(n.outputs)) or self.check_node(n) or self.form_reason(group)
 
     def check_node(self, n) -> str | None:
         return None
@@ -346,20 +360,24 @@ class Concat(_Copy):
     ops = (tn.Concat,)
 
     def check(self, group):
-        return static_reason(list(group.node.inputs) + list(group.node.outputs))
+        return static_reason(list(group.node.inputs) + list(group.node.outputs)) or self.form_reason(group)
 
-    def emit(self, k, group):
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         y = n.outputs[0]
-        ety, size = LLVM_TYPES[y.type.dtype], y.type.dtype.itemsize
-        a = n.op.axis % y.type.rank
-        ys = strides_of(shape_of(y))
-        off = 0
-        for x in n.inputs:
-            xs = shape_of(x)
-            if 0 not in xs:
-                copy(k, ety, size, xs, y, ys, off * ys[a], x, strides_of(xs), 0)
-            off += xs[a]
+        ysh = shape_of(y)
+        a = n.op.axis % len(ysh)
+        outer, inner = math.prod(ysh[:a]), math.prod(ysh[a + 1:])
+        kf = KernelForm(name)
+        yb = _flat(kf, "y", y, "out")
+        pieces, off = [], 0
+        for i, x in enumerate(n.inputs):
+            run = int(x.shape[a]) * inner
+            if run:
+                pieces.append((_flat(kf, f"x{i}", x), off, run))
+            off += run
+        _pieces(kf, outer, yb, off, pieces, y.type.dtype.itemsize, into_whole=True)
+        return kf.finish()
 
 
 class Split(_Copy):
@@ -370,18 +388,22 @@ class Split(_Copy):
             return "split sizes must be constants"
         return None
 
-    def emit(self, k, group):
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         x = n.inputs[0]
-        ety, size = LLVM_TYPES[x.type.dtype], x.type.dtype.itemsize
-        a = n.op.axis % x.type.rank
-        xs = strides_of(shape_of(x))
-        off = 0
-        for y in n.outputs:
-            ysh = shape_of(y)
-            if any(y is o for o in group.outputs):
-                copy(k, ety, size, ysh, y, strides_of(ysh), 0, x, xs, off * xs[a])
-            off += ysh[a]
+        xsh = shape_of(x)
+        a = n.op.axis % len(xsh)
+        outer, inner = math.prod(xsh[:a]), math.prod(xsh[a + 1:])
+        kf = KernelForm(name)
+        xb = _flat(kf, "x", x)
+        pieces, off = [], 0
+        for i, y in enumerate(n.outputs):
+            run = int(y.shape[a]) * inner
+            if run and any(y is o for o in group.outputs):
+                pieces.append((_flat(kf, f"y{i}", y, "out"), off, run))
+            off += run
+        _pieces(kf, outer, xb, off, pieces, x.type.dtype.itemsize, into_whole=False)
+        return kf.finish()
 
 
 class Slice(_Copy):
@@ -393,10 +415,9 @@ class Slice(_Copy):
                 return f"Slice {what} must be constants"
         return None
 
-    def emit(self, k, group):
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         x, y = n.inputs[0], n.outputs[0]
-        ety, size = LLVM_TYPES[x.type.dtype], x.type.dtype.itemsize
         args = [const_ints(v) for v in (list(n.inputs[1:]) + [None] * 4)[:4]]
         xsh = shape_of(x)
         xs = strides_of(xsh)
@@ -406,31 +427,39 @@ class Slice(_Copy):
             off += s * xs[a]
             src_st[a] = xs[a] * st
         ysh = shape_of(y)
-        copy(k, ety, size, ysh, y, strides_of(ysh), 0, x, src_st, off)
+        kf = KernelForm(name)
+        yb, xb = _flat(kf, "y", y, "out"), _flat(kf, "x", x)
+        copy(kf, ysh, _Side(yb, 0, strides_of(ysh)), _Side(xb, off, src_st), x.type.dtype.itemsize)
+        return kf.finish()
 
 
 class Transpose(_Copy):
     ops = (sh.Transpose,)
 
-    def emit(self, k, group):
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         x, y = n.inputs[0], n.outputs[0]
-        ety, size = LLVM_TYPES[x.type.dtype], x.type.dtype.itemsize
         perm = n.op._perm(x.type.rank)
         xs = strides_of(shape_of(x))
         ysh = shape_of(y)
-        copy(k, ety, size, ysh, y, strides_of(ysh), 0, x, [xs[p] for p in perm], 0)
+        kf = KernelForm(name)
+        yb, xb = _flat(kf, "y", y, "out"), _flat(kf, "x", x)
+        copy(kf, ysh, _Side(yb, 0, strides_of(ysh)), _Side(xb, 0, [xs[p] for p in perm]), x.type.dtype.itemsize)
+        return kf.finish()
 
 
 class Expand(_Copy):
     ops = (tn.Expand,)
 
-    def emit(self, k, group):
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         x, y = n.inputs[0], n.outputs[0]
-        ety, size = LLVM_TYPES[x.type.dtype], x.type.dtype.itemsize
         ysh = shape_of(y)
-        copy(k, ety, size, ysh, y, strides_of(ysh), 0, x, broadcast_strides(shape_of(x), ysh), 0)
+        kf = KernelForm(name)
+        yb, xb = _flat(kf, "y", y, "out"), _flat(kf, "x", x)
+        copy(kf, ysh, _Side(yb, 0, strides_of(ysh)), _Side(xb, 0, broadcast_strides(shape_of(x), ysh)),
+             x.type.dtype.itemsize)
+        return kf.finish()
 
 
 class Tile(_Copy):
@@ -441,10 +470,9 @@ class Tile(_Copy):
             return "Tile repeats must be constants"
         return None
 
-    def emit(self, k, group):
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         x, y = n.inputs[0], n.outputs[0]
-        ety, size = LLVM_TYPES[x.type.dtype], x.type.dtype.itemsize
         xsh, ysh = shape_of(x), shape_of(y)
         reps = const_ints(n.inputs[1])
         xs, ys = strides_of(xsh), strides_of(ysh)
@@ -453,19 +481,68 @@ class Tile(_Copy):
             shape += [r, d]
             ds += [d * yst, yst]
             ss += [0, xst]
-        copy(k, ety, size, shape, y, ds, 0, x, ss, 0)
+        kf = KernelForm(name)
+        yb, xb = _flat(kf, "y", y, "out"), _flat(kf, "x", x)
+        copy(kf, shape, _Side(yb, 0, ds), _Side(xb, 0, ss), x.type.dtype.itemsize)
+        return kf.finish()
 
 
-class ConstantOfShape(Lowering):
+class ConstantOfShape(FormLowering):
     ops = (tn.ConstantOfShape,)
 
     def check(self, group):
-        return static_reason(list(group.node.outputs))
+        return static_reason(list(group.node.outputs)) or self.form_reason(group)
 
-    def emit(self, k, group):
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         y = n.outputs[0]
-        fill(k, LLVM_TYPES[y.type.dtype], y, y.type.numel, n.op.fill.astype(y.type.dtype.np))
+        dt = y.type.dtype
+        kf = KernelForm(name)
+        yb = _flat(kf, "y", y, "out")
+        copy(kf, [y.type.numel], _Side(yb, 0, [1]), _bits(n.op.fill, dt), dt.itemsize)
+        return kf.finish()
+
+
+@dataclass
+class _PadAxis:
+    """One axis of a Pad (neighbouring unpadded axes merged): output and input lengths, pads."""
+
+    out: int
+    inp: int
+    lo: int = 0
+    hi: int = 0
+
+    @property
+    def plain(self) -> bool:
+        return self.lo == 0 and self.hi == 0
+
+
+def _pad_axes(xsh: Sequence[int], widths) -> list[_PadAxis]:
+    axes: list[_PadAxis] = []
+    for d, (lo, hi) in zip(xsh, widths):
+        ax = _PadAxis(d + lo + hi, d, lo, hi)
+        if ax.plain and axes and axes[-1].plain:
+            axes[-1] = _PadAxis(axes[-1].out * d, axes[-1].inp * d)
+        else:
+            axes.append(ax)
+    return axes
+
+
+def _reflected(kf: KernelForm, mode: str, q: Expr, n: int, before: int) -> Expr:
+    """The index in [0, n) that position ``q`` (from ``-before``) of an axis of ``n`` reads when
+    padded by ``mode`` (edge, wrap or reflect; as ``tensor._pad_index``)."""
+    if mode == "edge":
+        return op("min", op("max", q, _i(0)), _i(n - 1))
+    if mode == "reflect" and n == 1:
+        return _i(0)
+    period = n if mode == "wrap" else 2 * (n - 1)
+    shift = -(-before // period) * period  # makes q non-negative: a remainder is a modulo
+    m = op("rem", q if shift == 0 else op("add", q, _i(shift)), _i(period))
+    if mode == "wrap":
+        return m
+    m = kf.let(m, name="m")
+    r = select(op("ge", m, _i(n)), op("sub", _i(period), m), m)
+    return op("min", op("max", r, _i(0)), _i(n - 1))  # (a no-op: for the verifier's bounds)
 
 
 class Pad(_Copy):
@@ -485,81 +562,111 @@ class Pad(_Copy):
             return f"Pad mode {n.op.mode!r} is not supported natively"
         return None
 
-    def emit(self, k, group):
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         x, pads, value, axes = (list(n.inputs) + [None] * 3)[:4]
         y = n.outputs[0]
-        ety, size = LLVM_TYPES[x.type.dtype], x.type.dtype.itemsize
-        xsh, ysh = shape_of(x), shape_of(y)
+        dt, mode = x.type.dtype, n.op.mode
+        size = dt.itemsize
+        xsh = shape_of(x)
         widths = n.op._widths(len(xsh), const_ints(pads), const_ints(axes))
-        xs, ys = strides_of(xsh), strides_of(ysh)
-        if n.op.mode == "constant":
+        kf = KernelForm(name)
+        yb, xb = _flat(kf, "y", y, "out"), _flat(kf, "x", x)
+        fill: Expr | None = None
+        if mode == "constant":
             cv = const_array(value)
-            if value is None:
-                fv = np.zeros((), x.type.dtype.np)
-            elif cv is not None:
-                fv = cv.reshape(-1)[:1].reshape(()).astype(x.type.dtype.np)
-            else:
-                fv = k.load(k.ptr(value), 0, ety)
-            src_off = dst_off = 0
-            shape = []
-            interior = True
-            for d, (lo, hi), xst, yst in zip(xsh, widths, xs, ys):
-                a = max(0, -lo)
-                bb = max(a, min(d, d + hi))
-                shape.append(bb - a)
-                src_off += a * xst
-                dst_off += (a + lo) * yst
-                interior = interior and lo <= 0 and hi <= 0
-            if not interior:  # some padding: fill everything, then copy the kept part
-                fill(k, ety, y, y.type.numel, fv)
-            copy(k, ety, size, shape, y, ys, dst_off, x, xs, src_off)
-            return
-        # reflect / edge / wrap: a source index table per padded axis
-        if y.type.numel == 0:
-            return
-        if not ysh:  # a scalar: nothing to pad
-            copy(k, ety, size, [], y, [], 0, x, [], 0)
-            return
-        tables, offs = [], []
-        for i, (d, (lo, hi)) in enumerate(zip(xsh, widths)):
-            clo, n_ = -min(lo, 0), d + min(lo, 0) + min(hi, 0)
-            if lo > 0 or hi > 0:
-                idx = tn._pad_index(n_, max(lo, 0), max(hi, 0), n.op.mode) + clo
-                tables.append((idx * xs[i]).astype(np.int64))
-                offs.append(None)
-            else:
-                tables.append(None)
-                offs.append(clo * xs[i])
-        last_plain = tables[-1] is None
-        r = len(ysh)
-        table_ptrs = [k.weight(t) if t is not None else None for t in tables]
-        b = k.b
-        depth = r - 1 if last_plain else r
-
-        def rec(level, d_off, s_off):
-            if level == depth:
-                if last_plain:
-                    memcpy(k, k.at(k.ptr(y), _val(d_off), ety), k.at(k.ptr(x), _val(s_off), ety),
-                           ysh[-1] * size)
+            if value is None or cv is not None:
+                fill = _bits(0 if value is None else cv.reshape(-1)[0], dt)
+            else:  # read at run time (inside the loops: a parallel task sees nothing bound outside it)
+                fill = _flat(kf, "value", value)[_i(0)]
+            if x.type.numel == 0:
+                copy(kf, [y.type.numel], _Side(yb, 0, [1]), fill, size)
+                return kf.finish()
+        pax = _pad_axes(xsh, widths)
+        p = max((a for a, ax in enumerate(pax) if not ax.plain), default=None)
+        if p is None:  # nothing padded or cropped
+            copy(kf, [x.type.numel], _Side(yb, 0, [1]), _Side(xb, 0, [1]), size)
+            return kf.finish()
+        block = pax[p + 1].inp if p + 1 < len(pax) else 1  # the unpadded axes after the last padded one
+        ys, xs = strides_of([ax.out for ax in pax]), strides_of([ax.inp for ax in pax])
+        outer = pax[:p]
+        dims = [ax.out for ax in outer]
+        k, acc = 0, 1
+        need = -(-y.type.numel * size // PIECE_BYTES)
+        while k < len(dims) and (k == 0 or acc < need):
+            acc *= dims[k]
+            k += 1
+        kf.note(f"Pad ({mode}): rows of {pax[p].out} x {block}")
+        row = pax[p]
+        with _loops(kf, dims, k, _grain(math.prod(dims[k:]) * row.out * block * size), vector=False) as idx:
+            inside: Expr | None = None
+            src: list[Expr] = []
+            for ax, i in zip(outer, idx):
+                if ax.plain:
+                    src.append(i)
+                elif mode == "constant":
+                    s = op("sub", i, _i(ax.lo)) if ax.lo else i
+                    ok = op("and", op("ge", s, _i(0)), op("lt", s, _i(ax.inp)))
+                    inside = ok if inside is None else op("and", inside, ok)
+                    src.append(kf.let(op("min", op("max", s, _i(0)), _i(ax.inp - 1)), name="s"))
                 else:
-                    k.store(k.load(k.ptr(x), _val(s_off), ety), k.ptr(y), _val(d_off))
-                return
-            with k.loop(ysh[level], name=f"p{level}") as i:
-                if tables[level] is None:
-                    s2 = _add(b, _add(b, s_off, offs[level]), _mul(b, i, xs[level]))
-                else:
-                    s2 = _add(b, s_off, k.load(table_ptrs[level], i, I64))
-                rec(level + 1, _add(b, d_off, _mul(b, i, ys[level])), s2)
+                    c0, lo = max(-ax.lo, 0), max(ax.lo, 0)
+                    kept = ax.inp + min(ax.lo, 0) + min(ax.hi, 0)
+                    s = _reflected(kf, mode, op("sub", i, _i(lo)) if lo else i, kept, lo)
+                    src.append(kf.let(op("add", s, _i(c0)) if c0 else s, name="s"))
+            if inside is not None:
+                inside = kf.let(inside, name="inside")
+            ybase, xbase = list(idx), src
 
-        rec(0, 0, offs[-1] if last_plain else 0)
+            def run(length: int, at: int, value):
+                """y[row start + at + e] = value(e) for e in [0, length)."""
+                if length > 0:
+                    with kf.loop(length, "vector") as e:
+                        kf.store(yb, (_lin(at, ys[:p] + [1], ybase + [e]),), value(e))
+
+            def source(start: int):
+                return lambda e: xb[(_lin(start, xs[:p] + [1], xbase + [e]),)]
+
+            if mode == "constant":
+                left = min(max(row.lo, 0), row.out)
+                mid = max(0, min(row.out, row.lo + row.inp) - max(row.lo, 0))
+                start = max(row.lo, 0) - row.lo
+                read = source(start * block)
+                run(left * block, 0, lambda e: fill)
+                run(mid * block, left * block, read if inside is None else lambda e: select(inside, read(e), fill))
+                run((row.out - left - mid) * block, (left + mid) * block, lambda e: fill)
+            else:
+                c0, lo, hi = max(-row.lo, 0), max(row.lo, 0), max(row.hi, 0)
+                kept = row.inp + min(row.lo, 0) + min(row.hi, 0)
+
+                def padded(count: int, first: int):
+                    """``count`` output positions from ``first`` (relative to the kept data) by the mode."""
+                    if count <= 0:
+                        return
+                    with kf.loop(count, "vector" if block == 1 else "serial") as t:
+                        q = op("add", t, _i(first)) if first else t
+                        s = _reflected(kf, mode, q, kept, lo)
+                        s = kf.let(op("add", s, _i(c0)) if c0 else s, name="s")
+                        at = (first + lo) * block
+                        if block == 1:
+                            kf.store(yb, (_lin(at, ys[:p] + [1], ybase + [t]),),
+                                     xb[(_lin(0, xs[:p] + [1], xbase + [s]),)])
+                        else:
+                            with kf.loop(block, "vector") as e:
+                                kf.store(yb, (_lin(at, ys[:p] + [block, 1], ybase + [t, e]),),
+                                         xb[(_lin(0, xs[:p] + [block, 1], xbase + [s, e]),)])
+
+                padded(lo, -lo)
+                run(kept * block, lo * block, source(c0 * block))
+                padded(hi, kept)
+        return kf.finish()
 
 
 class Gather(_Copy):
-    """Gather: one contiguous run of the axes after ``axis`` per (outer, index) pair. Constant
-    indices are checked and normalized at compile time; run-time ones are checked per element: an
-    index out of range is reported (``fail_if``: the run raises an error naming the node and the
-    index, as the interpreter and ONNX Runtime do) and never read."""
+    """Gather: one run of the axes after ``axis`` per (outer, index) pair. Constant indices are
+    checked when compiling; run-time ones per read: an index out of range is reported (``fail_if``:
+    the run raises an error naming the node and the index, as the interpreter and ONNX Runtime do),
+    never read, and its run is zeros."""
 
     ops = (ix.Gather,)
 
@@ -568,67 +675,66 @@ class Gather(_Copy):
         why = static_reason([idx])
         if why:
             return why
+        d = int(data.shape[n.op.axis % data.type.rank])
         c = const_array(idx)
         if c is not None:
-            d = int(data.shape[n.op.axis % data.type.rank])
             if c.size and (c.min() < -d or c.max() >= d):
                 return "a constant index is out of range"
+        elif d == 0:
+            return "the axis is empty: every index is out of range"
         return None
 
-    def emit(self, k, group):
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         data, idx = n.inputs
         y = n.outputs[0]
-        ety, size = LLVM_TYPES[data.type.dtype], data.type.dtype.itemsize
+        dt = data.type.dtype
+        size = dt.itemsize
         dsh = shape_of(data)
         a = n.op.axis % len(dsh)
-        outer, dim, inner = int(np.prod(dsh[:a], dtype=np.int64)), dsh[a], int(np.prod(dsh[a + 1:], dtype=np.int64))
+        outer, dim, inner = math.prod(dsh[:a]), dsh[a], math.prod(dsh[a + 1:])
         m = idx.type.numel
-        if y.type.numel == 0:
-            return
+        kf = KernelForm(name)
+        yb, db = _flat(kf, "y", y, "out"), _flat(kf, "data", data)
         c = const_array(idx)
-        norm = None
-        if c is not None:
+        if c is not None and m:
             norm = c.astype(np.int64).reshape(-1)
             norm = np.where(norm < 0, norm + dim, norm)
-            if m == 1 or (m > 1 and np.all(np.diff(norm) == 1)):  # one slice: a strided copy
-                copy(k, ety, size, [outer, m * inner], y, [m * inner, 1], 0, data, [dim * inner, 1],
-                     int(norm[0]) * inner)
-                return
-        # one run of ``inner`` elements per (outer, index) pair: the pairs split among the threads
-        with k.parallel_for(outer * m, max(1, -(-PAR_BYTES // (inner * size + 8)))) as (lo, hi):
-            b = k.b
-            dptr, yptr = k.ptr(data), k.ptr(y)
-            iptr, ity = (k.weight(norm), I64) if c is not None else (k.ptr(idx), LLVM_TYPES[idx.type.dtype])
-            with k.loop(b.sub(hi, lo), name="q") as t:
-                q = b.add(lo, t)
-                o, j = b.udiv(q, c64(m)), b.urem(q, c64(m))
-                obase = b.mul(o, c64(dim * inner))
-                raw = k.load(iptr, j, ity)
-                v = raw = raw if ity == I64 else b.sext(raw, I64)
-                if c is None:
-                    v = b.select(b.icmp_signed("<", v, c64(0)), b.add(v, c64(dim)), v)
-                    ok = b.icmp_unsigned("<", v, c64(dim))
-                    k.fail_if(b.not_(ok), raw, dim)
-                    v = b.select(ok, v, c64(0))
-                dst = b.mul(q, c64(inner))
-                src = b.add(obase, b.mul(v, c64(inner)))
-                if inner == 1:
-                    val = k.load(dptr, src, ety)
-                    if c is None:
-                        val = b.select(ok, val, ir.Constant(ety, 0))
-                    k.store(val, yptr, dst)
-                elif c is None:
-                    with k.f.if_else(ok) as (then, other):
-                        with then:
-                            memcpy(k, k.at(yptr, dst, ety), k.at(dptr, src, ety), inner * size)
-                        with other:
-                            memset(k, k.at(yptr, dst, ety), 0, inner * size)
-                else:
-                    memcpy(k, k.at(yptr, dst, ety), k.at(dptr, src, ety), inner * size)
+            if m == 1 or np.all(np.diff(norm) == 1):  # one slice: a strided copy
+                kf.note("constant indices: one slice")
+                copy(kf, [outer, m * inner], _Side(yb, 0, [m * inner, 1]),
+                     _Side(db, int(norm[0]) * inner, [dim * inner, 1]), size)
+                return kf.finish()
+        if y.type.numel == 0:
+            return kf.finish()
+        ib = kf.buffer("indices", idx.type.dtype, (m,), value=idx)
+        kf.note(f"Gather of {m} runs of {inner} per outer index" + (", each index checked" if c is None else ""))
+        with kf.loop(outer * m, "parallel", grain=_grain(inner * size + 8), name="q") as q:
+            o, j = _unravel(kf, q, [outer, m])
+            raw = kf.let(ib[j] if ib.dtype is INDEX else cast(ib[j], INDEX), name="raw")
+            ok = None
+            if c is None:
+                row = kf.let(checked_index(kf, raw, dim), name="row")
+                ok = kf.let(op("and", op("ge", raw, _i(-dim)), op("lt", raw, _i(dim))), name="ok")
+            else:  # checked when compiling
+                neg = cast(op("lt", raw, _i(0)), INDEX)
+                row = kf.let(op("min", op("max", op("add", raw, op("mul", neg, _i(dim))), _i(0)), _i(dim - 1)),
+                             name="row")
+
+            def body(e: Expr) -> None:
+                v = db[(_lin(0, [dim * inner, inner, 1], [o, row, e]),)]
+                kf.store(yb, (_lin(0, [inner, 1], [q, e]),), v if ok is None else select(ok, v, Const(0, db.dtype)))
+
+            if inner == 1:
+                body(_i(0))
+            else:
+                with kf.loop(inner, "vector") as e:
+                    body(e)
+        return kf.finish()
 
 
 LOWERINGS = (Concat(), Split(), Slice(), Transpose(), Expand(), Tile(), ConstantOfShape(), Pad(), Gather())
 
 __all__ = ["LOWERINGS", "Concat", "ConstantOfShape", "Expand", "Gather", "Pad", "Slice", "Split", "Tile",
-           "Transpose", "broadcast_strides", "const_array", "const_ints", "copy", "fill", "merge_dims", "nest"]
+           "Transpose", "broadcast_strides", "const_array", "const_ints", "copy", "merge_dims", "shape_of",
+           "static_reason"]

@@ -18,7 +18,7 @@ from ..gemm.config import model_config
 from ..llvm import toolchain
 from ..llvm.elementwise import new_module
 from ..llvm.target import Target, host_target
-from . import KernelBuilder, KernelGroup, Services, lowering_for
+from . import EMPTY, KernelBuilder, KernelGroup, Services, lowering_for
 
 
 def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target | None = None,
@@ -93,17 +93,20 @@ def _aligned(a: np.ndarray) -> np.ndarray:
 
 def run_cuda_forms(graph: Graph, inputs: Mapping[str, np.ndarray], threads: int = 4) -> dict[str, np.ndarray]:
     """Run each node of ``graph`` (one kernel each, every node's lowering built on the loop form) with
-    the numba.cuda printer (in numba's CUDA simulator without a GPU); returns each output by name."""
+    the numba.cuda printer (in numba's CUDA simulator without a GPU); returns each output by name.
+    Each array is passed as its buffer's element type (data movement sees every type as its bits)."""
     from ..loops.cuda import print_cuda
 
     env = {v: np.ascontiguousarray(inputs[v.name]) for v in graph.inputs}
     for node in graph.nodes:
         low, why = lowering_for(KernelGroup.of_node(node))
-        if low is None or not hasattr(low, "form"):
+        if low is None or not (hasattr(low, "form") or low is EMPTY):
             raise NotImplementedError(f"{node.describe()}: {why or 'not built on the loop form'}")
-        y = node.outputs[0]
-        env[y] = np.zeros([int(d) for d in y.shape], y.type.dtype.np)
+        for y in node.outputs:
+            env[y] = np.zeros([int(d) for d in y.shape], y.type.dtype.np)
+        if low is EMPTY:  # results without elements: nothing to run
+            continue
         cu = print_cuda(low.form(KernelGroup.of_node(node), "k"))
-        cu.launch([env[b.value].reshape(-1) if b.value in env else np.ascontiguousarray(b.value.const).reshape(-1)
-                   for b in cu.buffers], threads=threads)
+        cu.launch([(env[b.value] if b.value in env else np.ascontiguousarray(b.value.const)).reshape(-1)
+                   .view(b.dtype.np) for b in cu.buffers], threads=threads)
     return {name: env[v] for name, v in zip(graph.output_names, graph.outputs)}
