@@ -3,8 +3,8 @@
 The passes never import a backend: the backend hands them a ``FusionCapabilities``
 (``compiler/passes/fuse.py``), and the driver and ``kiln dump`` pass this one to ``pipeline``:
 
-* ``fusable``: the float32 elementwise ops of the elementwise loop generator's scalar table
-  (``llvm/elementwise.py``, ``SCALAR_OPS``), static shapes, one result;
+* ``fusable``: the float32 elementwise ops of ``SCALAR_OPS`` (those whose loop-form code
+  vectorizes: arithmetic and Kiln's own math functions), static shapes, one result;
 * ``check``: the ``check`` of the lowering that runs each block kind (``BLOCK_LOWERINGS``), so a block
   is formed exactly where that lowering accepts it, and its reason is kept where it does not.
 """
@@ -20,7 +20,15 @@ from .kernels.base import Lowering
 from .kernels.epilogue import Epilogue
 from .kernels.row_reduce import RowReduce
 from .kernels.shuffle import ShuffledDepthwise
-from .llvm.elementwise import SCALAR_OPS
+from ..ir.ops import elementwise as ew
+
+#: the elementwise ops fused into kernels (chains, GEMM epilogues and prologues, row reductions); their
+#: semantics: ``loops/scalar.py``
+SCALAR_OPS = frozenset({
+    Identity, ew.Add, ew.Sub, ew.Mul, ew.Div, ew.Sum, ew.Mean, ew.Max, ew.Min, ew.Neg, ew.Abs, ew.Sqrt, ew.Floor,
+    ew.Ceil, ew.Round, ew.Reciprocal, ew.Sign, ew.Exp, ew.Log, ew.Tanh, ew.Erf, ew.Sigmoid, ew.Softplus, ew.Mish,
+    ew.Softsign, ew.Relu, ew.LeakyRelu, ew.PRelu, ew.Elu, ew.Celu, ew.Selu, ew.ThresholdedRelu, ew.HardSigmoid,
+    ew.HardSwish, ew.Shrink, ew.Swish, ew.Gelu, ew.Clip, ew.Pow})
 
 #: block kind of the fuse pass -> the lowering class that runs such a block as one kernel (a prologue
 #: is run by the epilogue lowering: the chain is computed as the convolution's GEMM packs its input)
@@ -47,4 +55,4 @@ def check(kind: str, nodes: list[Node]) -> str | None:
 #: the CPU backend's capabilities: every block rule on
 CPU_FUSION = FusionCapabilities(fusable=fusable, check=check, blocks=frozenset(BLOCK_LOWERINGS))
 
-__all__ = ["BLOCK_LOWERINGS", "CPU_FUSION", "check", "fusable"]
+__all__ = ["BLOCK_LOWERINGS", "CPU_FUSION", "SCALAR_OPS", "check", "fusable"]

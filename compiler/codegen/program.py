@@ -449,8 +449,8 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
 
 #: lowering -> the most elements a constant may hold for its contents to shape the code; a larger
 #: constant is only read through its pointer at run time, so kernels that differ in such constants
-#: alone share one function. Elementwise compiles in scalar constants only (``_is_inlined`` in
-#: ``llvm/elementwise.py``); ``tests/passes/test_large_graphs.py`` checks it. Lowerings not listed
+#: alone share one function. Elementwise compiles in scalar constants only (``inlined`` in
+#: ``kernels/elementwise.py``); ``tests/passes/test_large_graphs.py`` checks it. Lowerings not listed
 #: share a function only where every constant is equal.
 CONTENTS_FREE_ABOVE = {"Elementwise": 1}
 

@@ -1,12 +1,16 @@
-"""Native Softmax/LogSoftmax, LayerNormalization, LRN and float32 Reduce* kernels (compiler/codegen/kernels/norm.py,
-reduction.py; every type and op: test_kernels_reduce.py) against the reference interpreter."""
+"""Native Softmax/LogSoftmax, LayerNormalization, LRN (compiler/codegen/kernels/norm.py: every float type, on
+the LLVM printer and in numba's CUDA simulator) and float32 Reduce* kernels (reduction.py; every type and op:
+test_kernels_reduce.py) against the reference interpreter."""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
-from compiler.codegen.kernels.testing import run_kernels
+from compiler.codegen.kernels.norm import LayerNorm, Lrn, Softmax
+from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import interpret
 from compiler.ir.ops import conv as cv
@@ -185,24 +189,67 @@ def _reason(node) -> str:
 def test_refusals():
     g = Graph("r")
     x = _input(g, "x", (2, 3, 4))
-    h = _input(g, "h", (2, 3, 4), DType.f64)
+    b = _input(g, "b", (2, 3, 4), DType.bf16)
     s = _input(g, "s", ("N", 3, 4))
     axes = _input(g, "axes", (1,), DType.i64)
     sc = _input(g, "sc", (3, 1))
     sc2 = _input(g, "sc2", (2, 1, 4))
-    nodes = [g.add_node(nm.Softmax(), [h]),
+    nodes = [g.add_node(nm.Softmax(), [b]),
              g.add_node(nm.LogSoftmax(), [s]),
              g.add_node(rd.ReduceSum(), [x, axes]),
-             g.add_node(nm.LayerNormalization(axis=1, stash_type=11), [x, sc], num_outputs=1),
              g.add_node(nm.LayerNormalization(axis=1), [x, sc], num_outputs=1),
-             g.add_node(nm.LayerNormalization(axis=2), [x, sc2], num_outputs=1),
-             g.add_node(cv.LRN(size=3), [h])]
+             g.add_node(nm.LayerNormalization(axis=2), [x, sc2], num_outputs=1)]
     g.set_outputs([n.outputs[0] for n in nodes])
     why = [_reason(n) for n in nodes]
-    assert "f64" in why[0]
+    assert "bf16" in why[0]
     assert "static" in why[1]
     assert "run time" in why[2]
-    assert "stash_type" in why[3]
-    assert "not a constant" in why[4]
-    assert "leading" in why[5]
-    assert "f64" in why[6]
+    assert "not a constant" in why[3]
+    assert "leading" in why[4]
+
+
+# ---------------------------------------------------------------------------------------------
+# every float type, on both printers
+
+def _typed_graph(dt: DType):
+    """Softmax/LogSoftmax (last and inner axes), LayerNormalization (float32 and float64 statistics,
+    a constant scale broadcast within the normalized axes, Mean and InvStdDev) and LRN, all in ``dt``."""
+    g = Graph(f"norm_{dt}")
+    x = _input(g, "x", (3, 5, 37), dt)
+    outs = [g.add(op(axis=axis), x) for axis in (-1, 1) for op in (nm.Softmax, nm.LogSoftmax)]
+    sc = g.add_constant(RNG.standard_normal(37).astype(dt.np), "sc")
+    bc = g.add_constant(RNG.standard_normal((5, 1)).astype(dt.np), "bc")
+    outs.append(_ln(g, nm.LayerNormalization(epsilon=1e-3), x, sc, None))
+    node = g.add_node(nm.LayerNormalization(axis=1, stash_type=11), [x, g.add_constant(np.ones(1, dt.np)), bc])
+    outs += list(node.outputs)
+    h = _input(g, "h", (2, 7, 3, 5), dt)
+    outs += [g.add(cv.LRN(size=5, alpha=1e-4, beta=0.75, bias=1.0), h),
+             g.add(cv.LRN(size=2, alpha=0.5, beta=0.6, bias=2.0), h)]
+    g.set_outputs(outs, [f"y{i}" for i in range(len(outs))])
+    ins = {"x": (RNG.standard_normal((3, 5, 37)) * 3).astype(dt.np),
+           "h": (RNG.standard_normal((2, 7, 3, 5)) * 2).astype(dt.np)}
+    return g, ins
+
+
+def _close(got: dict, ref: dict, dt: DType) -> None:
+    for name in ref:
+        # y4: float32 statistics (stash_type 1) whatever the type
+        tol = {DType.f16: 2e-3, DType.f32: 2e-5, DType.f64: 2e-6 if name == "y4" else 1e-9}[dt]
+        assert got[name].dtype == ref[name].dtype, name
+        np.testing.assert_allclose(got[name].astype(np.float64), ref[name].astype(np.float64), rtol=tol,
+                                   atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("dt", [DType.f64, DType.f16, DType.f32])
+def test_every_float_type_on_the_llvm_printer(dt):
+    g, ins = _typed_graph(dt)
+    for n in g.nodes:
+        assert isinstance(lowering_for(KernelGroup.of_node(n))[0], (Softmax, LayerNorm, Lrn)), n.describe()
+    _close(run_kernels(g, ins), interpret(g, ins), dt)
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
+@pytest.mark.parametrize("dt", [DType.f32, DType.f64])
+def test_on_the_cuda_printer(dt):
+    g, ins = _typed_graph(dt)
+    _close(run_cuda_forms(g, ins, threads=2), interpret(g, ins), dt)

@@ -354,3 +354,71 @@ def test_fail_if_text_and_verifier():
     with pytest.raises(FormError, match="nope is used outside the scope"):
         from compiler.codegen.loops import verify
         verify(k)
+
+
+def _edge_kernel(bind=(None, None, None)):
+    """y[i] = 2 x[i] and s = sum x[i] for i < n, n a run-time size of at most 16."""
+    kf = KernelForm("edge")
+    n = kf.size("n", 16)
+    x = kf.buffer("x", DType.f32, (16,), value=bind[0])
+    y = kf.buffer("y", DType.f32, (16,), "out", value=bind[1])
+    s = kf.buffer("s", DType.f32, (1,), "out", value=bind[2])
+    acc = kf.acc(Const(0.0, DType.f32))
+    with kf.loop(n, "vector") as i:
+        kf.store(y, i, x[i] * 2.0)
+        kf.update(acc, "add", x[i])
+    kf.store(s, 0, acc)
+    return kf.finish()
+
+
+def test_a_run_time_size_on_both_printers():
+    """A loop over a size known at run time only: text, verifier bounds from the size's bound, the
+    LLVM printer (a function taking n) and the numba.cuda printer (n after the buffers)."""
+    import ctypes
+    import tempfile
+
+    from llvmlite import ir as llir
+
+    from compiler.codegen.llvm import toolchain
+    from compiler.codegen.llvm.mathlib import MathLib
+    from compiler.codegen.loops import print_llvm
+
+    text = str(_edge_kernel())
+    assert "n0: size <= 16" in text and "vector for i0 in 0..n0 {" in text
+    kf = KernelForm("short")  # the size's bound, not a value, decides what may be indexed
+    n = kf.size("n", 16)
+    short = kf.buffer("x", DType.f32, (8,), "out")
+    with kf.loop(n) as i:
+        kf.store(short, i, 0.0)
+    with pytest.raises(FormError, match="outside 0..7"):
+        kf.finish()
+
+    module = llir.Module("edge")
+    ptr = llir.PointerType(llir.FloatType())
+    fn = llir.Function(module, llir.FunctionType(llir.VoidType(), [ptr, ptr, ptr, llir.IntType(64)]), "edge")
+
+    class _K:  # what printing a kernel with no parallel loop, scratch or checks needs
+        math = MathLib(module)
+
+    entry, body = fn.append_basic_block("entry"), fn.append_basic_block("body")  # allocas go to the entry
+    llir.IRBuilder(entry).branch(body)
+    _K.fn, _K.module, _K.b = fn, module, llir.IRBuilder(body)
+    kern = _edge_kernel(fn.args[:3])
+    print_llvm(_K, kern, sizes=[fn.args[3]])
+    _K.b.ret_void()
+    x = np.arange(16, dtype=np.float32) + 1
+    with tempfile.TemporaryDirectory() as d:
+        lib = toolchain.load_library(toolchain.link_shared([toolchain.compile_ir(str(module))], f"{d}/edge.so"))
+        for count in (0, 5, 16):
+            y, s = np.zeros(16, np.float32), np.zeros(1, np.float32)
+            lib.edge(*(a.ctypes.data_as(ctypes.c_void_p) for a in (x, y, s)), ctypes.c_int64(count))
+            np.testing.assert_array_equal(y, np.where(np.arange(16) < count, 2 * x, 0))
+            assert s[0] == x[:count].sum()
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        cu = print_cuda(_edge_kernel())
+        y, s = np.zeros(16, np.float32), np.zeros(1, np.float32)
+        cu.launch([x, y, s], threads=1, sizes=[7])
+        np.testing.assert_array_equal(y, np.where(np.arange(16) < 7, 2 * x, 0))
+        assert s[0] == x[:7].sum()
+        with pytest.raises(ValueError, match="outside"):
+            cu.launch([x, y, s], sizes=[17])

@@ -33,10 +33,12 @@ from ...ir.graph import Node, Value
 from ...ir.ops import linalg as la
 from ...ir.ops import norm as nm
 from ...ir.ops import shape as sh
+from ...ir.types import DType
+from ..loops import Kernel, KernelForm, print_llvm
 from .base import KernelBuilder, KernelGroup, Lowering, c64, dtype_reason, strides_of, unravel
 from .elementwise import Elementwise
 from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
-from .norm import softmax_row
+from .norm import Row, softmax_row
 from .tile_epilogue import TileEpilogue, plan_tile_epilogue
 
 #: the most bytes of scores (all batch indices) the kernel keeps in scratch
@@ -207,12 +209,19 @@ class Attention(Lowering):
                 ep = te.call_args(unravel(b, t, batch), c64(0), bases={id(s): k.again(scores)})
             call_sgemm(k, q.trans, kt.trans, m, n, kk, 1.0, at("q", q), q.ld, at("k", kt), kt.ld, 0.0, sp, n,
                        epilogue=ep)
-            with k.loop(m, "row") as i:
-                row = k.at(sp, b.mul(i, c64(n)))
-                softmax_row(k, row, row, n)
+            print_llvm(k, _softmax_rows(sp, m, n, k.name))
             call_sgemm(k, 0, v.trans, m, n2, n, 1.0, sp, n, at("v", v), v.ld, 0.0, at("o", out), out.ld)
 
         gemm_loop(k, nb, nb > 1 and 2 * m * n * kk < TASK_MAX_FLOPS, one, "head")
+
+
+def _softmax_rows(scores, m: int, n: int, name: str) -> Kernel:
+    """Softmax of the ``m`` rows of ``n`` floats at the pointer ``scores``, in place (loop form)."""
+    kf = KernelForm(f"{name}.softmax")
+    s = kf.buffer("scores", DType.f32, (m, n), "inout", value=scores)
+    with kf.loop(m, name="row") as r:
+        softmax_row(kf, n, Row.of(s, r, DType.f32), s, r, log=False)
+    return kf.finish()
 
 
 __all__ = ["Attention", "Parts"]

@@ -486,6 +486,16 @@ class FormLowering(Lowering):
         print_llvm(k, self.form(group, f"{k.name}.loop", k.in_place))
 
 
+#: elements of work a parallel task gets at least
+PAR_MIN_WORK = 1 << 16
+
+
+def par_grain(work_per_iter: int, min_work: int = PAR_MIN_WORK) -> int:
+    """The fewest iterations of ``work_per_iter`` elements each worth a parallel task (a loop's
+    ``grain``)."""
+    return max(1, -(-int(min_work) // max(int(work_per_iter), 1)))
+
+
 def dtype_reason(values: Sequence[Value | None], allowed=(DType.f32,)) -> str | None:
     """Why values are not all static tensors of the allowed element types (None if they are)."""
     for v in values:
@@ -527,4 +537,4 @@ def strides_of(shape: Sequence[int]) -> list[int]:
 
 
 __all__ = ["ALIGN", "F32", "F64", "I1", "I8", "I32", "I64", "PTR", "VOID", "LLVM_TYPES", "KernelBuilder", "unravel",
-           "KernelGroup", "Lowering", "Services", "Slot", "c64", "cf32", "dtype_reason", "strides_of"]
+           "KernelGroup", "Lowering", "Services", "Slot", "c64", "cf32", "dtype_reason", "par_grain", "strides_of"]

@@ -19,10 +19,20 @@ def inlined(v) -> bool:
     return v.const is not None and v.const.size == 1
 
 
-def _const(v) -> Const:
+def inline_const(v) -> Const:
+    """A one-element constant (``inlined``) as the expression compiled in."""
     dt = compute_type(v.type.dtype)
     x = np.asarray(v.const).reshape(())
     return Const(bool(x) if dt.short == "bool" else float(x) if dt.is_float else int(x), dt)
+
+
+def chain_lets(kf: KernelForm, nodes, env: dict) -> dict:
+    """Each node's result of an elementwise chain as a ``let`` of ``kf``; ``env`` (id(value) ->
+    expression) holds the chain's operands and receives the results."""
+    for n in nodes:
+        y = scalar(n.op, [None if v is None else env[id(v)] for v in n.inputs], n.outputs[0].type.dtype)
+        env[id(n.outputs[0])] = kf.let(y)
+    return env
 
 
 class Elementwise(FormLowering):
@@ -78,12 +88,8 @@ class Elementwise(FormLowering):
             index = [i0]
 
             def body():
-                env = {}
-                for v in group.inputs:
-                    env[id(v)] = _const(v) if inlined(v) else bufs[id(v)][tuple(index)]
-                for n in group.nodes:
-                    y = scalar(n.op, [None if v is None else env[id(v)] for v in n.inputs], n.outputs[0].type.dtype)
-                    env[id(n.outputs[0])] = kf.let(y)
+                env = {id(v): inline_const(v) if inlined(v) else bufs[id(v)][tuple(index)] for v in group.inputs}
+                chain_lets(kf, group.nodes, env)
                 for o, buf in zip(group.outputs, outs):
                     kf.store(buf, tuple(index), env[id(o)])
 

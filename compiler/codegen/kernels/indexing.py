@@ -14,7 +14,7 @@ from ...ir.ops import norm as nm
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm
 from ..loops.expr import INDEX, STORAGE_TYPES, Const, Expr, cast, compute_type, op, select
-from .base import FormLowering, KernelGroup, dtype_reason
+from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
 #: elements of work a parallel task gets at least
 PAR_MIN_WORK = 1 << 15
@@ -58,7 +58,7 @@ class GatherElements(FormLowering):
         ib = kf.buffer("indices", idx.type.dtype, shape, value=idx)
         yb = kf.buffer("y", y.type.dtype, shape, "out", value=y)
         kf.note(f"GatherElements along axis {a} of {int(data.shape[a])}, each index checked")
-        grain = -(-PAR_MIN_WORK // max(math.prod(shape[1:]), 1))
+        grain = par_grain(math.prod(shape[1:]), PAR_MIN_WORK)
         index: list = []
 
         def nest(axis: int):
@@ -125,7 +125,7 @@ class NegativeLogLikelihoodLoss(FormLowering):
             return kf.let(op("mul", op("neg", _as(xb[i, j, d], ct)), weight), name="l"), weight
 
         if red == "none":
-            with kf.loop(rows, "parallel", grain=-(-PAR_MIN_WORK // max(inner, 1))) as i, kf.loop(inner) as d:
+            with kf.loop(rows, "parallel", grain=par_grain(inner, PAR_MIN_WORK)) as i, kf.loop(inner) as d:
                 loss, _ = point(i, d)
                 kf.store(yb, (i, d), _rounded(loss, y.type.dtype))
             return kf.finish()
@@ -167,7 +167,7 @@ class GatherND(FormLowering):
         ib = kf.buffer("indices", idx.type.dtype, (nb, k, m), value=idx)
         yb = kf.buffer("y", y.type.dtype, (nb, k, rest), "out", value=y)
         kf.note(f"GatherND of {k} tuples of {m} per batch of {nb}, slices of {rest}")
-        with kf.loop(nb * k, "parallel", grain=-(-PAR_MIN_WORK // max(rest, 1))) as q:
+        with kf.loop(nb * k, "parallel", grain=par_grain(rest, PAR_MIN_WORK)) as q:
             bi, t = op("div", q, Const(k, INDEX)), op("rem", q, Const(k, INDEX))
             js = [checked_index(kf, ib[bi, t, Const(j, INDEX)], d) for j, d in enumerate(dims)]
             with kf.loop(rest, "vector") as e:

@@ -1,126 +1,205 @@
-"""Softmax, LogSoftmax, LayerNormalization and LRN in float32.
+"""Softmax, LogSoftmax, LayerNormalization and LRN on the loop form, for every float type the form
+holds (float16 computed in float32), and the row programs that ``row_reduce.py`` runs after an
+elementwise chain.
 
-**Softmax / LogSoftmax** (opset 13: along one ``axis``) view the input as ``[outer, A, inner]``.
-Along the last axis (inner = 1) each row is three passes: the max (vector accumulators, see
-``reduce_row``), ``e = exp(x - shift)`` written to the output (a plain loop LLVM vectorizes with the
-inlined ``exp``), the sum of ``e`` (vector accumulators), then ``y = e / sum`` (LogSoftmax:
-``y = (x - shift) - log(sum)``). As in the reference, ``shift`` is the max when it is finite and 0
-otherwise (a row holding +inf gives NaN, a row of -inf gives NaN). Along another axis the same passes
-run over whole ``inner``-long rows (contiguous) with the running max and sum in scratch vectors.
+**Rows.** Softmax along the last axis and LayerNormalization work on rows of ``D`` contiguous
+elements (Softmax: the last axis; LayerNorm: ``prod(shape[axis:])``): the rows are split among the
+threads, and each row is a few vector loops in order. Where the row's elements come from is a
+``Row``: ``first(i)`` in the first pass (a load of x, or an elementwise chain computed and stored
+on the way: ``row_reduce.py``), ``again(i)`` in the later passes.
 
-**LayerNormalization** (``stash_type`` float32) normalizes rows of ``D = prod(shape[axis:])``: the
-mean (sum / D), the variance as the mean of squared deviations (two passes, like the reference), then
-``y = (x - mean) * inv * scale + bias`` with ``inv = 1 / sqrt(var + epsilon)``, each step rounded as
-the reference rounds it. Scale and B must not vary over the leading (row) axes; ones that broadcast
-within the normalized axes must be constants (expanded at compile time). Mean and InvStdDev are
-written when they are used.
+* **Softmax**: ``m = max x`` (NaN-propagating), ``shift = m`` when finite else 0 (a row holding
+  +inf gives NaN, a row of -inf NaN, as the reference), ``e = exp(x - shift)`` summed (``row_sum``:
+  blocks summed in the compute type, their sums in float64);
+  Softmax ``y = e / sum`` (``e`` kept in y between the passes when y holds the compute type, else
+  computed again), LogSoftmax ``y = (x - shift) - log(sum)``.
+* **LayerNormalization** (statistics in the ``stash_type`` precision: float32, or float64):
+  ``mean = sum x / D``, ``var = sum (x - mean)^2 / D`` (two passes, like the reference's two-pass
+  variance), ``inv = 1 / sqrt(var + epsilon)``, then
+  ``y = round_X((x - mean) * inv) * scale + bias`` in X's compute type (sums: ``row_sum``). Scale and B must not vary
+  over the leading (row) axes; ones that broadcast within the normalized axes must be constants
+  (expanded at compile time). Mean and InvStdDev are written when they are used.
 
-**LRN** sums squares over the ``size`` channels around each channel in the reference's order (a
-channel loop outside, a contiguous loop over the spatial positions inside), then
-``y = x / (bias + alpha/size * sum) ** beta`` (``beta`` 0.5, 0.75 and 1 by square roots, others as
-``exp(beta log b)``).
+Softmax along another axis views x as ``[outer, A, inner]`` and reduces each column of A elements
+(loop order outer (threads), a, inner: every read contiguous; the running max and sum of a column
+live in a scratch row of ``inner`` elements per outer index; the sum is added in order along the
+axis, in the compute type, as NumPy adds along a non-contiguous axis).
+
+**LRN** sums the squares of the ``size`` channels around each channel (out-of-range channels
+contribute 0) into the output plane, then ``y = x / (bias + alpha/size * sum) ** beta`` (``beta``
+0.5, 0.75 and 1 by square roots, others as ``exp(beta log b)``); planes split among the threads.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
-from llvmlite import ir
 
 from ...ir.ops import conv as cv
 from ...ir.ops import norm as nm
-from ..llvm.elementwise import fmax
-from .base import KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason, unary_f32_reason
-from .reduce import PAR_MIN_WORK, map_row, par_loop, reduce_row, splat, vload, vstore
+from ...ir.types import DType
+from ..loops import Kernel, KernelForm
+from ..loops.expr import Const, Expr, cast, compute_type, op, select
+from ..loops.form import Buffer
+from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
-#: work per element of a softmax row (three passes and an exp), in the units of ``PAR_MIN_WORK``
-SOFTMAX_COST = 4
-#: the most scratch bytes a softmax along an inner axis uses to split its outer loop among threads
+FLOATS = (DType.f32, DType.f64, DType.f16)
+#: work per element of a softmax row (three passes and an exp), per LayerNorm element (three passes)
+SOFTMAX_COST, LAYERNORM_COST = 4, 3
+#: elements per block of a row sum (``row_sum``)
+SUM_BLOCK = 128
+#: the most scratch bytes a softmax along an inner axis uses for its running max and sum
 SOFTMAX_SCRATCH = 8 << 20
 
 
-def _isfinite_or_zero(k: KernelBuilder, m: ir.Value) -> ir.Value:
-    b = k.b
-    fabs = b.call(k.math.intrinsic("fabs"), [m])
-    return b.select(b.fcmp_ordered("<", fabs, cf32(math.inf)), m, cf32(0.0))
+def float_reason(group: KernelGroup, values=None) -> str | None:
+    """Why a one-node group's values are not static tensors of a float type the form holds, or empty."""
+    n = group.node
+    why = dtype_reason(values if values is not None else [n.inputs[0], n.outputs[0]], allowed=FLOATS)
+    if why:
+        return why
+    if n.inputs[0].type.numel == 0:
+        return "empty tensors are left to the interpreter"
+    return None
 
 
-# ---------------------------------------------------------------------------------------------
-# Softmax, LogSoftmax
-# ---------------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    """The elements of the row being worked on: ``first(i)`` in the row's first pass (it may store
+    values on the way), ``again(i)`` in the passes after it."""
 
-def softmax_row(k: KernelBuilder, xp: ir.Value, yp: ir.Value, A: int, log: bool = False) -> None:
-    """(Log)Softmax of the ``A`` floats at ``xp`` into ``yp`` (which may be ``xp`` for Softmax)."""
-    b = k.b
-    m = reduce_row(k, A, lambda i, w: vload(k, xp, i, w), "max")
-    shift = _isfinite_or_zero(k, m)
-    map_row(k, A, lambda i: vstore(k, k.math.exp(b, b.fsub(vload(k, xp, i), shift)), yp, i), "e", interleave=2)
-    s = reduce_row(k, A, lambda i, w: vload(k, yp, i, w), "sum")
-    if log:  # (x - shift) - log(sum): x is read again, so not in place
-        ls = k.math.log(b, s)
-        map_row(k, A, lambda i: vstore(k, b.fsub(b.fsub(vload(k, xp, i), shift), ls), yp, i), "y")
-    else:
-        map_row(k, A, lambda i: vstore(k, b.fdiv(vload(k, yp, i), s), yp, i), "y")
+    first: Callable[[Expr], Expr]
+    again: Callable[[Expr], Expr]
+
+    @staticmethod
+    def of(x: Buffer, r: Expr, dt: DType) -> "Row":
+        """Row ``r`` of the ``[rows, D]`` buffer ``x``, read in type ``dt``."""
+        read = lambda i: cast(x[r, i], dt)  # noqa: E731
+        return Row(read, read)
 
 
-class Softmax(Lowering):
-    """Softmax and LogSoftmax along any one axis, float32."""
+def _finite_or_zero(m: Expr) -> Expr:
+    return select(op("lt", op("abs", m), math.inf), m, 0.0)
+
+
+def row_sum(kf: KernelForm, D: int, value: Callable[[Expr], Expr], dt: DType) -> Expr:
+    """sum over i < D of ``value(i)`` (of type ``dt``): in blocks of ``SUM_BLOCK`` elements summed in
+    ``dt`` (vector accumulators), the blocks' sums added in float64, so the error does not grow with
+    the row's length (NumPy's pairwise summation is as accurate) and the vector loops stay ``dt``'s."""
+    if dt is DType.f64 or D <= SUM_BLOCK:
+        s = kf.acc(Const(0.0, dt), "sum")
+        with kf.loop(D, "vector") as i:
+            kf.update(s, "add", value(i))
+        return s
+    total = kf.acc(Const(0.0, DType.f64), "total")
+    nb, tail = divmod(D, SUM_BLOCK)
+    with kf.loop(nb, name="blk") as blk:
+        s = kf.acc(Const(0.0, dt), "sum")
+        with kf.loop(SUM_BLOCK, "vector") as j:
+            kf.update(s, "add", value(blk * SUM_BLOCK + j))
+        kf.update(total, "add", cast(s, DType.f64))
+    if tail:
+        s = kf.acc(Const(0.0, dt), "sum")
+        with kf.loop(tail, "vector") as j:
+            kf.update(s, "add", value(j + nb * SUM_BLOCK))
+        kf.update(total, "add", cast(s, DType.f64))
+    return cast(total, dt)
+
+
+def softmax_row(kf: KernelForm, D: int, row: Row, y: Buffer, r: Expr, log: bool) -> None:
+    """(Log)Softmax of ``row`` into row ``r`` of the ``[rows, D]`` buffer ``y`` (see the module
+    docstring; y is "inout" for Softmax of a compute type, which keeps e there); ``row`` may read
+    ``y`` itself."""
+    dt = compute_type(y.dtype)
+    m = kf.acc(Const(-math.inf, dt), "max")
+    with kf.loop(D, "vector") as i:
+        kf.update(m, "max", row.first(i))
+    shift = kf.let(_finite_or_zero(m), "shift")
+    keep = not log and y.dtype is dt  # e kept in y between the passes (exact in the compute type)
+
+    def exp(i):
+        e = kf.let(op("exp", row.again(i) - shift), "e")
+        if keep:
+            kf.store(y, (r, i), e)
+        return e
+    total = kf.let(row_sum(kf, D, exp, dt), "total")
+    if log:
+        ls = kf.let(op("log", total), "logsum")
+        with kf.loop(D, "vector") as i:
+            kf.store(y, (r, i), (row.again(i) - shift) - ls)
+        return
+    with kf.loop(D, "vector") as i:
+        e = y[r, i] if keep else op("exp", row.again(i) - shift)
+        kf.store(y, (r, i), op("div", e, total))
+
+
+def softmax_inner(kf: KernelForm, shape, axis: int, x: Buffer, y: Buffer, log: bool) -> None:
+    """Softmax along an axis with ``inner`` > 1 elements after it (see the module docstring)."""
+    O, A, I = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    dt = compute_type(y.dtype)
+    mx = kf.buffer("max", dt, (O, I), "scratch")
+    sm = kf.buffer("sum", dt, (O, I), "scratch")  # summed in order along a: NumPy's own order there
+    with kf.loop(O, "parallel", grain=par_grain(SOFTMAX_COST * A * I)) as o:
+        with kf.loop(I, "vector") as i:
+            kf.store(mx, (o, i), -math.inf)
+            kf.store(sm, (o, i), 0.0)
+        with kf.loop(A) as a, kf.loop(I, "vector") as i:
+            kf.store(mx, (o, i), op("max", mx[o, i], cast(x[o, a, i], dt)))
+        with kf.loop(I, "vector") as i:
+            kf.store(mx, (o, i), _finite_or_zero(mx[o, i]))
+        with kf.loop(A) as a, kf.loop(I, "vector") as i:
+            e = kf.let(op("exp", cast(x[o, a, i], dt) - mx[o, i]), "e")
+            if y.dtype is dt and not log:
+                kf.store(y, (o, a, i), e)
+            kf.store(sm, (o, i), sm[o, i] + e)
+        with kf.loop(A) as a, kf.loop(I, "vector") as i:
+            total = sm[o, i]
+            shifted = cast(x[o, a, i], dt) - mx[o, i]
+            if log:
+                v = shifted - op("log", total)
+            else:
+                v = op("div", y[o, a, i] if y.dtype is dt else op("exp", shifted), total)
+            kf.store(y, (o, a, i), v)
+
+
+class Softmax(FormLowering):
+    """Softmax and LogSoftmax along any one axis, every float type (see the module docstring)."""
 
     ops = (nm.Softmax, nm.LogSoftmax)
 
     def check(self, group: KernelGroup) -> str | None:
-        return unary_f32_reason(group)
+        why = float_reason(group)
+        if why:
+            return why
+        n = group.node
+        shape = [int(d) for d in n.inputs[0].shape]
+        a = n.op.axis % len(shape)
+        inner = math.prod(shape[a + 1:])
+        if inner > 1 and 16 * math.prod(shape[:a]) * inner > SOFTMAX_SCRATCH:
+            return f"a softmax along axis {a} of {shape} needs more than {SOFTMAX_SCRATCH >> 20} MiB of scratch"
+        return None
 
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
-        node = group.node
-        x, y = node.inputs[0], node.outputs[0]
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, y = n.inputs[0], n.outputs[0]
         shape = [int(d) for d in x.shape]
-        a = node.op.axis % len(shape)
+        a = n.op.axis % len(shape)
+        log = isinstance(n.op, nm.LogSoftmax)
+        kf = KernelForm(name)
         O, A, I = math.prod(shape[:a]), shape[a], math.prod(shape[a + 1:])
-        log = isinstance(node.op, nm.LogSoftmax)
-        exp = k.math.exp
-        if I == 1:
-            with par_loop(k, O, SOFTMAX_COST * A, "row") as r:  # rows split among the threads
-                base = k.b.mul(r, c64(A))
-                softmax_row(k, k.at(k.ptr(x), base), k.at(k.ptr(y), base), A, log)
-            return
-        # the running max and sum of each outer index (scratch vectors of I floats): one pair per
-        # outer index when the outer loop is split among the threads, else one pair for all
-        split = O >= 2 and O * A * I * SOFTMAX_COST >= 2 * PAR_MIN_WORK and 8 * O * I <= SOFTMAX_SCRATCH
-        nvec = O if split else 1
-        with par_loop(k, O, SOFTMAX_COST * A * I, "o", split=split) as o:
-            b = k.b
-            xp, yp = k.ptr(x), k.ptr(y)
-            mp, sp = k.scratch(4 * I * nvec), k.scratch(4 * I * nvec)
-            if split:
-                mp, sp = k.at(mp, b.mul(o, c64(I))), k.at(sp, b.mul(o, c64(I)))
-            base = b.mul(o, c64(A * I))
-            map_row(k, I, lambda i: vstore(k, cf32(-math.inf), mp, i), "init")
-
-            def rows(body, name):
-                with k.loop(A, name) as j:
-                    row = b.add(base, b.mul(j, c64(I)))
-                    map_row(k, I, lambda i: body(b.add(row, i), i), name + "i",
-                            interleave=2 if name == "e" else None)
-
-            rows(lambda xi, i: vstore(k, fmax(b, vload(k, mp, i), vload(k, xp, xi)), mp, i), "max")
-
-            def shift(i):
-                vstore(k, _isfinite_or_zero(k, vload(k, mp, i)), mp, i)
-                vstore(k, cf32(0.0), sp, i)
-            map_row(k, I, shift, "shift")
-
-            def ex(xi, i):
-                e = exp(b, b.fsub(vload(k, xp, xi), vload(k, mp, i)))
-                vstore(k, e, yp, xi)
-                vstore(k, b.fadd(vload(k, sp, i), e), sp, i)
-            rows(ex, "e")
-            if log:
-                map_row(k, I, lambda i: vstore(k, k.math.log(b, vload(k, sp, i)), sp, i), "log")
-                rows(lambda xi, i: vstore(k, b.fsub(b.fsub(vload(k, xp, xi), vload(k, mp, i)), vload(k, sp, i)),
-                                          yp, xi), "y")
-            else:
-                rows(lambda xi, i: vstore(k, b.fdiv(vload(k, yp, xi), vload(k, sp, i)), yp, xi), "y")
+        role = "out" if log or y.type.dtype is not compute_type(y.type.dtype) else "inout"  # e kept in y
+        if I > 1:
+            xb = kf.buffer("x", x.type.dtype, (O, A, I), value=x)
+            yb = kf.buffer("y", y.type.dtype, (O, A, I), role, value=y)
+            softmax_inner(kf, shape, a, xb, yb, log)
+            return kf.finish()
+        xb = kf.buffer("x", x.type.dtype, (O, A), value=x)
+        yb = kf.buffer("y", y.type.dtype, (O, A), role, value=y)
+        with kf.loop(O, "parallel", grain=par_grain(SOFTMAX_COST * A), name="r") as r:
+            softmax_row(kf, A, Row.of(xb, r, compute_type(y.type.dtype)), yb, r, log)
+        return kf.finish()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,153 +221,155 @@ def _trailing(v, x, a: int):
     data = v.const if v.const is not None else v.known
     if data is None:
         return "Scale or B broadcasts within the normalized axes and is not a constant"
-    arr = np.asarray(data, dtype=np.float32).reshape(tail)
-    return ("weight", np.ascontiguousarray(np.broadcast_to(arr, block), dtype=np.float32).reshape(-1))
+    arr = np.asarray(data).reshape(tail)
+    return ("weight", np.ascontiguousarray(np.broadcast_to(arr, block)).reshape(-1))
 
 
-class LayerNorm(Lowering):
-    """LayerNormalization, float32 with float32 statistics."""
+def stash_type(op) -> DType:
+    """The type a LayerNormalization's statistics are computed in: float64 for a float64 stash_type,
+    else float32 (the reference's ``_work``)."""
+    return DType.f64 if DType.from_onnx(op.stash_type) is DType.f64 else DType.f32
+
+
+class ScaleBias:
+    """A LayerNormalization's Scale and B as ``[D]`` buffers of ``kf``: their own, or constants
+    expanded to the normalized block (made once per form)."""
+
+    def __init__(self, node, a: int):
+        x = node.inputs[0]
+        self.values = (list(node.inputs[1:]) + [None])[:2]
+        self.params = [None if v is None else _trailing(v, x, a) for v in self.values]
+        self.D = math.prod(int(d) for d in x.shape[a:])
+
+    def reason(self) -> str | None:
+        return next((p for p in self.params if isinstance(p, str)), None)
+
+    def buffers(self, kf: KernelForm) -> list[Buffer | None]:
+        out = []
+        for name, v, p in zip(("scale", "bias"), self.values, self.params):
+            if p is None:
+                out.append(None)
+            else:
+                data = v if p[0] == "ptr" else p[1]
+                out.append(kf.buffer(name, v.type.dtype, (self.D,), value=data))
+        return out
+
+
+def layernorm_row(kf: KernelForm, D: int, row: Row, y: Buffer, r: Expr, scale: Buffer | None,
+                  bias: Buffer | None, epsilon: float, stash: DType) -> tuple[Expr, Expr]:
+    """Normalize ``row`` (elements read in ``stash``) into row ``r`` of the ``[rows, D]`` buffer
+    ``y``, times ``scale``, plus ``bias`` (``[D]`` buffers or None); returns (mean, 1 / std)."""
+    mean = kf.let(op("div", row_sum(kf, D, row.first, stash), float(D)), "mean")
+    var = op("div", row_sum(kf, D, lambda i: (lambda d: d * d)(row.again(i) - mean), stash), float(D))
+    inv = kf.let(op("div", Const(1.0, stash), op("sqrt", var + float(epsilon))), "inv")
+    out = compute_type(y.dtype)
+    with kf.loop(D, "vector") as i:
+        v = (row.again(i) - mean) * inv
+        if y.dtype is DType.f16:
+            v = op("to_f16", v)  # the normalized value is rounded to X's type first
+        v = cast(v, out)
+        if scale is not None:
+            v = v * cast(scale[i], out)
+        if bias is not None:
+            v = v + cast(bias[i], out)
+        kf.store(y, (r, i), v)
+    return mean, inv
+
+
+class LayerNorm(FormLowering):
+    """LayerNormalization, every float type, statistics in float32 or (stash_type float64) float64."""
 
     ops = (nm.LayerNormalization,)
 
     def check(self, group: KernelGroup) -> str | None:
         n = group.node
         used = [v for v in n.outputs[1:] if v.uses]
-        why = dtype_reason(list(n.inputs) + [n.outputs[0]] + used)
+        why = float_reason(group, list(n.inputs) + [n.outputs[0]] + used)
         if why:
             return why
-        if n.op.stash_type != 1:
-            return f"stash_type {n.op.stash_type} (only float32 statistics, stash_type=1, are native)"
-        x = n.inputs[0]
-        if x.type.numel == 0:
-            return "empty tensors are left to the interpreter"
-        a = n.op.axis % x.type.rank
-        for v in n.inputs[1:]:
-            if v is not None:
-                t = _trailing(v, x, a)
-                if isinstance(t, str):
-                    return t
-        return None
+        return ScaleBias(n, n.op.axis % n.inputs[0].type.rank).reason()
 
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
-        node = group.node
-        x, y = node.inputs[0], node.outputs[0]
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, y = n.inputs[0], n.outputs[0]
         shape = [int(d) for d in x.shape]
-        a = node.op.axis % len(shape)
+        a = n.op.axis % len(shape)
         R, D = math.prod(shape[:a]), math.prod(shape[a:])
-        params = ScaleBias(node, a)
-        want_mean = len(node.outputs) > 1 and node.outputs[1].uses
-        want_inv = len(node.outputs) > 2 and node.outputs[2].uses
-        with par_loop(k, R, 3 * D, "row") as r:  # rows split among the threads
-            b = k.b
-            base = b.mul(r, c64(D))
-            mean, inv = layernorm_row(k, k.at(k.ptr(x), base), k.at(k.ptr(y), base), D, *params.pointers(k),
-                                      node.op.epsilon)
-            if want_mean:
-                vstore(k, mean, k.ptr(node.outputs[1]), r)
-            if want_inv:
-                vstore(k, inv, k.ptr(node.outputs[2]), r)
-
-
-class ScaleBias:
-    """A LayerNormalization's Scale and B over its normalized block (``_trailing``): their own
-    buffers, or constants expanded to the block (made once)."""
-
-    def __init__(self, node, a: int):
-        x = node.inputs[0]
-        self.values = (list(node.inputs[1:]) + [None])[:2]
-        self.params = [None if v is None else _trailing(v, x, a) for v in self.values]
-
-    def pointers(self, k: KernelBuilder) -> list:
-        """(Scale, B) pointers in the function being built (None for a missing B)."""
-        return [None if p is None else k.ptr(v) if p[0] == "ptr" else k.weight(p[1])
-                for v, p in zip(self.values, self.params)]
-
-
-def layernorm_row(k: KernelBuilder, xp: ir.Value, yp: ir.Value, D: int, sp: ir.Value | None, bp: ir.Value | None,
-                  epsilon: float) -> tuple[ir.Value, ir.Value]:
-    """Normalize the ``D`` floats at ``xp`` into ``yp`` (times ``sp``, plus ``bp``, each ``D`` floats
-    or None); returns (mean, 1 / std)."""
-    b = k.b
-    nD = cf32(float(D))
-    mean = b.fdiv(reduce_row(k, D, lambda i, w: vload(k, xp, i, w), "sum"), nD)
-
-    def sq(i, w):
-        d = b.fsub(vload(k, xp, i, w), splat(b, mean, w))
-        return b.fmul(d, d)
-    var = b.fdiv(reduce_row(k, D, sq, "sum"), nD)
-    std = b.call(k.math.intrinsic("sqrt"), [b.fadd(var, cf32(epsilon))])
-    inv = b.fdiv(cf32(1.0), std)
-
-    def norm(i):
-        v = b.fmul(b.fsub(vload(k, xp, i), mean), inv)
-        if sp is not None:
-            v = b.fmul(v, vload(k, sp, i))
-        if bp is not None:
-            v = b.fadd(v, vload(k, bp, i))
-        vstore(k, v, yp, i)
-    map_row(k, D, norm, "y")
-    return mean, inv
+        stash = stash_type(n.op)
+        kf = KernelForm(name)
+        xb = kf.buffer("x", x.type.dtype, (R, D), value=x)
+        yb = kf.buffer("y", y.type.dtype, (R, D), "out", value=y)
+        scale, bias = ScaleBias(n, a).buffers(kf)
+        stats = [kf.buffer(what, v.type.dtype, (R,), "out", value=v) if v.uses else None
+                 for what, v in zip(("mean", "inv_std"), n.outputs[1:3])]
+        with kf.loop(R, "parallel", grain=par_grain(LAYERNORM_COST * D), name="r") as r:
+            got = layernorm_row(kf, D, Row.of(xb, r, stash), yb, r, scale, bias, n.op.epsilon, stash)
+            for buf, v in zip(stats, got):
+                if buf is not None:
+                    kf.store(buf, r, cast(v, compute_type(buf.dtype)))
+        return kf.finish()
 
 
 # ---------------------------------------------------------------------------------------------
 # LRN
 # ---------------------------------------------------------------------------------------------
 
-def _pow(k: KernelBuilder, base: ir.Value, beta: float) -> ir.Value:
-    b = k.b
-    sqrt = k.math.intrinsic("sqrt")
+def _pow(d: Expr, beta: float) -> Expr:
     if beta == 1.0:
-        return base
+        return d
     if beta == 0.5:
-        return b.call(sqrt, [base])
+        return op("sqrt", d)
     if beta == 0.75:
-        r = b.call(sqrt, [base])
-        return b.fmul(r, b.call(sqrt, [r]))
-    return k.math.exp(b, b.fmul(cf32(beta), k.math.log(b, base)))
+        r = op("sqrt", d)
+        return r * op("sqrt", r)
+    return op("exp", op("log", d) * beta)
 
 
-class Lrn(Lowering):
-    """LRN across channels, float32."""
+class Lrn(FormLowering):
+    """LRN across channels, every float type."""
 
     ops = (cv.LRN,)
 
     def check(self, group: KernelGroup) -> str | None:
-        return unary_f32_reason(group)
+        why = float_reason(group)
+        if why:
+            return why
+        if group.node.inputs[0].type.rank < 3:
+            return "LRN of a tensor without spatial axes"
+        return None
 
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         node = group.node
-        op = node.op
+        o = node.op
         x, y = node.inputs[0], node.outputs[0]
         shape = [int(d) for d in x.shape]
         N, C, S = shape[0], shape[1], math.prod(shape[2:])
-        before = (op.size - 1) // 2
-        alpha = cf32(float(np.float32(op.alpha / op.size)))
-        bias = cf32(float(np.float32(op.bias)))
-        beta = float(np.float32(op.beta))
-        # planes split among the threads; each plane's sum of squares accumulates in its output plane
-        with par_loop(k, N * C, S * (op.size + 2), "nc") as nc:
-            b = k.b
-            xp, yp = k.ptr(x), k.ptr(y)
-            c = b.urem(nc, c64(C))
-            plane = b.mul(nc, c64(S))
-            tp = k.at(yp, plane)
-            map_row(k, S, lambda i: vstore(k, cf32(0.0), tp, i), "zero")
-            with k.loop(op.size, "j") as j:
-                cc = b.add(b.sub(c, c64(before)), j)
-                with k.f.if_(b.icmp_unsigned("<", cc, c64(C)), "valid"):
-                    src = b.add(plane, b.mul(b.sub(cc, c), c64(S)))
+        dt = compute_type(y.type.dtype)
+        before = (o.size - 1) // 2
+        narrow = np.float64 if dt is DType.f64 else np.float32  # constants rounded as the reference's
+        alpha, bias = float(narrow(o.alpha / o.size)), float(narrow(o.bias))
+        beta = float(narrow(o.beta))
+        kf = KernelForm(name)
+        xb = kf.buffer("x", x.type.dtype, (N, C, S), value=x)
+        # the squares accumulate in y's plane (in the compute type; a scratch plane for float16)
+        yb = kf.buffer("y", y.type.dtype, (N, C, S), "inout" if y.type.dtype is dt else "out", value=y)
+        acc = yb if y.type.dtype is dt else kf.buffer("sq", dt, (N, C, S), "scratch")
+        with kf.loop(N * C, "parallel", grain=par_grain(S * (o.size + 2)), name="p") as p:
+            n = kf.let(op("div", p, C), "n")
+            c = kf.let(op("rem", p, C), "c")
+            with kf.loop(S, "vector") as s:
+                kf.store(acc, (n, c, s), Const(0.0, dt))
+            with kf.loop(o.size, name="j") as j:  # channel c + j - before, in the reference's order
+                cc = kf.let(c + j - before, "cc")
+                inside = kf.let(op("and", op("ge", cc, 0), op("lt", cc, C)), "inside")
+                src = kf.let(op("min", op("max", cc, 0), C - 1), "src")
+                with kf.loop(S, "vector") as s:
+                    v = cast(xb[n, src, s], dt)
+                    kf.store(acc, (n, c, s), acc[n, c, s] + select(inside, v * v, Const(0.0, dt)))
+            with kf.loop(S, "vector") as s:
+                d = op("add", Const(bias, dt), op("mul", Const(alpha, dt), acc[n, c, s]))
+                kf.store(yb, (n, c, s), op("div", cast(xb[n, c, s], dt), _pow(d, beta)))
+        return kf.finish()
 
-                    def acc(i):
-                        v = vload(k, xp, b.add(src, i))
-                        vstore(k, b.fadd(vload(k, tp, i), b.fmul(v, v)), tp, i)
-                    map_row(k, S, acc, "sq")
 
-            def out(i):
-                d = b.fadd(bias, b.fmul(alpha, vload(k, tp, i)))
-                xi = b.add(plane, i)
-                vstore(k, b.fdiv(vload(k, xp, xi), _pow(k, d, beta)), yp, xi)
-            map_row(k, S, out, "y", interleave=2 if beta not in (0.5, 0.75, 1.0) else None)
-
-
-__all__ = ["LayerNorm", "Lrn", "Softmax"]
+__all__ = ["LayerNorm", "Lrn", "Row", "ScaleBias", "Softmax", "layernorm_row", "row_sum", "softmax_row", "stash_type"]

@@ -11,7 +11,7 @@ from ...ir.ops import tensor as tn
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm
 from ..loops.expr import INDEX, STORAGE_TYPES, Const, cast, compute_type, op, select
-from .base import FormLowering, KernelGroup, dtype_reason
+from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
 #: elements of work a parallel task gets at least
 PAR_MIN_WORK = 1 << 15
@@ -42,7 +42,7 @@ class OneHot(FormLowering):
         vb = kf.buffer("values", values.type.dtype, (2,), value=values)
         yb = kf.buffer("y", y.type.dtype, (outer, depth, inner), "out", value=y)
         kf.note(f"OneHot of depth {depth} at axis {a}")
-        with kf.loop(outer, "parallel", grain=-(-PAR_MIN_WORK // max(depth * inner, 1))) as o, \
+        with kf.loop(outer, "parallel", grain=par_grain(depth * inner, PAR_MIN_WORK)) as o, \
                 kf.loop(depth) as j, kf.loop(inner, "vector") as i:
             raw = ib[o, i]
             raw = raw if raw.dtype is INDEX else cast(raw, INDEX)
@@ -68,7 +68,7 @@ class EyeLike(FormLowering):
         kf = KernelForm(name)
         yb = kf.buffer("y", y.type.dtype, (rows, cols), "out", value=y)
         one, zero = (Const(True, ct), Const(False, ct)) if ct is DType.bool else (Const(1, ct), Const(0, ct))
-        with kf.loop(rows, "parallel", grain=-(-PAR_MIN_WORK // max(cols, 1))) as i, kf.loop(cols, "vector") as j:
+        with kf.loop(rows, "parallel", grain=par_grain(cols, PAR_MIN_WORK)) as i, kf.loop(cols, "vector") as j:
             kf.store(yb, (i, j), select(op("eq", op("sub", j, i), Const(n.op.k, INDEX)), one, zero))
         return kf.finish()
 

@@ -16,7 +16,7 @@ from ...ir.ops import quant as qn
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm
 from ..loops.expr import INDEX, Const, cast, compute_type, op
-from .base import FormLowering, KernelGroup, dtype_reason
+from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
 _INTS = (DType.i8, DType.u8, DType.i16, DType.u16, DType.i32)
 _FLOATS = (DType.f32, DType.f16, DType.f64)
@@ -60,7 +60,7 @@ def _loops(kf: KernelForm, shape, body) -> None:
         inner = 1
         for d in shape[1:]:
             inner *= d
-        with kf.loop(shape[axis], kind, grain=-(-PAR_MIN_WORK // max(inner, 1)) if axis == 0 else 1) as i:
+        with kf.loop(shape[axis], kind, grain=par_grain(inner, PAR_MIN_WORK) if axis == 0 else 1) as i:
             index.append(i)
             go(axis + 1)
             index.pop()

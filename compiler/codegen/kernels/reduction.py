@@ -27,10 +27,8 @@ from ...ir.types import DType
 from ..loops import KernelForm, Kernel
 from ..loops.expr import STORAGE_TYPES, Const, cast, compute_type, op, select
 from ..loops.scalar import REDUCTIONS, Reduction, reduction
-from .base import FormLowering, KernelGroup, dtype_reason
+from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
-#: elements of work a parallel task gets at least
-PAR_MIN_WORK = 1 << 16
 
 
 def reduce_axes(node) -> tuple[int, ...] | str:
@@ -121,13 +119,13 @@ class _Runs:
 
     def over(self, js, body, parallel: bool = False, kind: str = "serial") -> None:
         """``body()`` inside loops over runs ``js`` (outermost first); with ``parallel`` the first is
-        split among the threads (tasks of PAR_MIN_WORK input elements at least)."""
+        split among the threads (tasks of ``base.PAR_MIN_WORK`` input elements at least)."""
         if not js:
             return body()
         j, size = js[0], self.runs[js[0]][0]
         if parallel:
             work = math.prod(d for d, _ in self.runs) // max(size, 1)
-            cm = self.kf.loop(size, "parallel", grain=-(-PAR_MIN_WORK // max(work, 1)))
+            cm = self.kf.loop(size, "parallel", grain=par_grain(work))
         else:
             cm = self.kf.loop(size, kind if len(js) == 1 else "serial")
         with cm as i:
@@ -205,7 +203,7 @@ def extreme_index(kf: KernelForm, xb, o, i, extreme: str, last: bool = False):
 
 @contextmanager
 def _outer_inner(kf: KernelForm, outer: int, count: int, inner: int):
-    with kf.loop(outer, "parallel", grain=-(-PAR_MIN_WORK // max(count * inner, 1))) as o, kf.loop(inner) as i:
+    with kf.loop(outer, "parallel", grain=par_grain(count * inner)) as o, kf.loop(inner) as i:
         yield o, i
 
 
@@ -303,4 +301,4 @@ class ArgReduce(FormLowering):
         return kf.finish()
 
 
-__all__ = ["ArgReduce", "Hardmax", "LpNormalization", "PAR_MIN_WORK", "Reduce", "extreme_index", "merge_runs", "reduce_axes"]
+__all__ = ["ArgReduce", "Hardmax", "LpNormalization", "Reduce", "extreme_index", "merge_runs", "reduce_axes"]

@@ -18,7 +18,7 @@ from ...ir.ops import tensor as tn
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm
 from ..loops.expr import INDEX, STORAGE_TYPES, Const, cast, compute_type, op, select
-from .base import FormLowering, KernelGroup, dtype_reason
+from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
 #: elements of work a parallel task gets at least
 PAR_MIN_WORK = 1 << 15
@@ -62,7 +62,7 @@ class Cumulative(FormLowering):
         kf.note(f"{n.op.name} along {count} of [{outer}, {count}, {inner}]"
                 f"{', exclusive' if excl else ''}{', reversed' if rev else ''}")
         last = Const(count - 1, INDEX)
-        grain = -(-PAR_MIN_WORK // max(count * inner, 1))
+        grain = par_grain(count * inner, PAR_MIN_WORK)
 
         def at(t):  # the position of step t
             return op("sub", last, t) if rev else t
@@ -121,7 +121,7 @@ class Trilu(FormLowering):
         yb = kf.buffer("y", y.type.dtype, (batch, rows, cols), "out", value=y)
         kf.note(f"Trilu {'upper' if n.op.upper else 'lower'} k={k}")
         zero = Const(False if ct is DType.bool else 0, ct)
-        with kf.loop(batch, "parallel", grain=-(-PAR_MIN_WORK // max(rows * cols, 1))) as b, \
+        with kf.loop(batch, "parallel", grain=par_grain(rows * cols, PAR_MIN_WORK)) as b, \
                 kf.loop(rows) as i, kf.loop(cols, "vector") as j:
             diff = op("sub", j, i)
             keep = op("ge" if n.op.upper else "le", diff, Const(k, INDEX))

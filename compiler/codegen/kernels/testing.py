@@ -21,8 +21,9 @@ from ..llvm.target import Target, host_target
 from . import EMPTY, KernelBuilder, KernelGroup, Services, lowering_for
 
 
-def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target | None = None,
-                nthreads: int = 2) -> dict[str, np.ndarray]:
+def build_kernels(graph: Graph, target: Target | None = None):
+    """(the module, its Services, [(group, KernelBuilder or None for a view)]): every node of
+    ``graph`` lowered into one module, a kernel each (``kernel{i}``)."""
     target = target or host_target()
     module = new_module("bench", target)
     services = Services(module, target, model_config(target))
@@ -39,6 +40,13 @@ def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target |
         low.emit(k, group)
         k.finish()
         plan.append((group, k))
+    return module, services, plan
+
+
+def run_kernels(graph: Graph, inputs: Mapping[str, np.ndarray], target: Target | None = None,
+                nthreads: int = 2) -> dict[str, np.ndarray]:
+    target = target or host_target()
+    module, services, plan = build_kernels(graph, target)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "bench.so")
         objects = [toolchain.compile_ir(str(module), target)]
@@ -107,6 +115,15 @@ def run_cuda_forms(graph: Graph, inputs: Mapping[str, np.ndarray], threads: int 
         if low is EMPTY:  # results without elements: nothing to run
             continue
         cu = print_cuda(low.form(KernelGroup.of_node(node), "k"))
-        cu.launch([(env[b.value] if b.value in env else np.ascontiguousarray(b.value.const)).reshape(-1)
-                   .view(b.dtype.np) for b in cu.buffers], threads=threads)
+        cu.launch([_array(b, env).reshape(-1).view(b.dtype.np) for b in cu.buffers], threads=threads)
     return {name: env[v] for name, v in zip(graph.output_names, graph.outputs)}
+
+
+def _array(buf, env) -> np.ndarray:
+    """The array for a buffer: its own scratch, compile-time data, a value computed or fed, or a constant."""
+    value = buf.value
+    if buf.role == "scratch":
+        return np.zeros(max(buf.extent, 1), buf.dtype.np)
+    if isinstance(value, np.ndarray):
+        return value
+    return env[value] if value in env else np.ascontiguousarray(value.const)

@@ -11,12 +11,13 @@ per-channel scale) or 1 (laid out like ``S``, e.g. a residual). Operands that do
 keeps its separate passes.
 
 Code: the chain is rebuilt on 1-D values (``[L]`` for a ``col = 1`` operand, ``[1]`` for ``col =
-0``) and emitted by ``emit_elementwise`` as a row function; the epilogue function
+0``) and printed from the loop form as a row function over a run-time length (``RowChain``); the epilogue function
 ``ep(ctx, i0, i1, j0, j1)`` calls it once per row of the block, with each operand's pointer
 computed from the base pointers in ``ctx``, which the kernel fills before each GEMM call.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from llvmlite import ir
@@ -24,11 +25,15 @@ from llvmlite import ir
 from ...ir import ops
 from ...ir.graph import Graph, Node, Value
 from ...ir.types import DType, TensorType
-from ..llvm.elementwise import _For, _is_inlined, emit_elementwise, no_vectorize_metadata
+from ..llvm.elementwise import _For, no_vectorize_metadata
+from ..loops import KernelForm, print_llvm
 from .base import F32, I64, PTR, VOID, KernelBuilder, c64, strides_of
+from .elementwise import chain_lets, inline_const, inlined
 
 #: the length of the synthetic rows (any size > 1: the row function takes its length at run time)
 _L = 16
+#: the bound of a row function's run-time length (the caller's row: a GEMM block or panel row)
+ROW_BOUND = 1 << 40
 
 
 def _broadcast_strides(shape: Sequence[int], out: Sequence[int]) -> tuple[int, ...]:
@@ -74,7 +79,7 @@ class TileEpilogue:
         row.add_chain(nodes, shape)
         # what the row function writes: first the value written over C (if any), then the others
         outs = ([in_place] if in_place is not None else []) + [v for v in outputs if v is not in_place]
-        in_place_map = {0: _pointer_inputs(list(row.g.nodes)).index(cv_in)} if in_place is not None else {}
+        in_place_map = {0: [sv for _, _, sv in row.operands].index(cv_in)} if in_place is not None else {}
         row_fn, self.kern, args = row.emit(k, f"{k.name}.eprow", outs, in_place_map)
         self.args: list[tuple[Value, tuple[int, ...]]] = args + [(outs[o], full) for o in self.kern.pointer_outputs]
         self.fn = self._emit_callback(row_fn)
@@ -106,7 +111,7 @@ class TileEpilogue:
         lo = row_axis if rows_from is None else rows_from
         produced = {id(c)} | {id(o) for n in nodes for o in n.outputs}
         for v in [v for n in nodes for v in n.inputs] + list(extra):
-            if v is None or id(v) in produced or _is_inlined(v, True):
+            if v is None or id(v) in produced or inlined(v):
                 continue
             if tuple(int(d) for d in v.shape) == shape:
                 continue
@@ -173,12 +178,22 @@ class TileEpilogue:
         return self.fn, self.context(lead, row0, bases)
 
 
+@dataclass(frozen=True)
+class RowFunction:
+    """What ``RowChain.emit`` made: ``void name(inputs..., pointer outputs..., int64 n)``."""
+
+    fn: ir.Function
+    #: the synthetic inputs, in argument order
+    inputs: tuple
+    #: the indices of the outputs that have a pointer argument (all but those written in place)
+    pointer_outputs: tuple
+
+
 class RowChain:
-    """An elementwise chain rebuilt on one row, for a row function (``emit_elementwise``): each
-    operand of the chain is a 1-D input, ``[_L]`` when it moves along the row (``col(strides)``: its
-    strides over the chain's shape) or ``[1]`` when it is constant along it; scalar constants are
-    inlined. Used by the tile epilogue (rows of a GEMM's C) and by ``row_reduce`` (rows of a
-    reduction's input)."""
+    """An elementwise chain rebuilt on one row, for a row function (``emit``): each operand of the
+    chain is a 1-D input, ``[_L]`` when it moves along the row (``col(strides)``: its strides over
+    the chain's shape) or ``[1]`` when it is constant along it; scalar constants are inlined. Used by
+    the tile epilogue (rows of a GEMM's C) and the conv prologue (rows of a panel of B)."""
 
     def __init__(self, col):
         self.col = col
@@ -189,7 +204,7 @@ class RowChain:
     def operand(self, v: Value, strides: tuple[int, ...]) -> Value:
         key = id(v)
         if key not in self.synth:
-            if _is_inlined(v, True):
+            if inlined(v):
                 self.synth[key] = self.g.add_constant(v.const.reshape([1]).astype("float32"))
             else:
                 ty = TensorType(DType.f32, [_L] if self.col(strides) else [1])
@@ -204,26 +219,52 @@ class RowChain:
                    self.operand(v, _broadcast_strides(v.shape, shape)) for v in n.inputs]
             self.synth[id(n.outputs[0])] = self.g.add(n.op, *ins)
 
-    def emit(self, k: KernelBuilder, name: str, outputs: Sequence[Value], in_place=None):
+    def emit(self, k: KernelBuilder, name: str, outputs: Sequence[Value], in_place: dict | None = None):
         """(the internal row function ``name(inputs..., pointer outputs..., n)`` writing ``outputs``,
-        its ``ElementwiseKernel``, its inputs in argument order as (value, strides))."""
-        kern = emit_elementwise(k.module, list(self.g.nodes), name, outputs=[self.synth[id(v)] for v in outputs],
-                                math_lib=k.math, in_place=in_place or {})
-        fn = k.module.globals[kern.name]
+        a ``RowFunction``, its inputs in argument order as (value, strides)). The inputs are the
+        operands in the order they were added; ``in_place``: {output index: input index} written
+        through that input's pointer. The row is a loop-form kernel over the run-time size ``n``
+        (its operands ``[_L]`` read at ``i``, ``[1]`` broadcast), printed into the function."""
+        in_place = dict(in_place or {})
+        ins = [sv for _, _, sv in self.operands]
+        pointer_outputs = tuple(o for o in range(len(outputs)) if o not in in_place)
+        fn = ir.Function(k.module, ir.FunctionType(VOID, [PTR] * (len(ins) + len(pointer_outputs)) + [I64]), name)
         fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for a in fn.args[:-1]:
+            a.add_attribute("noalias")
+        kf = KernelForm(name)
+        n = kf.size("n", ROW_BOUND)
+        bufs = {id(sv): kf.buffer(f"in{j}", DType.f32, (ROW_BOUND,), "inout" if j in in_place.values() else "in",
+                                  strides=(1 if int(sv.shape[0]) > 1 else 0,), value=fn.args[j])
+                for j, sv in enumerate(ins)}
+        outs = [bufs[id(ins[in_place[o]])] if o in in_place else
+                kf.buffer(f"out{o}", DType.f32, (ROW_BOUND,), "out", value=fn.args[len(ins) + pointer_outputs.index(o)])
+                for o in range(len(outputs))]
+        with kf.loop(n, "vector") as i:
+            env = {id(c): inline_const(c) for c in self.g.constants}
+            env.update({key: buf[i] for key, buf in bufs.items()})
+            chain_lets(kf, self.g.nodes, env)
+            for v, buf in zip(outputs, outs):
+                kf.store(buf, i, env[id(self.synth[id(v)])])
+        entry, body = fn.append_basic_block("entry"), fn.append_basic_block("row")
+        ir.IRBuilder(entry).branch(body)  # the accumulators' allocas go to the entry block
+        b = ir.IRBuilder(body)
+        print_llvm(_RowBuilder(b, fn, k), kf.finish(), sizes=[fn.args[-1]])
+        b.ret_void()
         by_synth = {id(sv): (v, st) for v, st, sv in self.operands}
-        return fn, kern, [by_synth[id(s)] for s in kern.inputs]
+        return fn, RowFunction(fn, tuple(ins), pointer_outputs), [by_synth[id(s)] for s in ins]
 
 
-def _pointer_inputs(nodes: Sequence[Node]) -> list[Value]:
-    """The inputs ``emit_elementwise`` takes pointers for, in its order (first use, not inlined)."""
-    produced = {id(o) for n in nodes for o in n.outputs}
-    res: list[Value] = []
-    for n in nodes:
-        for v in n.inputs:
-            if v is not None and id(v) not in produced and not _is_inlined(v, True) and all(v is not u for u in res):
-                res.append(v)
-    return res
+class _RowBuilder:
+    """What the LLVM printer needs to print a row kernel into a function of its own (its buffers
+    bound to the function's arguments: no slots, scratch or parallel loops)."""
+
+    def __init__(self, b: ir.IRBuilder, fn: ir.Function, k: KernelBuilder):
+        self.b, self.fn, self.module, self.math = b, fn, k.module, k.math
+
+    def note(self, text: str) -> None:
+        pass
 
 
 def plan_tile_epilogue(k: KernelBuilder, y: Value, epilogue, bias: Value | None, row_axis: int,

@@ -48,3 +48,15 @@ def merge_axes(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]]) -> 
                 step *= math.prod(out[a] for a in g)
         strides.append(list(reversed(row)) or [0])
     return sizes, strides
+
+
+def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a row-major tensor of ``in_shape`` read at the indices of ``out_shape``
+    (right-aligned; 0 along the axes it broadcasts and those of size 1)."""
+    out = [int(d) for d in out_shape]
+    shape = [1] * (len(out) - len(in_shape)) + [int(d) for d in in_shape]
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step if d != 1 else 0)
+        step *= d
+    return tuple(reversed(strides))

@@ -2,7 +2,7 @@
 
 ``print_cuda(kernel)`` returns a ``CudaKernel``: the source (``.source``, readable) and ``launch``.
 The kernel takes each buffer as a flat device array (its elements from the first the buffer
-addresses; strides are compiled into the index arithmetic); buffers bound to one value (two views
+addresses; strides are compiled into the index arithmetic), then its run-time sizes (int64); buffers bound to one value (two views
 of one array) share one parameter, so their reads and writes see each other. The top-level parallel loop becomes a
 grid-stride loop (``for i in range(cuda.grid(1), n, cuda.gridsize(1))``: a thread per iteration
 while there are threads, any grid size works); only ``let``s may stand beside it at the top level
@@ -98,6 +98,8 @@ class CudaKernel:
     parallel: int
     #: the kernel reports bad input data: it takes a status array (int64[3]) after its buffers
     checks: bool = False
+    #: the run-time sizes it takes after its buffers: (name, largest value)
+    sizes: list = field(default_factory=list)
     _fn: object = field(default=None, repr=False)
 
     def function(self):
@@ -113,19 +115,25 @@ class CudaKernel:
             self._fn = ns[self.name]
         return self._fn
 
-    def launch(self, arrays, threads: int = 128, blocks: int | None = None) -> None:
+    def launch(self, arrays, threads: int = 128, blocks: int | None = None, sizes=()) -> None:
         """Run on ``arrays`` (one per parameter, ``buffers``: the kernel's buffers, those bound to
-        one value once; flat arrays or device arrays). A kernel that reports bad input data raises
-        ``KernelReport`` after the launch."""
+        one value once; flat arrays or device arrays) and ``sizes`` (one int per run-time size). A
+        kernel that reports bad input data raises ``KernelReport`` after the launch."""
         if len(arrays) != len(self.buffers):
             raise ValueError(f"{self.name} takes {len(self.buffers)} buffers, got {len(arrays)}")
+        if len(sizes) != len(self.sizes):
+            raise ValueError(f"{self.name} takes {len(self.sizes)} sizes, got {len(sizes)}")
+        for (name, bound), n in zip(self.sizes, sizes):
+            if not 0 <= int(n) <= bound:
+                raise ValueError(f"{self.name}: size {name} = {n} is outside [0, {bound}]")
+        import numpy as np
+
+        arrays = list(arrays) + [np.int64(n) for n in sizes]
         if blocks is None:
             blocks = max(1, min(-(-self.parallel // threads), 1024)) if self.parallel else 1
         if not self.checks:
             self.function()[blocks, threads](*arrays)
             return
-        import numpy as np
-
         status = np.zeros(3, np.int64)
         self.function()[blocks, threads](*arrays, status)
         if status[0]:
@@ -251,7 +259,8 @@ class _Printer:
             self.emit(depth, "pass")
         for s in stmts:
             if isinstance(s, Loop):
-                self.emit(depth, f"for {s.var.name} in range({s.extent}):")
+                extent = s.extent.name if isinstance(s.extent, Var) else s.extent
+                self.emit(depth, f"for {s.var.name} in range({extent}):")
                 self.block(s.body, depth + 1)
             elif isinstance(s, (Let, Acc)):
                 self.emit(depth, f"{s.var.name} = {self.expr(s.value if isinstance(s, Let) else s.init)}")
@@ -285,7 +294,8 @@ def print_cuda(kernel: Kernel) -> CudaKernel:
     name = _ident(kernel.name)
     p.lines += PRELUDE.strip("\n").splitlines() + ["", ""]
     p.emit(0, "@cuda.jit")
-    params = [p.args[id(b)] for b in p.params] + (["_status"] if kernel.checks else [])
+    params = [p.args[id(b)] for b in p.params] + [v.name for v, _ in kernel.sizes] + \
+        (["_status"] if kernel.checks else [])
     p.emit(0, f"def {name}({', '.join(params)}):")
     p.emit(1, "tid = cuda.grid(1)")
     parallel = next((s for s in kernel.body if isinstance(s, Loop) and s.kind == "parallel"), None)
@@ -302,4 +312,4 @@ def print_cuda(kernel: Kernel) -> CudaKernel:
             raise FormError(f"kernel {kernel.name}: only lets may stand beside the parallel loop at the top "
                             f"level (a {type(s).__name__.lower()} does)")
     return CudaKernel(name, "\n".join(p.lines) + "\n", list(p.params), parallel.extent if parallel else 0,
-                      kernel.checks)
+                      kernel.checks, [(v.name, bound) for v, bound in kernel.sizes])

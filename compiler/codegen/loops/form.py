@@ -4,7 +4,9 @@ A ``Kernel`` is a name, its ``Buffer``s and a body of statements:
 
     Loop(var, extent, body, kind)   ``for var in 0..extent``; kind "serial", "parallel" (split among
                                     threads or GPU blocks: only at the top level, at most one) or
-                                    "vector" (innermost: no loop inside; its iterations are independent)
+                                    "vector" (innermost: no loop inside; its iterations are independent);
+                                    the extent is static, or (serial and vector loops) a run-time
+                                    size of the kernel (``KernelForm.size(name, bound)``)
     Let(var, value)                 an immutable name for a value in the rest of the block
     Acc(var, init)                  a mutable accumulator, visible in the rest of the block
     Update(var, combiner, value)    ``var = combiner(var, value)``: a reduction step (add, mul, min, max,
@@ -50,7 +52,7 @@ class Buffer:
     shape: tuple[int, ...]
     strides: tuple[int, ...] = ()     # in elements; () = dense row-major
     role: str = "in"
-    value: object = None              # what the backend binds the buffer to
+    value: object = None              # what the backend binds the buffer to (a NumPy array: constant data)
 
     def __post_init__(self):
         if self.dtype not in STORAGE_TYPES:
@@ -94,7 +96,7 @@ def dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
 @dataclass(eq=False)
 class Loop:
     var: Var
-    extent: int
+    extent: "int | Var"               # a run-time size (``KernelForm.size``) for serial and vector loops
     body: list = field(default_factory=list)
     kind: str = "serial"
     #: (parallel loops) the fewest iterations worth a task of their own
@@ -144,6 +146,8 @@ class Kernel:
     body: list
     #: how the lowering made it, in a few words each
     notes: list[str] = field(default_factory=list)
+    #: the run-time sizes the kernel takes (``KernelForm.size``), each with its largest value
+    sizes: list[tuple[Var, int]] = field(default_factory=list)
 
     @property
     def checks(self) -> bool:
@@ -182,6 +186,7 @@ class KernelForm:
         self._blocks: list[list] = [[]]
         self._count: dict[str, int] = {}
         self.notes: list[str] = []
+        self.sizes: list[tuple[Var, int]] = []
 
     def fresh(self, prefix: str) -> str:
         k = self._count.get(prefix, 0)
@@ -196,14 +201,27 @@ class KernelForm:
         self.buffers.append(buf)
         return buf
 
+    def size(self, name: str, bound: int) -> Var:
+        """A size known at run time only (the backend passes it: a kernel argument), at most
+        ``bound``: the extent of serial and vector loops whose length varies between calls (a GEMM
+        tile's edge, a symbolic batch), and a value for index arithmetic."""
+        v = Var(self.fresh(name), INDEX)
+        self.sizes.append((v, int(bound)))
+        return v
+
     def emit(self, stmt) -> None:
         self._blocks[-1].append(stmt)
 
     @contextmanager
-    def loop(self, extent: int, kind: str = "serial", grain: int = 1, name: str = "i"):
+    def loop(self, extent: "int | Var", kind: str = "serial", grain: int = 1, name: str = "i"):
         if kind not in LOOP_KINDS:
             raise FormError(f"loop kind {kind!r} is not one of {LOOP_KINDS}")
-        lp = Loop(Var(self.fresh(name), INDEX), int(extent), [], kind, max(int(grain), 1))
+        if isinstance(extent, Var):
+            if all(extent is not v for v, _ in self.sizes):
+                raise FormError(f"loop extent {extent.name} is not a size of this kernel (KernelForm.size)")
+        else:
+            extent = int(extent)
+        lp = Loop(Var(self.fresh(name), INDEX), extent, [], kind, max(int(grain), 1))
         self.emit(lp)
         self._blocks.append(lp.body)
         try:
@@ -241,7 +259,7 @@ class KernelForm:
     def finish(self, check: bool = True) -> Kernel:
         if len(self._blocks) != 1:
             raise FormError("finish() inside a loop")
-        k = Kernel(self.name, list(self.buffers), self._blocks[0], list(self.notes))
+        k = Kernel(self.name, list(self.buffers), self._blocks[0], list(self.notes), list(self.sizes))
         if check:
             from .verify import verify
 

@@ -1,13 +1,16 @@
 """The LLVM printer: a loop-form ``Kernel`` as LLVM IR inside a CPU kernel function.
 
 ``print_llvm(k, kernel)`` emits ``kernel`` into the ``KernelBuilder`` ``k`` (``kernels/base.py``):
-buffers bound to IR values become ``k.ptr(value)`` (``noalias`` slot pointers), scratch buffers
-``k.scratch``; the top-level parallel loop becomes ``k.parallel_for`` (pool tasks over [begin, end));
+buffers bound to IR values become ``k.ptr(value)`` (``noalias`` slot pointers), buffers bound to
+NumPy arrays ``k.weight(array)`` (compile-time data), buffers bound to LLVM pointers those pointers
+(a loop-form piece inside a hand-written lowering, e.g. the attention kernel's softmax rows),
+scratch buffers ``k.scratch``; the top-level parallel loop becomes ``k.parallel_for`` (pool tasks over [begin, end));
 other loops are guarded, rotated counted loops, and a vector loop is left to LLVM's loop vectorizer
 (with two vector iterations in flight when its body calls a math function), which the noalias
 pointers and the contiguous innermost strides make possible. Accumulators live in ``alloca``s that
 LLVM promotes to registers; ``add``/``mul`` updates of float accumulators may be reassociated
-(``reassoc``), so reductions vectorize.
+(``reassoc``) and ``min``/``max`` updates are ``llvm.minimum``/``llvm.maximum`` (NaN-propagating as
+NumPy's; of two zeros either may win, as in NumPy's own vector loops), so reductions vectorize.
 
 Every primitive (``expr.PRIMS``) is printed here for each compute type, with the meaning written
 there: float32 math through Kiln's ``MathLib`` (vectorizable, about one ulp), float64 math through
@@ -16,6 +19,7 @@ narrow integer conversions through i64 (wrapping as NumPy's do).
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from ...ir.types import DType
@@ -76,6 +80,10 @@ class _Printer:
             return self.k.again(self.scratch[id(buf)])
         if buf.value is None:
             raise FormError(f"buffer {buf.name} is bound to no value")
+        if isinstance(buf.value, np.ndarray):  # compile-time data, stored with the kernel
+            return self.k.weight(buf.value)
+        if isinstance(buf.value, ir.Value):  # a pointer of the function being built (a form inside a lowering's code)
+            return buf.value
         return self.k.ptr(buf.value)
 
     def address(self, buf: Buffer, index) -> ir.Value:
@@ -327,6 +335,9 @@ class _Printer:
         val = self.expr(s.value)
         if dt.is_float and s.combiner in ("add", "mul"):
             new = (b.fadd if s.combiner == "add" else b.fmul)(cur, val, flags=["reassoc", "nsz"])
+        elif dt.is_float and s.combiner in ("min", "max"):
+            # NaN-propagating, as NumPy's; LLVM vectorizes these reductions (a select chain it does not)
+            new = b.call(self.intrinsic("minimum" if s.combiner == "min" else "maximum", dt, 2), [cur, val])
         elif dt.is_float:
             new = self.float_op(s.combiner, [cur, val], dt)
         else:
@@ -356,13 +367,18 @@ class _Printer:
                 self.counted(lp, count, begin, heavy)
                 self.scopes, self.accs = saved, saved_accs
             return
-        self.counted(lp, c64(lp.extent), None, heavy)
+        count = self.expr(lp.extent) if isinstance(lp.extent, Var) else c64(lp.extent)
+        self.counted(lp, count, None, heavy)
 
     def counted(self, lp: Loop, count: ir.Value, start: ir.Value | None, heavy: bool) -> None:
-        from ..llvm.elementwise import _For, loop_metadata
+        from ..llvm.elementwise import _For, loop_metadata, no_vectorize_metadata
 
         inner = not any(isinstance(s, Loop) for s in lp.body)
-        md = loop_metadata(self.k.module, 2) if heavy and inner else None
+        # a loop around loops is not vectorized (LLVM would unroll the inner loops and gather across
+        # the outer one's iterations); an innermost loop is, with two vector iterations in flight
+        # when it calls a math function
+        md = no_vectorize_metadata(self.k.module) if not inner else \
+            loop_metadata(self.k.module, 2) if heavy else None
         with _For(self.b, count, f"{self.kernel.name}.{lp.var.name}", md) as i:
             self.scopes.append({id(lp.var): i if start is None else self.b.add(start, i, flags=["nsw"])})
             self.block(lp.body)
@@ -434,9 +450,13 @@ def _exprs(stmts):
                     yield from walk(e)
 
 
-def print_llvm(k, kernel: Kernel) -> None:
-    """Emit ``kernel`` into the KernelBuilder ``k`` (see the module docstring)."""
+def print_llvm(k, kernel: Kernel, sizes=()) -> None:
+    """Emit ``kernel`` into the KernelBuilder ``k`` (see the module docstring); ``sizes``: the i64
+    values of its run-time sizes (``kernel.sizes``), in order, computed where the kernel is printed."""
+    if len(sizes) != len(kernel.sizes):
+        raise FormError(f"kernel {kernel.name} takes {len(kernel.sizes)} sizes, got {len(sizes)}")
     p = _Printer(k, kernel)
+    p.scopes[0].update({id(v): x for (v, _), x in zip(kernel.sizes, sizes)})
     for buf in kernel.buffers:
         if buf.role == "scratch":
             p.scratch[id(buf)] = k.scratch(max(buf.extent, 1) * buf.dtype.itemsize)

@@ -45,7 +45,8 @@ def _lines(stmts, depth: int, out: list[str]) -> None:
         if isinstance(s, Loop):
             kind = "" if s.kind == "serial" else f"{s.kind} "
             grain = f" grain {s.grain}" if s.kind == "parallel" and s.grain > 1 else ""
-            out.append(f"{pad}{kind}for {s.var.name} in 0..{s.extent}{grain} {{")
+            extent = s.extent.name if isinstance(s.extent, Var) else s.extent
+            out.append(f"{pad}{kind}for {s.var.name} in 0..{extent}{grain} {{")
             _lines(s.body, depth + 1, out)
             out.append(f"{pad}}}")
         elif isinstance(s, Let):
@@ -63,7 +64,8 @@ def _lines(stmts, depth: int, out: list[str]) -> None:
 
 
 def print_kernel(k: Kernel) -> str:
-    out = [f"kernel {k.name}({', '.join(buffer_text(b) for b in k.buffers)}) {{"]
+    params = [buffer_text(b) for b in k.buffers] + [f"{v.name}: size <= {bound}" for v, bound in k.sizes]
+    out = [f"kernel {k.name}({', '.join(params)}) {{"]
     out += [f"  # {n}" for n in k.notes]
     _lines(k.body, 1, out)
     out.append("}")

@@ -6,7 +6,8 @@ or ``acc`` in the rest of its block), bound once; loads read the kernel's buffer
 only "out", "inout" or "scratch" ones, with one i64 index per axis and a value of the buffer's
 compute type; an accumulator is updated with its own type and a combiner that takes it; at most one
 loop is parallel and it is at the top level; a vector loop holds no loop. And that every index is
-in bounds: each index expression's range follows from the loop extents by interval arithmetic
+in bounds: each index expression's range follows from the loop extents (a run-time size: its bound)
+by interval arithmetic
 (``bounds``); an index whose range cannot be bounded (one read from memory, say) must be clamped in
 the expression itself (``min``/``max``/``select``), so that no backend can address outside a buffer.
 """
@@ -64,6 +65,11 @@ class _Checker:
         self.ranges: dict[int, tuple[float, float]] = {}
         self.accs: set[int] = set()
         self.names: set[str] = set()
+        self.sizes = {id(v): bound for v, bound in k.sizes}
+        for v, bound in k.sizes:  # visible everywhere, in [0, bound]
+            if bound < 0:
+                self.fail("sizes", f"size {v.name} with a negative bound {bound}")
+            self.bind(v, "sizes", (0, bound))
 
     def fail(self, where: str, message: str):
         raise FormError(f"kernel {self.k.name}: {where}: {message}\n{self.k}")
@@ -116,10 +122,18 @@ class _Checker:
                     self.fail(where, "a parallel loop must be at the top level")
                 if in_vector:
                     self.fail(where, "a loop inside a vector loop")
-                if s.extent < 0:
-                    self.fail(where, f"negative extent {s.extent}")
+                if isinstance(s.extent, Var):
+                    if id(s.extent) not in self.sizes:
+                        self.fail(where, f"extent {s.extent.name} is not a size of the kernel")
+                    if s.kind == "parallel":
+                        self.fail(where, "a parallel loop over a run-time size")
+                    top = self.sizes[id(s.extent)]
+                else:
+                    if s.extent < 0:
+                        self.fail(where, f"negative extent {s.extent}")
+                    top = s.extent
                 self.scope.append(set())
-                self.bind(s.var, where, (0, s.extent - 1) if s.extent > 0 else (0, -1))
+                self.bind(s.var, where, (0, top - 1) if top > 0 else (0, -1))
                 self.block(s.body, depth + 1, s.kind == "vector")
                 self.scope.pop()
             elif isinstance(s, Let):
