@@ -241,9 +241,11 @@ class RowChain:
         outs = [bufs[id(ins[in_place[o]])] if o in in_place else
                 kf.buffer(f"out{o}", DType.f32, (ROW_BOUND,), "out", value=fn.args[len(ins) + pointer_outputs.index(o)])
                 for o in range(len(outputs))]
+        # operands constant along the row are read once, before the loop
+        fixed = {id(sv): kf.let(bufs[id(sv)][0], "fixed") for sv in ins if int(sv.shape[0]) == 1}
         with kf.loop(n, "vector") as i:
             env = {id(c): inline_const(c) for c in self.g.constants}
-            env.update({key: buf[i] for key, buf in bufs.items()})
+            env.update({key: fixed.get(key) or buf[i] for key, buf in bufs.items()})
             chain_lets(kf, self.g.nodes, env)
             for v, buf in zip(outputs, outs):
                 kf.store(buf, i, env[id(self.synth[id(v)])])
