@@ -51,9 +51,12 @@ class MicrokernelEmitter:
         """
         W, MR, NR, U = self.W, self.MR, self.NR, self.cfg.unroll
         NV = nv or self.NV  # vectors computed (the panel's k stride stays NR)
-        # independent accumulator chains: with few rows, split the k loop into phases
+        # independent accumulator chains: with few rows, split the k loop into phases. Counted with
+        # the full panel width, not ``nv``: the columns of an N remainder are then summed in the same
+        # order as the other columns of their rows (a model whose output channels are computed
+        # alike gets equal bits for them whatever their position)
         phases = 1
-        while rows * NV * phases < 8 and phases < U:
+        while rows * self.NV * phases < 8 and phases < U:
             phases *= 2
         args = [(I64, "kc"), (FP, "a"), (FP, "b")]
         if b_kstride is None:

@@ -1,179 +1,530 @@
-"""Pooling in float32: MaxPool and AveragePool (1-D and 2-D, NCHW), GlobalAveragePool, GlobalMaxPool.
+"""Pooling on the loop form: MaxPool and AveragePool over any number of spatial axes (N, C, spatial
+layout), GlobalAveragePool and GlobalMaxPool; f32, f64 and f16 (loaded as f32, computed in f32,
+rounded once when stored, as the reference does); MaxPool also i8 and u8.
 
 **Windowed pools.** Every shape is static, so the window geometry (``auto_pad``, pads, strides,
-dilations, ``ceil_mode``; the op's own ``resolve_geometry``) is worked out at compile time. Per output
-row the kernel loops over the kernel rows ``kh`` whose input row is inside the image (a run-time
-test), and for each one runs
+dilations, ``ceil_mode``: the op's own ``resolve_geometry``) is worked out when compiling and
+compiled into the kernel. The input is viewed as ``x[nc, d1, ..., w]``, the result as
+``y[nc, o1, ..., ow]``. Each spatial axis's outputs are cut into **static ranges** within which the
+same taps of the window are inside the input (``column_ranges``: typically a short border, the
+interior, a short border). The parallel loop runs over the output rows of all planes (``div``/``rem``
+of its index), unless some kernel row is inside the input for some output rows only (pads,
+ceil_mode) and there are ``PLANES_PARALLEL`` planes or more: then it runs over the planes and each
+plane's rows are serial loops over their ranges (loop index + a constant), so every tap is known
+inside or not when compiling: no test, and AveragePool's divisor is a constant. Split by rows, a
+kernel row inside for some rows only is read at a clamped row and its taps dropped by one ``select``
+per row of taps, and the divisor's row count is a sum of ``select``s. The columns of a
+row are one vector loop per column range (cut into whole 256-bit vectors plus the last vector's
+worth again: computing an output twice stores the same value, and no column is left to a scalar
+remainder loop). In the **registers** order every tap of the window is written out in the reference's
+order (outer kernel axes, then ``kw``) into one running value per output. MaxPool 3x3, pads 1 on
+[1, 192, 28, 28] (``kiln dump --kernels`` prints it), the interior rows::
 
-* an *interior* loop over the output columns whose whole window row lies inside the input, the
-  ``kw`` taps unrolled in its body: ``y[ow] = op(...op(op(y[ow], x[ow*s - p]), x[ow*s + d - p])...)``,
-  contiguous in ``ow`` (stride ``s`` in x), which LLVM vectorizes;
-* per tap ``kw``, short *border* loops over the columns at the edges where only some taps are inside
-  (their ranges are compile-time constants).
+    parallel for nc0 in 0..192 grain 9 {
+      ...
+      for o1 in 0..26 {                                  # output rows 1..26: kernel rows 0..2 inside
+        let i2 = o1
+        let i3 = add(o1, 1:i64)
+        let i4 = add(o1, 2:i64)
+        vector for j4 in 0..1 { ... }                    # column 0: taps kw = 1, 2
+        vector for j5 in 0..24 {                         # columns 1..24: every tap inside
+          let t11 = max(max(x[nc0, i2, j5], x[nc0, i2, add(j5, 1:i64)]), x[nc0, i2, add(j5, 2:i64)])
+          let t12 = max(max(max(t11, x[nc0, i3, j5]), x[nc0, i3, add(j5, 1:i64)]), x[nc0, i3, add(j5, 2:i64)])
+          let t13 = max(max(max(t12, x[nc0, i4, j5]), x[nc0, i4, add(j5, 1:i64)]), x[nc0, i4, add(j5, 2:i64)])
+          y[nc0, add(o1, 1:i64), add(j5, 1:i64)] = t13
+        }
+        vector for j6 in 0..8 { ... }                    # columns 19..26 (19..24 again)
+        vector for j7 in 0..1 { ... }                    # column 27: taps kw = 0, 1
+      }
+      ...
+    }
 
-The output row itself is the accumulator (it stays in L1). Taps are applied in the reference's order
-(kernel rows, then columns), so AveragePool's sums are the reference's bits; the divisor is a
-compile-time table of per-output counts (``count_include_pad`` either way; ceil_mode's extension past
-the pads never counts), divided (not multiplied by a reciprocal) as the reference does: a window with
-no tap inside the input gives 0/0 = NaN there too. MaxPool starts from -inf (padding never wins)
-and propagates NaN like ``np.maximum``.
+In the **rows** order the result row is the running value (``inout``): set to the identity, then a
+serial loop per outer kernel axis over its taps (over the run inside the input where that is static,
+else over all with a test as above) runs the column ranges with only the ``kw`` taps written out,
+and a last pass divides. It is taken where the written-out taps would pass ``UNROLL_TAPS``, and for
+strided windows (``sw > 1``) whose columns overlap (``kw > sw``: 3x3 stride 2) or whose output rows
+are ``WIDE_ROWS`` or wider (2x2 stride 2 over 224 columns): measured faster there (LLVM leaves scalar
+remainders or builds gathers for the larger registers-order bodies over strided loads), the order of
+the hand-written kernel this replaced. f16 AveragePool cannot take it (an f16 result cannot hold the
+f32 running sum) and is refused past ``UNROLL_TAPS``.
 
-Refused: other element types, MaxPool's Indices output, 3-D pools, kernels wider than 64.
+Either order applies the taps in the reference's order: AveragePool starts from +0 and divides (not
+multiplies by a reciprocal) by the count of taps, so its results are the reference's bits
+(``count_include_pad`` either way: the padded extent counts, ceil_mode's extension past the pads
+never does; a window with no tap inside gives 0/0 = NaN, as in the reference). MaxPool starts from
+-inf (the type's lowest for integers: padding never wins) and propagates NaN like ``np.maximum``
+(the form's ``max``).
 
-**Global pools** reduce each (n, c) plane with ``reduce_row`` (vector accumulators; see reduce.py).
+Refused: bf16 (the form does not hold it), MaxPool's Indices output, windows wider than ``MAX_KW``.
 
-**Threads.** Windowed pools split the output rows of all planes among the kernel's threads, global
-pools the planes (``par_loop``: only kernels of 2 * ``PAR_MIN_WORK`` elements of work or more); each
-output is computed as on one thread, so results do not depend on the thread count.
+**Global pools** reduce each plane (``x[nc, s]``) into an accumulator that the backend may
+vectorize (f64 for sums: the mean is, nearly always, the exact one rounded, whatever the order of
+the terms; the compute type for max). Planes shorter than
+``GLOBAL_SHORT`` are reduced ``GLOBAL_PLANES`` at a time, side by side in one loop over the plane:
+a loop long enough that LLVM vectorizes it along the plane (contiguous) rather than unrolling it and
+vectorizing across planes with gathers.
+
+**Threads.** Each output is computed as on one thread, so results do not depend on the thread count.
 """
 from __future__ import annotations
 
+import itertools
 import math
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...ir.ops import pool as P
 from ...ir.ops.conv import resolve_geometry
-from ..llvm.elementwise import fmax
-from .base import KernelBuilder, KernelGroup, Lowering, c64, cf32, dtype_reason, unary_f32_reason
-from .reduce import fadd, map_row, par_loop, reduce_row, vload, vstore
+from ...ir.types import DType
+from ..loops import Kernel, KernelForm
+from ..loops.expr import INDEX, Const, Expr, Op, cast, compute_type, op, select
+from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
 MAX_KW = 64
+#: taps written out over all column ranges at most (``registers``); past it, the ``rows`` order
+UNROLL_TAPS = 4096
+#: the vector width column ranges are cut to (256-bit: what LLVM uses on AVX2 and AVX-512 hosts)
+VECTOR_BYTES = 32
+#: strided windows over output rows this wide or wider are computed by rows
+WIDE_ROWS = 64
+#: windowed pools whose kernel rows are inside for some output rows only split the planes among the
+#: threads from this many planes on (else the rows of all planes)
+PLANES_PARALLEL = 8
+#: global pools over planes shorter than GLOBAL_SHORT reduce GLOBAL_PLANES planes at a time
+GLOBAL_SHORT, GLOBAL_PLANES = 256, 8
+FLOATS = (DType.f32, DType.f64, DType.f16)
+#: MaxPool also takes the reference's integer types
+MAX_TYPES = FLOATS + (DType.i8, DType.u8)
 
 
 def pool_geometry(node):
     """(H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw, pe_h, pe_w) of a 1-D or 2-D pool (1-D as H = 1)."""
-    op, x = node.op, node.inputs[0]
-    nd = len(op.kernel_shape)
-    sizes = [int(d) for d in x.shape[2:]]
-    strides, dilations, pads = op._attrs(x.type.rank)
-    out, pb, pe = resolve_geometry(op, sizes, op.kernel_shape, strides, dilations, pads, op.auto_pad,
-                                   bool(op.ceil_mode))
-    ks = list(op.kernel_shape)
-    if nd == 1:
-        return (1, sizes[0], 1, out[0], 1, ks[0], 1, strides[0], 1, dilations[0], 0, pb[0], 0, pe[0])
-    return (sizes[0], sizes[1], out[0], out[1], ks[0], ks[1], strides[0], strides[1], dilations[0],
-            dilations[1], pb[0], pb[1], pe[0], pe[1])
+    axes = window_axes(node)
+    if len(axes) == 1:
+        a = axes[0]
+        return (1, a.size, 1, a.out, 1, a.k, 1, a.s, 1, a.d, 0, a.pb, 0, a.pe)
+    h, w = axes
+    return (h.size, w.size, h.out, w.out, h.k, w.k, h.s, w.s, h.d, w.d, h.pb, w.pb, h.pe, w.pe)
 
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class Pool(Lowering):
-    """MaxPool (Y only) and AveragePool, float32, 1-D or 2-D."""
+@dataclass(frozen=True)
+class Axis:
+    """One spatial axis of a window: input size, output size, kernel size, stride, dilation, pads."""
+
+    size: int
+    out: int
+    k: int
+    s: int
+    d: int
+    pb: int
+    pe: int
+
+    def outputs(self, k: int, lo: int, hi: int) -> tuple[int, int]:
+        """[a, b): the outputs whose tap ``k`` lands on input coordinates [lo, hi) (a == b: none)."""
+        a = min(self.out, max(0, _ceil(lo + self.pb - k * self.d, self.s)))
+        b = min(self.out, max(0, _ceil(hi + self.pb - k * self.d, self.s)))
+        return a, max(a, b)
+
+    def inside(self, k: int) -> tuple[int, int]:
+        return self.outputs(k, 0, self.size)
+
+    def counted(self, k: int, include_pad: bool) -> tuple[int, int]:
+        """The outputs where tap ``k`` counts toward AveragePool's divisor."""
+        return self.outputs(k, -self.pb, self.size + self.pe) if include_pad else self.inside(k)
+
+
+def window_axes(node) -> list[Axis]:
+    """The window geometry of a pool node, one ``Axis`` per spatial axis."""
+    op_, x = node.op, node.inputs[0]
+    sizes = [int(d) for d in x.shape[2:]]
+    strides, dilations, pads = op_._attrs(x.type.rank)
+    out, pb, pe = resolve_geometry(op_, sizes, op_.kernel_shape, strides, dilations, pads, op_.auto_pad,
+                                   bool(op_.ceil_mode))
+    return [Axis(sizes[i], int(out[i]), int(op_.kernel_shape[i]), int(strides[i]), int(dilations[i]), int(pb[i]),
+                 int(pe[i])) for i in range(len(sizes))]
+
+
+@dataclass(frozen=True)
+class Columns:
+    """A range [lo, hi) of output columns: the window columns inside the input there (``kws``) and
+    how many count toward AveragePool's divisor (``count``)."""
+
+    lo: int
+    hi: int
+    kws: tuple[int, ...]
+    count: int
+
+
+def column_ranges(w: Axis, include_pad: bool) -> list[Columns]:
+    """The output columns cut where any tap enters or leaves the input (or the counted extent)."""
+    cuts = {0, w.out}
+    for kw in range(w.k):
+        cuts.update(w.inside(kw))
+        cuts.update(w.counted(kw, include_pad))
+    cuts = sorted(c for c in cuts if 0 <= c <= w.out)
+    out = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        kws = tuple(kw for kw in range(w.k) if w.inside(kw)[0] <= lo < w.inside(kw)[1])
+        count = sum(1 for kw in range(w.k) if w.counted(kw, include_pad)[0] <= lo < w.counted(kw, include_pad)[1])
+        if out and out[-1].kws == kws and out[-1].count == count:
+            out[-1] = Columns(out[-1].lo, hi, kws, count)
+        else:
+            out.append(Columns(lo, hi, kws, count))
+    return out
+
+
+def _affine(i: Expr, scale: int, offset: int) -> Expr:
+    """``i * scale + offset`` (without the trivial terms; ``(e + c) * s + o`` as ``e * s + (c * s + o)``)."""
+    if isinstance(i, Op) and i.prim == "add" and isinstance(i.args[1], Const):
+        return _affine(i.args[0], scale, int(i.args[1].value) * scale + offset)
+    e = i if scale == 1 else op("mul", i, Const(scale, INDEX))
+    return op("add", e, Const(offset, INDEX)) if offset else e
+
+
+def _whole_vectors(c: Columns, lanes: int) -> list[Columns]:
+    """A column range as loops of whole vectors: ``[lo, lo + n - n % lanes)`` and the last ``lanes``
+    columns again (computing an output twice gives it the same value twice), so no column is left to
+    a scalar remainder loop."""
+    n = c.hi - c.lo
+    if n <= lanes or n % lanes == 0:
+        return [c]
+    return [Columns(c.lo, c.hi - n % lanes, c.kws, c.count), Columns(c.hi - lanes, c.hi, c.kws, c.count)]
+
+
+def _identity(is_max: bool, dt: DType) -> Const:
+    ct = compute_type(dt)
+    if not is_max:
+        return Const(0.0, ct)
+    return Const(-math.inf, ct) if ct.is_float else Const(int(np.iinfo(dt.np).min), ct)
+
+
+class Pool(FormLowering):
+    """MaxPool (Y only) and AveragePool on the loop form (see the module docstring)."""
 
     ops = (P.MaxPool, P.AveragePool)
 
     def check(self, group: KernelGroup) -> str | None:
         n = group.node
-        why = dtype_reason([n.inputs[0], n.outputs[0]])
+        is_max = isinstance(n.op, P.MaxPool)
+        why = dtype_reason([n.inputs[0], n.outputs[0]], allowed=MAX_TYPES if is_max else FLOATS)
         if why:
             return why
-        if isinstance(n.op, P.MaxPool) and len(n.outputs) > 1 and n.outputs[1].uses:
+        if is_max and len(n.outputs) > 1 and n.outputs[1].uses:
             return "MaxPool's Indices output is not computed natively"
-        nd = len(n.op.kernel_shape)
-        if nd not in (1, 2):
-            return f"{nd}-D pooling is not lowered natively (only 1-D and 2-D)"
-        if n.inputs[0].type.rank != nd + 2:
+        if n.inputs[0].type.rank != len(n.op.kernel_shape) + 2:
             return "the input's rank does not match kernel_shape"
         if n.op.kernel_shape[-1] > MAX_KW:
             return f"pooling windows wider than {MAX_KW} are left to the interpreter"
         if n.inputs[0].type.numel == 0 or n.outputs[0].type.numel == 0:
             return "empty tensors are left to the interpreter"
-        return None
+        return self.form_reason(group)
 
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
-        node = group.node
-        x, y = node.inputs[0], node.outputs[0]
-        H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw, peh, pew = pool_geometry(node)
-        is_max = isinstance(node.op, P.MaxPool)
-        ident, comb = (-math.inf, fmax) if is_max else (0.0, fadd)
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, y = n.inputs[0], n.outputs[0]
+        dt = x.type.dtype
+        is_max = isinstance(n.op, P.MaxPool)
+        include_pad = not is_max and bool(n.op.count_include_pad)
+        axes = window_axes(n)
+        outer, w = axes[:-1], axes[-1]
         NC = int(x.shape[0]) * int(x.shape[1])
-        counts = None
-        if not is_max:
-            counts = P._tap_counts((H, W), (ph, pw), (peh, pew), (OH, OW), (KH, KW), (sh, sw), (dh, dw),
-                                   bool(node.op.count_include_pad))
-            counts = np.ascontiguousarray(counts.astype(np.float32).reshape(-1))
-        # column ranges of each tap kw: ow with 0 <= ow*sw + kw*dw - pw < W
-        lo = [min(OW, max(0, _ceil(pw - kw * dw, sw))) for kw in range(KW)]
-        hi = [min(OW, max(0, _ceil(W + pw - kw * dw, sw))) for kw in range(KW)]
-        a = max(lo)
-        e = max(a, min(hi))  # interior: [a, e)
+        cols = column_ranges(w, include_pad)
+        # the rows of all planes split among the threads; where some kernel row is inside the input
+        # (or counted) for some output rows only, and there are planes enough, the planes are split
+        # instead and each plane's rows cut into static ranges, so that no row tests its taps
+        partial = any(0 < hi - lo < a.out for a in outer for k in range(a.k)
+                      for lo, hi in (a.inside(k), a.counted(k, include_pad)))
+        by_planes = partial and NC >= PLANES_PARALLEL
+        ranges = [[(c.lo, c.hi) for c in column_ranges(a, include_pad)] if by_planes else [(0, a.out)]
+                  for a in outer]
+        blocks = list(itertools.product(*ranges))
+        written = sum(math.prod(len(_taps_in(a, lo, hi)) for a, (lo, hi) in zip(outer, b)) for b in blocks) * \
+            sum(len(c.kws) for c in cols)
+        rows_fit = is_max or dt is compute_type(dt)  # the result can hold the running value
+        # by rows past the written-out taps, and for strided windows whose columns overlap (3x3
+        # stride 2) or whose rows are wide (2x2 stride 2 over 224 columns): measured faster so
+        rows_order = written > UNROLL_TAPS or (rows_fit and w.s > 1 and (w.k > w.s or w.out >= WIDE_ROWS))
+        if rows_order and not rows_fit:
+            raise ValueError(f"{dt} AveragePool windows of more than {UNROLL_TAPS} taps are left to the interpreter "
+                             "(the result's type could not hold the running sum)")
+        kf = KernelForm(name)
+        xb = kf.buffer("x", dt, [NC] + [a.size for a in axes], value=x)
+        yb = kf.buffer("y", dt, [NC] + [a.out for a in axes], "inout" if rows_order else "out", value=y)
+        kf.note(f"{n.op.name} window {'x'.join(str(a.k) for a in axes)} by {'rows' if rows_order else 'registers'}, "
+                f"{'planes' if by_planes or not outer else 'rows'} split among the threads; "
+                f"column ranges {', '.join(f'[{c.lo},{c.hi}):{len(c.kws)}' for c in cols)}")
+        ident = _identity(is_max, dt)
+        work = w.out * (math.prod(n.op.kernel_shape) + 1)
 
-        # the output rows of all planes are independent: split among the threads
-        with par_loop(k, NC * OH, OW * KH * KW + OW, "row") as row:
-            b = k.b
-            xp, yp = k.ptr(x), k.ptr(y)
-            cnt = None if counts is None else k.weight(counts)
-            nc, oh = b.udiv(row, c64(OH)), b.urem(row, c64(OH))
-            xplane = b.mul(nc, c64(H * W))
-            yrow = b.mul(row, c64(OW))
-            map_row(k, OW, lambda i: vstore(k, cf32(ident), yp, b.add(yrow, i)), "init")
-            ih0 = b.sub(b.mul(oh, c64(sh)), c64(ph))
-            with k.loop(KH, "kh") as kh:
-                ih = b.add(ih0, b.mul(kh, c64(dh)))
-                with k.f.if_(b.icmp_unsigned("<", ih, c64(H)), "inside"):
-                    xrow = b.add(xplane, b.mul(ih, c64(W)))
+        def body(nc, idx):
+            win = _Window(kf, xb, yb, nc, idx, outer, w, is_max, include_pad, ident)
+            if rows_order:
+                win.by_rows(cols)
+            else:
+                win.by_registers(cols)
 
-                    def interior(j):
-                        ow = b.add(j, c64(a))
-                        yi = b.add(yrow, ow)
-                        xi = b.add(xrow, b.mul(ow, c64(sw)))
-                        acc = vload(k, yp, yi)
-                        for kw in range(KW):
-                            acc = comb(b, acc, vload(k, xp, b.add(xi, c64(kw * dw - pw))))
-                        vstore(k, acc, yp, yi)
+        if by_planes or not outer:
+            plane = work * math.prod(a.out for a in outer)
+            with kf.loop(NC, "parallel", grain=par_grain(plane), name="nc") as nc:
+                for b in blocks:
+                    self._block(kf, list(b), [], lambda idx: body(nc, idx))
+        else:
+            nrows = NC * math.prod(a.out for a in outer)
+            with kf.loop(nrows, "parallel", grain=par_grain(work), name="r") as r:
+                idx = []
+                rest = r
+                for a in reversed(outer):  # r = ((nc * O1 + o1) * O2 + o2) ...
+                    idx.insert(0, (kf.let(op("rem", rest, Const(a.out, INDEX)), name="o"), 0, a.out))
+                    rest = op("div", rest, Const(a.out, INDEX))
+                body(kf.let(rest, name="nc"), idx)
+        return kf.finish()
 
-                    if e > a:
-                        map_row(k, e - a, interior, "ow")
-                    for kw in range(KW):
-                        for start, stop in ((lo[kw], min(hi[kw], a)), (max(lo[kw], e), hi[kw])):
-                            if stop <= start:
-                                continue
-
-                            def border(j, start=start, kw=kw):
-                                ow = b.add(j, c64(start))
-                                yi = b.add(yrow, ow)
-                                xi = b.add(xrow, b.add(b.mul(ow, c64(sw)), c64(kw * dw - pw)))
-                                vstore(k, comb(b, vload(k, yp, yi), vload(k, xp, xi)), yp, yi)
-
-                            map_row(k, stop - start, border, "edge")
-            if cnt is not None:
-                crow = b.mul(oh, c64(OW))
-                map_row(k, OW, lambda i: vstore(k, b.fdiv(vload(k, yp, b.add(yrow, i)),
-                                                           vload(k, cnt, b.add(crow, i))),
-                                                yp, b.add(yrow, i)), "avg")
+    @staticmethod
+    def _block(kf, spans, idx, fn):
+        """Serial loops over the output rows ``spans`` ([lo, hi) per outer axis), calling ``fn(idx)``
+        with (index, lo, hi) per axis."""
+        if len(idx) == len(spans):
+            return fn(idx)
+        lo, hi = spans[len(idx)]
+        with kf.loop(hi - lo, name="o") as q:
+            Pool._block(kf, spans, idx + [(_affine(q, 1, lo), lo, hi)], fn)
 
 
-class GlobalPool(Lowering):
-    """GlobalAveragePool and GlobalMaxPool, float32, any rank >= 3."""
+def _taps_in(a: Axis, lo: int, hi: int) -> list[int]:
+    """The taps of axis ``a`` inside the input for some output in [lo, hi)."""
+    return [k for k in range(a.k) if min(a.inside(k)[1], hi) > max(a.inside(k)[0], lo)]
+
+
+def _within_span(o: Expr, lo: int, hi: int, span: tuple[int, int]) -> Expr | None | bool:
+    """Whether ``lo <= o < hi`` for an index ``o`` known to lie in ``span``: None when it always
+    holds, False when it never does, else the test."""
+    slo, shi = span
+    if hi <= slo or lo >= shi or hi <= lo:
+        return False
+    tests = ([op("ge", o, Const(lo, INDEX))] if lo > slo else []) + ([op("lt", o, Const(hi, INDEX))] if hi < shi else [])
+    if not tests:
+        return None
+    return tests[0] if len(tests) == 1 else op("and", *tests)
+
+
+class _Window:
+    """The kernel body for output rows (``nc``; per outer axis (index, lo, hi): the index and the
+    static range it lies in)."""
+
+    def __init__(self, kf, xb, yb, nc, idx, outer, w, is_max, include_pad, ident):
+        self.kf, self.xb, self.yb, self.nc = kf, xb, yb, nc
+        self.idx = [i for i, _, _ in idx]
+        self.spans = [(lo, hi) for _, lo, hi in idx]
+        self.outer, self.w, self.is_max, self.include_pad, self.ident = outer, w, is_max, include_pad, ident
+        self.ct = ident.dtype
+
+    def comb(self, acc: Expr, v: Expr) -> Expr:
+        return op("max" if self.is_max else "add", acc, v)
+
+    def row_taps(self, col_index, cols: Columns, acc: Expr, rows: list[Expr]) -> Expr:
+        """``acc`` combined with the taps ``cols.kws`` of the input row at ``rows`` (in order). The
+        max of -inf and a tap is the tap; a sum starts from +0 (0 + -0 is +0, as in the reference)."""
+        w = self.w
+        for kw in cols.kws:
+            v = self.xb[(self.nc, *rows, col_index(kw * w.d - w.pb))]
+            acc = v if self.is_max and acc is self.ident else self.comb(acc, v)
+        return acc
+
+    @contextmanager
+    def columns(self, cols: Columns):
+        """A vector loop over the range's columns; yields (the output column, ``col_index(offset)``:
+        the input column ``ow * sw + offset`` as an expression of the loop index)."""
+        w = self.w
+        with self.kf.loop(cols.hi - cols.lo, "vector", name="j") as j:
+            def col_index(off: int) -> Expr:
+                return _affine(j, w.s, off + cols.lo * w.s)
+            yield _affine(j, 1, cols.lo), col_index
+
+    def outer_tap(self, j: int, k) -> tuple[Expr | None | bool, Expr]:
+        """(whether tap ``k`` of outer axis ``j`` is inside the input at this row: None when it always
+        is, False when it never is; its input coordinate, clamped in range where it is tested)."""
+        a, o, span = self.outer[j], self.idx[j], self.spans[j]
+        if isinstance(k, int):
+            lo, hi = a.inside(k)
+            ok = _within_span(o, lo, hi, span)
+            if ok is not None and ok is not False:  # clamped where the tap is outside: dropped there
+                o = op("max", o, Const(lo, INDEX)) if lo > span[0] else o
+                o = op("min", o, Const(hi - 1, INDEX)) if hi < span[1] else o
+            return ok, _affine(o, a.s, k * a.d - a.pb)
+        # k a loop index (by rows, taps that are inside for some rows only): test the coordinate
+        i = self.kf.let(op("add", _affine(o, a.s, -a.pb), _affine(k, a.d, 0)), name="i")
+        ok = op("and", op("ge", i, Const(0, INDEX)), op("lt", i, Const(a.size, INDEX)))
+        return ok, op("min", op("max", i, Const(0, INDEX)), Const(a.size - 1, INDEX))
+
+    def row_count(self) -> Expr | None:
+        """AveragePool: the taps of the outer axes counted at this row (an i64 constant where every
+        tap is known counted or not, else a ``let`` of a sum of ``select``s); None without outer axes."""
+        if not self.outer:
+            return None
+        const, tested = 1, None
+        for a, o, span in zip(self.outer, self.idx, self.spans):
+            c, tests = 0, []
+            for k in range(a.k):
+                ok = _within_span(o, *a.counted(k, self.include_pad), span)
+                if ok is None:
+                    c += 1
+                elif ok is not False:
+                    tests.append(select(ok, Const(1, INDEX), Const(0, INDEX)))
+            if not tests:
+                const *= c
+                continue
+            e = Const(c, INDEX)
+            for t in tests:
+                e = op("add", e, t)
+            tested = e if tested is None else op("mul", tested, e)
+        if tested is None:
+            return Const(const, INDEX)
+        return self.kf.let(tested if const == 1 else op("mul", tested, Const(const, INDEX)), name="cnt")
+
+    def finish(self, acc: Expr, count: Expr | None, cols: Columns) -> Expr:
+        if self.is_max:
+            return acc
+        if count is None:
+            d = Const(float(cols.count), self.ct)
+        elif isinstance(count, Const):
+            d = Const(float(count.value * cols.count), self.ct)
+        else:
+            d = cast(op("mul", count, Const(cols.count, INDEX)) if cols.count != 1 else count, self.ct)
+        return op("div", acc, d)
+
+    def by_registers(self, cols: list[Columns]) -> None:
+        """Every tap written out into one running value per output (see the module docstring)."""
+        kf = self.kf
+        per_axis = []
+        for j, a in enumerate(self.outer):
+            taps = []
+            for k in range(a.k):
+                ok, i = self.outer_tap(j, k)
+                if ok is not False:
+                    taps.append((None if ok is None else kf.let(ok, name="ok"), kf.let(i, name="i")))
+            per_axis.append(taps)
+        combos = []  # (ok or None, input coordinates) per combination of outer taps, in row-major order
+        for combo in itertools.product(*per_axis):
+            oks = [ok for ok, _ in combo if ok is not None]
+            ok = None
+            for c in oks:
+                ok = c if ok is None else op("and", ok, c)
+            if len(oks) > 1:
+                ok = kf.let(ok, name="ok")
+            combos.append((ok, [i for _, i in combo]))
+        count = None if self.is_max else self.row_count()
+        lanes = max(1, VECTOR_BYTES // self.ct.itemsize)
+        for c in (piece for c in cols for piece in _whole_vectors(c, lanes)):
+            with self.columns(c) as (ow, col_index):
+                acc = self.ident
+                if c.kws:
+                    for ok, rows in combos:
+                        v = self.row_taps(col_index, c, acc, rows)
+                        acc = kf.let(v if ok is None else select(ok, v, acc))
+                kf.store(self.yb, (self.nc, *self.idx, ow), self.finish(acc, count, c))
+
+    def by_rows(self, cols: list[Columns]) -> None:
+        """The result row as the running value: set to the identity, a pass per row of taps, a
+        last pass dividing (see the module docstring)."""
+        kf, yb = self.kf, self.yb
+
+        def each_column(fn):
+            for c in cols:
+                with self.columns(c) as (ow, col_index):
+                    fn(c, (self.nc, *self.idx, ow), col_index)
+
+        each_column(lambda c, at, ci: kf.store(yb, at, self.ident))
+
+        def nest(j: int, oks: list, rows: list):
+            if j == len(self.outer):
+                ok = None
+                for c in oks:
+                    ok = c if ok is None else op("and", ok, c)
+                ok = kf.let(ok, name="ok") if ok is not None else None
+
+                def update(c, at, ci):
+                    if c.kws:
+                        cur = yb[at]
+                        v = self.row_taps(ci, c, cur, rows)
+                        kf.store(yb, at, v if ok is None else select(ok, v, cur))
+                each_column(update)
+                return
+            a, span = self.outer[j], self.spans[j]
+            taps = _taps_in(a, *span)
+            if not taps:
+                return
+            static = all(_within_span(self.idx[j], *a.inside(k), span) in (None, False) for k in range(a.k))
+            if static:  # the same taps inside for every row here: a run of them, no test
+                assert taps == list(range(taps[0], taps[-1] + 1)), taps
+                with kf.loop(len(taps), name="k") as q:
+                    k = _affine(q, 1, taps[0])
+                    i = op("add", _affine(self.idx[j], a.s, -a.pb), _affine(k, a.d, 0))
+                    nest(j + 1, oks, rows + [kf.let(i, name="i")])
+            else:
+                with kf.loop(a.k, name="k") as k:
+                    ok, i = self.outer_tap(j, k)
+                    nest(j + 1, oks + [ok], rows + [kf.let(i, name="i")])
+
+        nest(0, [], [])
+        if not self.is_max:
+            count = self.row_count()
+            each_column(lambda c, at, ci: kf.store(yb, at, self.finish(yb[at], count, c)))
+
+
+class GlobalPool(FormLowering):
+    """GlobalAveragePool and GlobalMaxPool on the loop form, any rank >= 3: a row reduction per plane."""
 
     ops = (P.GlobalAveragePool, P.GlobalMaxPool)
 
     def check(self, group: KernelGroup) -> str | None:
-        why = unary_f32_reason(group)
+        n = group.node
+        why = dtype_reason([n.inputs[0], n.outputs[0]], allowed=FLOATS)
         if why:
             return why
-        n = group.node
-        if isinstance(n.op, P.GlobalAveragePool) and math.prod(n.inputs[0].shape[2:]) >= 1 << 24:
-            return "averages over 2^24 or more elements (the count is not exact in float32)"
-        return None
+        if n.inputs[0].type.numel == 0:
+            return "empty tensors are left to the interpreter"
+        return self.form_reason(group)
 
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
-        node = group.node
-        x, y = node.inputs[0], node.outputs[0]
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, y = n.inputs[0], n.outputs[0]
+        dt = x.type.dtype
+        ct = compute_type(dt)
         S = math.prod(int(d) for d in x.shape[2:])
         NC = int(x.shape[0]) * int(x.shape[1])
-        avg = isinstance(node.op, P.GlobalAveragePool)
-        with par_loop(k, NC, S, "nc") as nc:  # planes split among the threads
-            b = k.b
-            xp, yp = k.ptr(x), k.ptr(y)
-            base = b.mul(nc, c64(S))
-            v = reduce_row(k, S, lambda i, w: vload(k, xp, b.add(base, i), w), "sum" if avg else "max")
-            if avg:
-                v = b.fdiv(v, cf32(float(S)))
-            vstore(k, v, yp, nc)
+        avg = isinstance(n.op, P.GlobalAveragePool)
+        # short planes: PLANES of them per step, so the loop over the plane is long enough to be a
+        # loop (several running values side by side) and every read stays contiguous
+        per = max(1, min(GLOBAL_PLANES if S < GLOBAL_SHORT else 1, NC))
+        blocks = _ceil(NC, per)
+        kf = KernelForm(name)
+        xb = kf.buffer("x", dt, (NC, S), value=x)
+        yb = kf.buffer("y", dt, (NC,), "out", value=y)
+        kf.note(f"{n.op.name} over {S} elements of each of {NC} planes, {per} at a time")
+        acc_t = DType.f64 if avg and S >= GLOBAL_SHORT else ct
+        with kf.loop(blocks, "parallel", grain=par_grain(per * S), name="b") as b:
+            planes = []
+            for p in range(per):
+                i = _affine(b, per, p)
+                if (blocks - 1) * per + p > NC - 1:  # the last block's extra planes: the last one again
+                    i = op("min", i, Const(NC - 1, INDEX))
+                planes.append(i if i is b else kf.let(i, name="nc"))
+            accs = [kf.acc(Const(0.0, acc_t) if avg else Const(-math.inf, acc_t)) for _ in planes]
+            with kf.loop(S, name="s") as s:
+                for nc, acc in zip(planes, accs):
+                    v = xb[nc, s]
+                    kf.update(acc, "add" if avg else "max", cast(v, acc_t) if v.dtype is not acc_t else v)
+            for nc, acc in zip(planes, accs):
+                res = op("div", acc, Const(float(S), acc_t)) if avg else acc
+                kf.store(yb, (nc,), cast(res, ct) if res.dtype is not ct else res)
+        return kf.finish()
 
 
 __all__ = ["GlobalPool", "Pool", "pool_geometry"]

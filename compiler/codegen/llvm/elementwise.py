@@ -1,6 +1,5 @@
 """Small LLVM helpers the lowerings share: a counted loop in the form LLVM's passes expect (``_For``),
-loop metadata (interleave, no vectorization), NumPy's NaN-propagating min/max on floats, and an
-empty module for a target.
+loop metadata (interleave, no vectorization) and an empty module for a target.
 
 (The float32 elementwise code generator that lived here is gone: elementwise kernels, fused chains
 and the row functions of the GEMM's epilogues and prologues are printed from the loop form,
@@ -13,18 +12,6 @@ from llvmlite import ir
 from .target import Target, host_target
 
 I64 = ir.IntType(64)
-
-
-def fmax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    """NumPy's maximum: NaN if either is NaN, else the larger (x on ties)."""
-    keep = b.or_(b.fcmp_ordered(">=", x, y), b.fcmp_unordered("uno", x, x))
-    return b.select(keep, x, y)
-
-
-def fmin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    """NumPy's minimum: NaN if either is NaN, else the smaller (x on ties)."""
-    keep = b.or_(b.fcmp_ordered("<=", x, y), b.fcmp_unordered("uno", x, x))
-    return b.select(keep, x, y)
 
 
 def _loop_id(module: ir.Module, option: str, value: ir.Constant) -> ir.MDValue:
@@ -87,4 +74,4 @@ def new_module(name: str = "kiln", target: Target | None = None) -> ir.Module:
     return module
 
 
-__all__ = ["fmax", "fmin", "loop_metadata", "new_module", "no_vectorize_metadata"]
+__all__ = ["loop_metadata", "new_module", "no_vectorize_metadata"]

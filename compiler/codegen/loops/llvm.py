@@ -377,8 +377,11 @@ class _Printer:
         # a loop around loops is not vectorized (LLVM would unroll the inner loops and gather across
         # the outer one's iterations); an innermost loop is, with two vector iterations in flight
         # when it calls a math function
+        short_sum = isinstance(lp.extent, int) and lp.extent < SHORT_REDUCTION and \
+            any(isinstance(s, Update) for s in lp.body)
         md = no_vectorize_metadata(self.k.module) if not inner else \
-            loop_metadata(self.k.module, 2) if heavy else None
+            loop_metadata(self.k.module, 2) if heavy else \
+            loop_metadata(self.k.module, 1) if short_sum else None
         with _For(self.b, count, f"{self.kernel.name}.{lp.var.name}", md) as i:
             self.scopes.append({id(lp.var): i if start is None else self.b.add(start, i, flags=["nsw"])})
             self.block(lp.body)
@@ -412,6 +415,11 @@ class _Printer:
         self.forget(id(dst))
         return True
 
+
+#: innermost loops updating an accumulator over fewer iterations than this are vectorized without
+#: interleaving: LLVM's default (4 vector accumulators) leaves a 169-element row (a 13x13 plane)
+#: two vector iterations and 41 scalar ones
+SHORT_REDUCTION = 256
 
 #: the fewest bytes a copy loop moves to be printed as ``llvm.memcpy`` (shorter runs are faster as
 #: the vectorized loop: 1 KB runs 20% slower through memcpy, measured)
