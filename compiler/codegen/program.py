@@ -1,14 +1,17 @@
 """A whole graph as native code: kernel groups in schedule order, a memory plan, and forward functions.
 
-``build_program(graph, target)`` is the code generator's entry point. It
+``build_program(graph, target)`` is the code generator's entry point, a recipe of four jobs:
 
-1. forms the kernel groups (one node each until fusion) and picks each group's lowering; a group
-   without one runs in the reference interpreter (a *fallback* step, with the reason why);
-2. gives every value that native code touches a place: a graph input (the caller's array), a
-   weight (the artifact's read-only weights, memory-mapped at load) or the arena (one block of
-   scratch memory per concurrent caller, offsets planned here); a view op's result shares its
-   input's place; values only fallback steps see stay Python objects;
-3. emits one LLVM function per kernel and one *segment* function per maximal run of native steps::
+1. ``choose_lowerings``: forms the kernel groups (one node each until fusion) and picks each group's
+   lowering; a group without one runs in the reference interpreter (a *fallback* step, with the
+   reason why);
+2. ``MemoryPlan`` (``places.py``): the values that share a buffer (views, concat pieces), live
+   ranges (``ir/liveness.py``, as memory-aware scheduling models them) and in-place results;
+3. ``emit_kernels``: one LLVM function per distinct kernel;
+4. ``MemoryPlan`` again: every value native code touches gets a place: a graph input (the caller's
+   array), a weight (the artifact's read-only weights, memory-mapped at load) or the arena (one block
+   of scratch memory per concurrent caller, offsets planned here); values only fallback steps see
+   stay Python objects; then one *segment* function per maximal run of native steps::
 
        void kiln_forward(void **inputs, char *weights, char *arena, int32_t nthreads)
 
@@ -29,33 +32,14 @@ import numpy as np
 from llvmlite import ir
 
 from ..ir.graph import Graph, Node, Value
-from ..ir.types import TensorType
 from .gemm.config import model_config
 from .kernels import KernelBuilder, KernelGroup, Services, lowering_for
-from .kernels.base import ALIGN, I32, I64, PTR, STATUS_BYTES, VOID, c64
+from .kernels.base import ALIGN, I32, I64, PTR, VOID, c64
 from .llvm.elementwise import new_module
 from .llvm.target import Target
 from .llvm.toolchain import CodegenError
-from .plan import Buffer, plan_arena
-
-
-def _align(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a value lives at run time."""
-
-    kind: str          # "input" (index) | "weight" (offset) | "arena" (offset) | "python"
-    where: int = 0
-
-    def to_json(self) -> list:
-        return [self.kind, self.where]
-
-    @staticmethod
-    def from_json(j) -> "Place":
-        return Place(j[0], int(j[1]))
+from .places import MemoryPlan, Place, align
+from .plan import Buffer
 
 
 @dataclass
@@ -118,7 +102,7 @@ class Program:
         lb = lower_bound(self.buffers, ALIGN)
         return {"arena_bytes": self.arena_bytes, "lower_bound_bytes": lb, "naive_bytes": self.naive_bytes,
                 "weights_bytes": self.weights_bytes,
-                "scratch_bytes": sum(_align(s.scratch_bytes) for s in self.steps if s.scratch_bytes),
+                "scratch_bytes": sum(align(s.scratch_bytes) for s in self.steps if s.scratch_bytes),
                 "in_place": sum(len(s.in_place) for s in self.steps),
                 "arena_over_lower_bound": round(self.arena_bytes / lb, 4) if lb else 1.0,
                 "naive_over_arena": round(self.naive_bytes / self.arena_bytes, 4) if self.arena_bytes else 1.0}
@@ -169,10 +153,6 @@ def value_key(v: Value, index: dict[int, int]) -> str:
     return f"%{index[id(v.producer)]}:{v.index}"
 
 
-def _bufferable(v: Value) -> bool:
-    return isinstance(v.type, TensorType) and v.type.is_static
-
-
 def form_groups(graph: Graph) -> list[KernelGroup]:
     """The kernel groups in schedule order: one per node; a ``kiln.Kernel`` node (made by the fusion
     pass) stands for the group of the nodes in its body."""
@@ -210,14 +190,41 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     emits every kernel anyway and checks that a function shared by equal kernels is exactly what each
     step would have got (``kernel_key``).
     """
-    from ..errors import UnsupportedError
-
     module = new_module("kiln_model", target)
     services = Services(module, target, model_config(target))
+    steps, lowerings = choose_lowerings(graph, fallback)
+    memory = MemoryPlan(graph, steps, reuse=reuse_memory)
+    memory.choose_in_place(lowerings, enabled=in_place)
+    emit_kernels(steps, lowerings, services, verify_shared)
+    memory.place_constants()
+    memory.plan_arena()
+    memory.bind_slots()
+    segments = native_segments(steps)
+    prog = Program("", steps, segments, memory.places, memory.weights, memory.weights_bytes, memory.arena_bytes,
+                   memory.buffers, graph, naive_bytes=memory.naive_bytes)
+    prog.status_offset = memory.status.offset if memory.status is not None else None
+    if not any(st.native and not st.alias for st in steps):
+        prog.segments = segments = []  # nothing to run natively: no library at all
+    if profile and segments:
+        services.uses_parallel = True
+    for j, seg in enumerate(segments):
+        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg], services.uses_parallel, profile,
+                      prog.status_offset)
+    prog.llvm_ir = str(module)
+    prog.uses_gemm, prog.gemm_cfg = services.uses_gemm, services.gemm_cfg
+    prog.uses_parallel = services.uses_parallel
+    prog.profiled = profile and bool(segments)
+    return prog
 
-    # 1. groups and their lowerings
+
+def choose_lowerings(graph: Graph, fallback: bool = True) -> tuple[list[Step], dict[int, object]]:
+    """The steps: per kernel group in schedule order, its lowering, or (no lowering, or a group
+    holding control flow) a fallback step with the reason; with ``fallback=False`` that is an error
+    naming the op, the node and the reason. Returns the steps and step index -> lowering."""
+    from ..errors import UnsupportedError
+
     steps: list[Step] = []
-    lowerings: dict[int, object] = {}  # step index -> its lowering
+    lowerings: dict[int, object] = {}
     for i, (node, group) in enumerate(zip(graph.nodes, form_groups(graph))):
         low, why = (None, "its op holds a subgraph (control flow)") if _has_subgraph(group) else lowering_for(group)
         lowerings[i] = low
@@ -227,90 +234,14 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
             steps.append(Step(i, group, native=False, reason=why, node=node))
         else:
             steps.append(Step(i, group, native=True, lowering=type(low).__name__, alias=low.alias, node=node))
+    return steps, lowerings
 
-    # 2. places
-    places: dict[int, Place] = {}
-    native_values: dict[int, Value] = {}
-    for st in steps:
-        if st.native:
-            for v in _reads(st) + list(st.node.outputs):
-                native_values[id(v)] = v
-    input_index = {id(v): k for k, v in enumerate(graph.inputs)}
-    for key, v in native_values.items():
-        if key in input_index:
-            places[key] = Place("input", input_index[key])
-    root: dict[int, Value] = {}   # view results -> the value whose buffer they share
 
-    def root_of(v: Value) -> Value:
-        while id(v) in root:
-            v = root[id(v)]
-        return v
-
-    for st in steps:
-        if st.native and st.alias:
-            root[id(st.group.node.outputs[0])] = st.group.node.inputs[0]
-    # concats in place: each piece computed straight into its slice of the result (byte offset)
-    offset: dict[int, int] = _concats_in_place(steps, graph, root) if reuse_memory else {}
-
-    def offset_of(v: Value) -> int:
-        off = 0
-        while id(v) in root:
-            off += offset.get(id(v), 0)
-            v = root[id(v)]
-        return off
-
-    # liveness: a value's buffer lives from the step that writes it to the last step that reads it
-    # or a view of it (graph outputs: to the end)
-    last = len(steps)
-    live_end: dict[int, int] = {}
-    first_write: dict[int, int] = {}  # a buffer holding concat pieces is written from the first piece on
-    for st in steps:
-        for v in _reads(st):
-            live_end[id(root_of(v))] = max(live_end.get(id(root_of(v)), -1), st.index)
-        for v in st.node.outputs:
-            first_write.setdefault(id(root_of(v)), st.index)
-    for v in graph.outputs:
-        live_end[id(root_of(v))] = last
-
-    # in-place reuse: an output takes the buffer of an input that dies in this kernel
-    owner: dict[int, Value] = {}      # value -> the value whose arena buffer it shares
-    owner_end: dict[int, int] = {}    # that buffer's last step so far
-    owner_start: dict[int, int] = {}
-    arena_kind = {id(v) for v in native_values.values()
-                  if id(v) not in input_index and id(v) not in root and v.const is None and _bufferable(v)
-                  and v.producer is not None}
-    for st in steps:
-        for v in st.node.outputs:
-            if id(v) in arena_kind:
-                owner_start[id(v)] = st.index
-                owner_end[id(v)] = max(live_end.get(id(v), st.index), st.index)
-        if not (in_place and reuse_memory and st.native and not st.alias):
-            continue
-        low = lowerings[st.index]
-        ins = st.group.inputs
-        for k_out, j_in in low.in_place(st.group):
-            if k_out in st.in_place or j_in in st.in_place.values():
-                continue
-            o, v = st.group.outer_of(st.group.outputs[k_out]), st.group.outer_of(ins[j_in])
-            r = root_of(v)
-            if id(o) not in arena_kind or id(r) not in arena_kind or id(r) in input_index:
-                continue
-            rep = owner.get(id(r), r)
-            if id(rep) not in owner_end:
-                continue  # a concat piece: its buffer is the concat's, made later
-            if owner_end[id(rep)] != st.index or owner_start[id(rep)] >= st.index:
-                continue  # the input's buffer is read later (or a graph output)
-            if any(u is not v and root_of(u) is r for u in map(st.group.outer_of, ins)):
-                continue  # another operand views the same buffer: two pointers to one address
-            if o.type.nbytes != r.type.nbytes:
-                continue
-            owner[id(o)] = rep
-            owner_end[id(rep)] = max(owner_end[id(rep)], owner_end.pop(id(o)))
-            owner_start.pop(id(o))
-            st.in_place[k_out] = j_in
-
-    # 3. kernels: one function per distinct kernel (a step equal to an earlier one calls its function
-    # with its own slots: a chain of 20,000 Relu-like nodes needs a handful of functions, not 20,000)
+def emit_kernels(steps: list[Step], lowerings: dict[int, object], services: Services,
+                 verify_shared: bool = False) -> None:
+    """One LLVM function per distinct kernel: a step equal to an earlier one (``kernel_key``) calls
+    its function with its own slots, so a chain of 20,000 Relu-like nodes needs a handful of
+    functions, not 20,000. Sets each native step's ``kernel``, ``slots``, ``scratch_bytes``, ``notes``."""
     shared: dict = {}    # kernel key -> (the step that made the function, id(value) -> canonical index)
     digests: dict = {}
     for st in steps:
@@ -336,93 +267,9 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
         if key is not None:
             shared[key] = (st, {id(v): i for i, v in enumerate(canon)})
 
-    # 4. weights: the constants native code reads, and data kernels prepared
-    weights: list[tuple[int, np.ndarray]] = []
-    weight_at: dict[int, int] = {}
-    wbytes = 0
 
-    def add_weight(key: int, arr: np.ndarray) -> int:
-        nonlocal wbytes
-        if key not in weight_at:
-            arr = np.ascontiguousarray(arr)
-            weight_at[key] = wbytes
-            weights.append((wbytes, arr))
-            wbytes += _align(arr.nbytes)
-        return weight_at[key]
-
-    for st in steps:
-        for s in st.slots:
-            if s.kind == "value":
-                r = root_of(s.value)
-                if r.const is not None:
-                    places[id(r)] = Place("weight", add_weight(id(r), r.const))
-            elif s.kind == "weight":
-                add_weight(id(s.array), s.array)
-
-    # 5. the arena: every other value native code touches, and each kernel's scratch
-    buffers: list[Buffer] = []
-    arena_value: dict[int, Buffer] = {}
-    naive = 0
-    outputs = {id(root_of(v)) for v in graph.outputs}
-    for st in steps:
-        n = st.node
-        for v in n.outputs:
-            if id(v) not in arena_kind:
-                continue
-            naive += _align(max(v.type.nbytes or 0, 1))
-            label = f"%{n.name or n.op.name}:{v.index}"
-            if id(v) in owner:  # in place: the input's buffer, living on
-                buf = arena_value[id(owner[id(v)])]
-                buf.end = max(buf.end, owner_end[id(owner[id(v)])])
-                buf.values.append(label)
-                if id(v) in outputs:
-                    buf.kind = "output"
-            else:
-                end = owner_end[id(v)]
-                buf = Buffer(label, v.type.nbytes or 0, min(st.index, first_write.get(id(v), st.index)), end,
-                             kind="output" if id(v) in outputs else "value")
-                buffers.append(buf)
-            arena_value[id(v)] = buf
-        if st.scratch_bytes:
-            buf = Buffer(f"scratch of {st.kernel}", st.scratch_bytes, st.index, st.index, kind="scratch")
-            buffers.append(buf)
-            naive += _align(st.scratch_bytes)
-            arena_value[-(st.index + 1)] = buf
-    status = None  # the status record of kernels that check their input data (live all along)
-    if any(sl.kind == "status" for st in steps for sl in st.slots):
-        status = Buffer("status record", STATUS_BYTES, 0, len(steps), kind="scratch")
-        buffers.append(status)
-        naive += _align(STATUS_BYTES)
-    arena_bytes = plan_arena(buffers, ALIGN, reuse=reuse_memory)
-    for key, buf in arena_value.items():
-        if key >= 0:
-            places[key] = Place("arena", buf.offset)
-    for key, v in native_values.items():
-        if id(v) in root and key not in places:
-            r = root_of(v)
-            if id(r) in places:
-                places[key] = Place(places[id(r)].kind, places[id(r)].where + offset_of(v))
-    for v in graph.outputs:  # a constant returned as an output is read from the weights
-        r = root_of(v)
-        if id(v) not in places and r.const is not None and _bufferable(r):
-            places[id(v)] = places[id(r)] = Place("weight", add_weight(id(r), r.const))
-
-    # 6. every slot's place, then segments: maximal runs of native steps, each one function
-    for st in steps:
-        for sl in st.slots:
-            if sl.kind == "value":
-                place = places.get(id(sl.value)) or places.get(id(root_of(sl.value)))
-                if place is None:
-                    raise CodegenError(f"{st.group.describe()}: the lowering {st.lowering} asked for {sl.value}, "
-                                       f"which has no buffer (a value inside a fused kernel: use KernelBuilder.share "
-                                       f"or scratch)")
-                st.slot_places.append(place)
-            elif sl.kind == "weight":
-                st.slot_places.append(Place("weight", weight_at[id(sl.array)]))
-            elif sl.kind == "status":
-                st.slot_places.append(Place("arena", status.offset))
-            else:
-                st.slot_places.append(Place("arena", arena_value[-(st.index + 1)].offset + sl.offset))
+def native_segments(steps: list[Step]) -> list[list[int]]:
+    """Maximal runs of native steps (step indices), each one function."""
     segments: list[list[int]] = [[]]
     for st in steps:
         if st.native:
@@ -431,20 +278,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
             segments.append([])
     if not segments[-1] and len(segments) > 1:
         segments.pop()
-    prog = Program("", steps, segments, places, weights, wbytes, arena_bytes, buffers, graph, naive_bytes=naive)
-    prog.status_offset = status.offset if status is not None else None
-    if not any(st.native and not st.alias for st in steps):
-        prog.segments = segments = []  # nothing to run natively: no library at all
-    if profile and segments:
-        services.uses_parallel = True
-    for j, seg in enumerate(segments):
-        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg], services.uses_parallel, profile,
-                      prog.status_offset)
-    prog.llvm_ir = str(module)
-    prog.uses_gemm, prog.gemm_cfg = services.uses_gemm, services.gemm_cfg
-    prog.uses_parallel = services.uses_parallel
-    prog.profiled = profile and bool(segments)
-    return prog
+    return segments
 
 
 #: lowering -> the most elements a constant may hold for its contents to shape the code; a larger
@@ -570,58 +404,6 @@ def _map_slots(slots, index: dict[int, int], canon: list[Value]):
         else:
             out.append(Slot(sl.kind, array=sl.array, offset=sl.offset))
     return out
-
-
-def _concats_in_place(steps: list[Step], graph: Graph, root: dict[int, Value]) -> dict[int, int]:
-    """Concats whose pieces are contiguous runs of the result (every dimension before the axis is
-    1, e.g. channels of one image) need no copy: each piece is computed by its own kernel straight
-    into its slice of the result's buffer (``root[piece] = result``, byte offsets returned), and the
-    concat step becomes a view. Chains of concats (DenseNet's blocks) nest: one buffer for all.
-
-    A piece qualifies when a native kernel makes it in the arena, only native kernels read it,
-    it is no view, graph input/output or constant, and it is not a piece of another concat; else
-    the concat copies as usual."""
-    from ..ir.ops import tensor as tn
-
-    produced_by = {id(v): st for st in steps for v in st.node.outputs}
-    readers: dict[int, list[Step]] = {}
-    for st in steps:
-        for v in _reads(st):
-            readers.setdefault(id(v), []).append(st)
-    outputs = {id(v) for v in graph.outputs}
-    graph_inputs = {id(v) for v in graph.inputs}
-    offset: dict[int, int] = {}
-    for st in steps:
-        n = st.node
-        if not (st.native and not st.alias and isinstance(n.op, tn.Concat)):
-            continue
-        y = n.outputs[0]
-        axis = n.op.axis % y.type.rank
-        if id(y) in outputs or id(y) in root or any(int(d) != 1 for d in y.shape[:axis]):
-            continue
-        pieces = list(n.inputs)
-
-        def ok(v: Value) -> bool:
-            p = produced_by.get(id(v))
-            return (p is not None and p.native and not p.alias and v.const is None and id(v) not in root
-                    and id(v) not in outputs and id(v) not in graph_inputs and _bufferable(v)
-                    and sum(u is v for u in pieces) == 1
-                    and all(r.native and not r.alias for r in readers.get(id(v), [])))
-        if not pieces or not all(ok(v) for v in pieces):
-            continue
-        off = 0
-        for v in pieces:
-            root[id(v)] = y
-            offset[id(v)] = off
-            off += v.type.nbytes
-        st.alias = True
-        st.notes = [f"concat in place: its {len(pieces)} pieces are computed into their slices"]
-    return offset
-
-
-def _reads(st: Step) -> list[Value]:
-    """The graph values a step reads (a fused kernel's body constants are its own)."""
-    return [v for v in st.node.inputs if v is not None]
 
 
 def _has_subgraph(group: KernelGroup) -> bool:

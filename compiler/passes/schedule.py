@@ -2,9 +2,10 @@
 
 Any topological order computes the same results; the order decides which intermediates are alive
 at once, so the arena's lower bound (docs/memory.md). ``ScheduleForMemory`` simulates the memory
-the program builder will plan for an order (``peak_bytes``: a result is live from its node to its
-last reader, a view op's result shares its input's buffer, graph inputs and constants take no
-arena memory, graph outputs live to the end) and tries:
+the program builder will plan for an order (``peak_bytes``, with the live ranges the builder uses,
+``ir/liveness.py``: a result is live from its node to its last reader, a view op's result shares
+its input's buffer, graph inputs and constants take no arena memory, graph outputs live to the end)
+and tries:
 
 * the order as it is;
 * a greedy list scheduler: among the ready nodes, the one whose net allocation (bytes it
@@ -22,6 +23,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..ir.graph import Graph, Node, Value
+from ..ir.liveness import live_ranges, peak
 from ..ir.ops import shape as sh
 from ..ir.ops.base import graph_fields
 from ..ir.ops.kernel import Kernel
@@ -73,22 +75,10 @@ class _Model:
         return sum(self.size.get(id(v), 0) for v in n.outputs if self.buf.get(id(v)) == id(v))
 
     def peak(self, order: Sequence[Node]) -> int:
-        """Most bytes live at one node of ``order``."""
-        pending = dict(self.readers)
-        live = peak = 0
-        for n in order:
-            alloc = self.allocates(n)
-            peak = max(peak, live + alloc)
-            live += alloc
-            for r in self.reads[id(n)]:
-                pending[r] -= 1
-                if pending[r] == 0 and r not in self.kept:
-                    live -= self.size.get(r, 0)
-            for v in n.outputs:  # results nothing reads die at once
-                r = self.buf.get(id(v))
-                if r == id(v) and not pending.get(r) and r not in self.kept:
-                    live -= self.size.get(r, 0)
-        return peak
+        """Most bytes live at one node of ``order`` (the live ranges the program builder plans with:
+        ``ir/liveness.py``)."""
+        ranges = live_ranges(order, self.root, self.graph.outputs)
+        return peak(ranges, lambda r: self.size.get(r, 0))
 
     def greedy(self, order: Sequence[Node], branch_first: bool) -> list[Node]:
         """A list schedule: repeatedly the ready node with the lowest (net allocation, position in
