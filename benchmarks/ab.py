@@ -27,7 +27,6 @@ WORKER = r'''
 import json, sys, time
 import numpy as np
 import compiler
-from compiler.ir.types import DType
 from compiler.tools.zoo import model_of
 spec, nthreads, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 model = model_of(spec) if spec.startswith("zoo:") else spec
@@ -36,9 +35,8 @@ exe = compiler.compile(model, nthreads=nthreads)
 compile_s = time.perf_counter() - t0
 rng = np.random.default_rng(0)
 feeds = {}
-for name, i in zip(exe.input_names, exe.manifest["inputs"]):
-    dt = DType.parse(i["dtype"]).np
-    shape = i["shape"]
+for name, dtype, shape in exe.inputs:
+    dt = dtype.np
     feeds[name] = (rng.standard_normal(shape).astype(dt) if dt.kind == "f" else np.zeros(shape, dt))
 out = exe.run(feeds)
 digest = float(sum(np.abs(np.asarray(v, np.float64)).sum() for v in out.values()))

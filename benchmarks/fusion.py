@@ -49,7 +49,7 @@ def main() -> None:
                     exe.run(feeds)
                     times[name].append(time.perf_counter() - t0)
         f, p = (statistics.median(times[k]) * 1e3 for k in ("fused", "plain"))
-        print(f"| {spec} | {len(plain.kernels) + plain.manifest['views']} | {len(fused.kernels)} | {p:.3f} | "
+        print(f"| {spec} | {len(plain.kernels) + plain.manifest.views} | {len(fused.kernels)} | {p:.3f} | "
               f"{f:.3f} | {p / f:.2f}x |", flush=True)
 
 

@@ -22,9 +22,10 @@ from .codegen.program import Program, build_program, value_key
 from .errors import KilnError
 from .ir.graph import Graph
 from .ir.types import TensorType
-from .runtime.artifact import FORMAT, FORMAT_VERSION, IR_TEXT, LIBRARY, WEIGHTS, finish_manifest, staging
+from .runtime.artifact import IR_TEXT, LIBRARY, WEIGHTS, finish_manifest, staging
 from .runtime.executable import Executable, load
-from .runtime.manifest import LAYOUT_SYMBOL, native_layout
+from .runtime.format import (LAYOUT_SYMBOL, BufferRef, ConstRef, FallbackStep, InputRef, Manifest, NativeStep,
+                             PythonRef, Target as TargetRecord, Tensor, native_layout)
 
 
 class FallbackWarning(UserWarning):
@@ -105,7 +106,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     return exe
 
 
-def _read(dest: str) -> dict:
+def _read(dest: str) -> Manifest:
     from .runtime.artifact import read_manifest
 
     return read_manifest(dest, check_files=False)
@@ -146,7 +147,7 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
         else:
             with open(os.path.join(tmp, IR_TEXT), "w", encoding="utf-8") as f:
                 f.write(print_graph(graph))
-        manifest["compile_seconds"]["llvm"] = round(t_llvm, 4)
+        manifest.compile_seconds["llvm"] = round(t_llvm, 4)
         finish_manifest(tmp, manifest)
         exe = Executable(tmp, _read(tmp), nthreads)
     exe.path = dest
@@ -154,31 +155,34 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
 
 
 def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, times: dict,
-                profile: bool = False) -> dict:
+                profile: bool = False) -> Manifest:
+    """The manifest of ``prog``'s artifact (files and checksums are added when it is written)."""
     graph = prog.graph
     index = {id(n): i for i, n in enumerate(graph.nodes)}
-    inputs = []
-    for v in graph.inputs:
-        desc = {"name": v.name, "type": str(v.type)}
-        if isinstance(v.type, TensorType) and v.type.is_static:
-            desc.update(dtype=v.type.dtype.name, shape=[int(d) for d in v.shape])
-        inputs.append(desc)  # other inputs (symbolic shapes, sequences) only reach interpreted nodes
     input_pos = {id(v): k for k, v in enumerate(graph.inputs)}
+
+    def static(v) -> tuple:
+        if isinstance(v.type, TensorType) and v.type.is_static:
+            return v.type.dtype.name, tuple(int(d) for d in v.shape)
+        return None, None  # symbolic shapes, sequences: only interpreted nodes see them
+
+    def buffer(v) -> BufferRef | None:
+        p = prog.places.get(id(v))
+        return BufferRef(p.kind, p.where, *static(v)) if p is not None else None
+
+    inputs = [Tensor(v.name, str(v.type), *static(v)) for v in graph.inputs]
     outputs = []
     for name, v in zip(graph.output_names, graph.outputs):
-        desc: dict[str, Any] = {"name": name, "type": str(v.type)}
+        dtype, shape = static(v)
         if id(v) in input_pos:
-            desc["place"] = ["input", input_pos[id(v)]]
+            ref = BufferRef("input", input_pos[id(v)], dtype, shape) if dtype else InputRef(input_pos[id(v)])
         elif id(v) in prog.places:
-            desc["place"] = prog.places[id(v)].to_json()
+            ref = buffer(v)
         elif v.const is not None:
             raise KilnError(f"output {name!r} is a constant no kernel reads; not supported yet")
         else:
-            desc["place"] = ["python", 0]
-            desc["key"] = value_key(v, index)
-        if isinstance(v.type, TensorType) and v.type.is_static:
-            desc["dtype"], desc["shape"] = v.type.dtype.name, [int(d) for d in v.shape]
-        outputs.append(desc)
+            ref = PythonRef(value_key(v, index))
+        outputs.append(Tensor(name, str(v.type), dtype, shape, ref))
     kernels = []
     for st in prog.steps:
         if st.native and not st.alias:
@@ -194,21 +198,41 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
                             "bytes": int(bytes_), "scratch_bytes": st.scratch_bytes, "notes": list(st.notes)})
     fallback = [{"op": s.node.op.name, "node": s.node.name or "", "index": index[id(s.node)],
                  "reason": s.reason} for s in prog.fallback_steps]
-    views = sum(1 for s in prog.steps if s.native and s.alias)
     concats = [{"node": s.node.name or "", "note": s.notes[0]} for s in prog.steps if s.alias and s.notes]
-    return {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "kiln_version": __version__,
-        "model": model_name, "opt_level": opt_level,
-        "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features,
-                   "isa": sorted(target.isa)},
-        "inputs": inputs, "outputs": outputs,
-        "plan": prog.runtime_plan(),
-        "kernels": kernels, "views": views, "concats_in_place": concats, "fallback": fallback,
-        "memory": prog.memory_summary(),
-        "status_offset": prog.status_offset,
-        "nodes": len(graph.nodes), "profile": profile,
-        "compile_seconds": {k: round(v, 4) for k, v in times.items()},
-    }
+    return Manifest(
+        kiln_version=__version__, model=model_name, opt_level=opt_level,
+        target=TargetRecord(target.triple, target.cpu, target.features, tuple(sorted(target.isa))),
+        inputs=inputs, outputs=outputs, plan=runtime_plan(prog, index, input_pos, buffer),
+        memory=prog.memory_summary(), kernels=kernels, fallback=fallback, concats_in_place=concats,
+        views=sum(1 for s in prog.steps if s.native and s.alias), nodes=len(graph.nodes),
+        status_offset=prog.status_offset, profile=profile,
+        compile_seconds={k: round(v, 4) for k, v in times.items()})
+
+
+def runtime_plan(prog: Program, index: dict, input_pos: dict, buffer) -> list:
+    """The steps as the runtime executes them: native segments by function name, and interpreted
+    nodes by index with where each operand and result lives."""
+    seg_start = {seg[0]: j for j, seg in enumerate(prog.segments) if seg}
+    plan: list = []
+    for st in prog.steps:
+        if st.native:
+            if st.index in seg_start:
+                plan.append(NativeStep(prog.segment_name(seg_start[st.index])))
+            continue
+        n = st.node
+        refs = []
+        for pos, v in enumerate(n.inputs):
+            if v is None:
+                refs.append(None)
+            elif id(v) in input_pos:
+                refs.append(InputRef(input_pos[id(v)]))
+            elif v.const is not None:
+                refs.append(ConstRef(pos))
+            else:
+                refs.append(buffer(v) or PythonRef(value_key(v, index)))
+        outs = tuple(buffer(v) or PythonRef(value_key(v, index)) for v in n.outputs)
+        plan.append(FallbackStep(index[id(n)], n.op.name, tuple(refs), outs))
+    return plan
 
 
 __all__ = ["FallbackWarning", "compile", "load", "write_artifact"]

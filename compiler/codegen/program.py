@@ -114,40 +114,6 @@ class Program:
     def segment_name(self, j: int) -> str:
         return "kiln_forward" if len(self.segments) == 1 and not self.fallback_steps else f"kiln_segment_{j}"
 
-    def runtime_plan(self) -> list[dict]:
-        """The step list as the runtime executes it (saved in the manifest): native segments by
-        function name, and fallback nodes by index with where each operand and result lives."""
-        index = {id(n): i for i, n in enumerate(self.graph.nodes)}
-        inputs = {id(v): k for k, v in enumerate(self.graph.inputs)}
-        seg_start = {seg[0]: j for j, seg in enumerate(self.segments) if seg}
-        out: list[dict] = []
-        for st in self.steps:
-            if st.native:
-                if st.index in seg_start:
-                    out.append({"native": self.segment_name(seg_start[st.index])})
-                continue
-            n = st.node
-            refs = []
-            for pos, v in enumerate(n.inputs):
-                if v is None:
-                    refs.append(None)
-                elif id(v) in inputs:
-                    refs.append(["input", inputs[id(v)]])
-                elif v.const is not None:
-                    refs.append(["const", pos])
-                else:
-                    refs.append(self.ref(v, index))
-            out.append({"fallback": index[id(n)], "op": n.op.name, "inputs": refs,
-                        "outputs": [self.ref(v, index) for v in n.outputs]})
-        return out
-
-    def ref(self, v: Value, index: dict[int, int]) -> list:
-        """Where a node result lives, for the runtime: a buffer (place, dtype, shape) or a Python value."""
-        p = self.places.get(id(v))
-        if p is None:
-            return ["python", value_key(v, index)]
-        return ["buffer", p.to_json(), v.type.dtype.name, [int(d) for d in v.shape]]
-
 
 def value_key(v: Value, index: dict[int, int]) -> str:
     return f"%{index[id(v.producer)]}:{v.index}"

@@ -14,7 +14,7 @@ Writing (``staging``): the directory is built under a name of its own beside the
 once complete, swapped into place under a lock, so a failed compile leaves nothing and concurrent
 writers leave one complete artifact. Reading (``read_manifest``, ``ArtifactDir``): only regular files
 inside the directory are opened (no symbolic links, FIFOs, devices or subdirectories; names of one
-component), the manifest is size-limited and validated against its schema (``manifest.py``) before
+component), the manifest is size-limited and validated against its schema (``format.py``) before
 use, and every byte the runtime uses is hashed as it is read. ``library_function`` finds a function
 in a library loaded from those bytes (``codegen/loader.py``: under a name no earlier load can alias).
 """
@@ -31,11 +31,11 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import Any, Iterator
+from typing import Iterator
 
 from ..errors import KilnError
-from .manifest import (FILE_NAME, FORMAT, FORMAT_VERSION, IR_TEXT, LIBRARY, MANIFEST, WEIGHTS, SchemaError,
-                       check_depth, validate)
+from .format import (FILE_NAME, FORMAT, FORMAT_VERSION, IR_TEXT, LIBRARY, MANIFEST, WEIGHTS, Manifest,
+                     SchemaError, check_depth)
 
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_LIBRARY_BYTES = 1 << 30
@@ -165,9 +165,9 @@ class ArtifactDir:
             raise ArtifactError(f"{self.path}: {name} does not match its checksum (corrupt or tampered)")
 
 
-def read_manifest(directory: "str | os.PathLike | ArtifactDir", check_files: bool = True) -> dict[str, Any]:
+def read_manifest(directory: "str | os.PathLike | ArtifactDir", check_files: bool = True) -> Manifest:
     """The verified manifest of the artifact in ``directory`` (see ``ArtifactError``): format version,
-    checksum, schema (``manifest.validate``), CPU features and, with ``check_files``, every file's
+    checksum, schema (``Manifest.from_json``), CPU features and, with ``check_files``, every file's
     checksum."""
     with contextlib.ExitStack() as stack:
         d = directory if isinstance(directory, ArtifactDir) else stack.enter_context(ArtifactDir(directory))
@@ -179,12 +179,12 @@ def read_manifest(directory: "str | os.PathLike | ArtifactDir", check_files: boo
             raise ArtifactError(f"{d.path}/{MANIFEST} was modified after the artifact was written (its checksum "
                                 f"does not match)")
         try:
-            validate(manifest)
+            manifest = Manifest.from_json(manifest)
         except SchemaError as e:
             raise ArtifactError(f"{d.path}: {e}") from None
         _check_target(manifest, d.path)
         if check_files:
-            for name, digest in manifest["files"].items():
+            for name, digest in manifest.files.items():
                 d.verify(name, digest)
     return manifest
 
@@ -216,18 +216,18 @@ def _check_version(manifest: dict, directory: str) -> None:
                             f"({FORMAT_VERSION}; Kiln {manifest.get('kiln_version', '?')} wrote it): recompile the model")
 
 
-def _check_target(manifest: dict, directory: str) -> None:
+def _check_target(manifest: Manifest, directory: str) -> None:
     from ..codegen.llvm.target import host_target
 
     host = host_target()
-    target = manifest["target"]
-    missing = sorted(set(target["isa"]) - set(host.isa))
+    target = manifest.target
+    missing = sorted(set(target.isa) - set(host.isa))
     if missing:
-        raise ArtifactError(f"{directory} was compiled for CPU {target['cpu']!r} with "
+        raise ArtifactError(f"{directory} was compiled for CPU {target.cpu!r} with "
                             f"{', '.join(missing)}, which this CPU ({host.cpu}) lacks; recompile it here "
                             f"(or compile with a target this CPU supports)")
-    if target["triple"].split("-")[0] != host.triple.split("-")[0]:
-        raise ArtifactError(f"{directory} was compiled for {target['triple']}, this machine is {host.triple}")
+    if target.triple.split("-")[0] != host.triple.split("-")[0]:
+        raise ArtifactError(f"{directory} was compiled for {target.triple}, this machine is {host.triple}")
 
 
 # -- functions of a loaded library -------------------------------------------------------------------
@@ -287,16 +287,16 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def finish_manifest(directory: str, manifest: dict) -> dict:
-    """Record the checksum of every file in ``directory`` (but the manifest) and of the manifest."""
-    manifest = dict(manifest)
-    manifest["files"] = {name: sha256_file(os.path.join(directory, name))
-                         for name in sorted(os.listdir(directory)) if name != MANIFEST}
-    manifest["manifest_sha256"] = _manifest_digest(manifest)
+def finish_manifest(directory: str, manifest: Manifest) -> None:
+    """Write ``manifest`` into ``directory`` with the checksum of every file there (but the manifest)
+    and of the manifest itself."""
+    manifest.files = {name: sha256_file(os.path.join(directory, name))
+                      for name in sorted(os.listdir(directory)) if name != MANIFEST}
+    doc = manifest.to_json()
+    manifest.manifest_sha256 = doc["manifest_sha256"] = _manifest_digest(doc)
     with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
+        json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")
-    return manifest
 
 
 def _check_replaceable(dest: str, shown: str) -> None:

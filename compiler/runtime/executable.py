@@ -26,8 +26,8 @@ import numpy as np
 from ..errors import InputError, KilnError
 from .artifact import MAX_LIBRARY_BYTES, ArtifactDir, ArtifactError, read_manifest
 from .device import CpuDevice, Device, Memory
-from .manifest import (IR_TEXT, LAYOUT_SYMBOL, LIBRARY, WEIGHTS, SchemaError, check_fallback_nodes, check_layout,
-                       machine_memory, np_dtype)
+from .format import (IR_TEXT, LAYOUT_SYMBOL, LIBRARY, WEIGHTS, BufferRef, ConstRef, FallbackStep, InputRef, Manifest,
+                     NativeStep, PythonRef, SchemaError, check_fallback_nodes, check_layout, machine_memory, np_dtype)
 from .status import clear as clear_status, raise_reported
 
 _np_dtype = np_dtype
@@ -48,7 +48,7 @@ class Executable:
     ``ArtifactDir`` (regular files inside ``path`` only), and checked against the manifest's
     checksums as it is read: the bytes loaded are the bytes hashed."""
 
-    def __init__(self, path: str, manifest: dict, nthreads: int | None = None, _owner: Any = None,
+    def __init__(self, path: str, manifest: Manifest, nthreads: int | None = None, _owner: Any = None,
                  _dir: ArtifactDir | None = None, device: Device | None = None):
         self.path = path
         self.manifest = manifest
@@ -60,39 +60,40 @@ class Executable:
         with contextlib.ExitStack() as stack:
             d = _dir or stack.enter_context(ArtifactDir(path))
             self._open_files(d)
-        self._segments = {name: self._module.function(name, _FORWARD)
-                          for name in (s["native"] for s in manifest["plan"] if "native" in s)}
+        self._segments = {s.function: self._module.function(s.function, _FORWARD)
+                          for s in manifest.plan if isinstance(s, NativeStep)}
         # (name, NumPy dtype, shape, element type name); dtype None for an input that only
         # interpreted nodes read (a sequence, or a tensor of symbolic shape): not checked here
-        self._signature_ = [(i["name"], _np_dtype(i["dtype"]), tuple(i["shape"]), i["dtype"]) if "dtype" in i
-                            else (i["name"], None, i["type"], None) for i in manifest["inputs"]]
-        self.outputs = [(o["name"], o.get("dtype"), o.get("shape")) for o in manifest["outputs"]]
+        self._signature_ = [(i.name, _np_dtype(i.dtype), i.shape, i.dtype) if i.dtype is not None
+                            else (i.name, None, i.type, None) for i in manifest.inputs]
+        self.outputs = [(o.name, o.dtype, list(o.shape) if o.shape is not None else None) for o in manifest.outputs]
         self._arenas: list[Memory] = []  # one per concurrent caller
         # what run() does, decoded once: the steps, and where each output is read
-        self._steps = [(step, self._segments.get(step.get("native"))) for step in manifest["plan"]]
+        self._steps = [(step, self._segments.get(step.function) if isinstance(step, NativeStep) else None)
+                       for step in manifest.plan]
         self._outputs = []
-        for o in manifest["outputs"]:
-            place = o["place"]
-            if place[0] == "arena" and "dtype" in o:
-                dt = _np_dtype(o["dtype"])
-                nbytes = int(np.prod(o["shape"], dtype=np.int64)) * dt.itemsize
-                self._outputs.append((o["name"], place[1], place[1] + nbytes, dt, tuple(o["shape"]), o))
+        for o in manifest.outputs:
+            r = o.ref
+            if isinstance(r, BufferRef) and r.place == "arena":
+                dt = _np_dtype(r.dtype)
+                nbytes = int(np.prod(r.shape, dtype=np.int64)) * dt.itemsize
+                self._outputs.append((o.name, r.where, r.where + nbytes, dt, r.shape, r))
             else:
-                self._outputs.append((o["name"], None, None, None, None, o))
+                self._outputs.append((o.name, None, None, None, None, r))
         self._lock = threading.Lock()
-        self.arena_bytes = int(manifest["memory"]["arena_bytes"])
+        self.arena_bytes = int(manifest.memory["arena_bytes"])
 
     def _open_files(self, d: ArtifactDir) -> None:
         """The library, the weights and (with interpreted steps) the IR, each verified as it is read;
         the other files of the artifact verified too."""
-        files, plan = self.manifest["files"], self.manifest["plan"]
+        files = self.manifest.files
         used = {WEIGHTS}
         self._module = None  # absent when no node runs natively
-        if any("native" in s for s in plan):
+        if self.manifest.native:
             used.add(LIBRARY)
             data = d.read(LIBRARY, files[LIBRARY], MAX_LIBRARY_BYTES)
             self._module = self.device.load_module(data, os.path.join(self.path, LIBRARY))
-        self._mapped = d.map(WEIGHTS, files[WEIGHTS], self.manifest["memory"]["weights_bytes"])
+        self._mapped = d.map(WEIGHTS, files[WEIGHTS], self.manifest.memory["weights_bytes"])
         self._weights = np.frombuffer(self._mapped, np.uint8) if self._mapped is not None else np.zeros(64, np.uint8)
         self._wptr = self._weights.ctypes.data
         if self._module is not None:  # native code was compiled for one layout: the manifest must describe it
@@ -101,7 +102,7 @@ class Executable:
             except SchemaError as e:
                 raise ArtifactError(f"{self.path}: {e}") from None
         self._graph = None
-        if any("fallback" in s for s in plan):
+        if self.manifest.interpreted:
             used |= {IR_TEXT, IR_TEXT + ".npz"}
             self._graph = self._read_graph(d)
         for name, digest in files.items():
@@ -112,7 +113,7 @@ class Executable:
         """The final IR (and its sidecar of constants), for the interpreted steps, checked against the plan."""
         from ..ir.parser import parse
 
-        files, limit = self.manifest["files"], machine_memory()
+        files, limit = self.manifest.files, machine_memory()
         text = d.read(IR_TEXT, files[IR_TEXT], limit)
         weights = None
         side = IR_TEXT + ".npz"
@@ -154,13 +155,13 @@ class Executable:
 
     @property
     def kernels(self) -> list[dict]:
-        return self.manifest["kernels"]
+        return self.manifest.kernels
 
     def step_seconds(self, reset: bool = False) -> list[tuple[dict, float]]:
         """(kernel, seconds) for every kernel of an artifact compiled with ``profile=True``: the time
         spent in it over all runs since the last reset (``reset=True`` zeroes the counters after
         reading). Fallback steps are not timed."""
-        if not self.manifest.get("profile"):
+        if not self.manifest.profile:
             raise KilnError("this artifact was not compiled with profile=True: no step is timed")
         read = self._module.function("kiln_profile_seconds", [ctypes.c_int32], ctypes.c_double)
         res = [(k, read(k["step"])) for k in self.kernels]
@@ -171,10 +172,10 @@ class Executable:
     @property
     def fallback(self) -> list[dict]:
         """The nodes that run in the reference interpreter (op, node, reason)."""
-        return self.manifest["fallback"]
+        return self.manifest.fallback
 
     def __repr__(self) -> str:
-        return f"<Executable {self.manifest.get('model', '?')} {self._signature()} {len(self.kernels)} kernels>"
+        return f"<Executable {self.manifest.model} {self._signature()} {len(self.kernels)} kernels>"
 
     # -- running -------------------------------------------------------------------------------
     def __call__(self, *arrays: np.ndarray):
@@ -230,7 +231,7 @@ class Executable:
         mem = self._take_arena()
         try:
             env: dict[str, Any] = {}
-            status = self.manifest.get("status_offset")
+            status = self.manifest.status_offset
             for step, fn in self._steps:
                 if fn is not None:
                     if status is not None:
@@ -238,17 +239,17 @@ class Executable:
                     dev.run(fn, ctypes.addressof(table), self._wptr, mem.address, self.nthreads)
                     if status is not None:
                         dev.synchronize()
-                        raise_reported(mem.host, status, self.manifest["kernels"])
+                        raise_reported(mem.host, status, self.manifest.kernels)
                 else:
                     dev.synchronize()
                     self._run_fallback(step, arrays, mem, env)
             dev.synchronize()
             result = {}
-            for name, start, stop, dt, shape, o in self._outputs:
+            for name, start, stop, dt, shape, ref in self._outputs:
                 if start is not None:  # in the arena (the common case: one slice, one copy)
                     result[name] = dev.copy_out(mem, start, dt, shape)
                 else:
-                    result[name] = self._read(o["place"], o, arrays, mem, env)
+                    result[name] = self._read(ref, arrays, mem, env)
             return result
         finally:
             self._give_arena(mem)
@@ -263,8 +264,8 @@ class Executable:
         with self._lock:
             self._arenas.append(mem)
 
-    def _view(self, place, dtype: str, shape, arrays, arena) -> np.ndarray:
-        kind, where = place
+    def _view(self, ref: BufferRef, arrays, arena) -> np.ndarray:
+        kind, where, dtype, shape = ref.place, ref.where, ref.dtype, ref.shape
         if kind == "input":  # the input itself, or a view op's result seen through it
             return arrays[where].reshape(shape)
         dt = _np_dtype(dtype)
@@ -273,43 +274,40 @@ class Executable:
             return self._weights[where:where + n].view(dt).reshape(shape)
         return self.device.view(arena, where, dt, shape)
 
-    def _read(self, place, desc, arrays, arena, env):
-        if place is None or place[0] == "python":
-            return env[desc["key"]]
-        if place[0] == "input" and "dtype" not in desc:  # a sequence or optional passed through
-            return arrays[place[1]]
-        return np.array(self._view(place, desc["dtype"], desc["shape"], arrays, arena))
+    def _read(self, ref, arrays, arena, env):
+        if isinstance(ref, PythonRef):
+            return env[ref.key]
+        if isinstance(ref, InputRef):  # a sequence or optional passed through
+            return arrays[ref.index]
+        return np.array(self._view(ref, arrays, arena))
 
-    def _run_fallback(self, step: dict, arrays, arena, env: dict) -> None:
+    def _run_fallback(self, step: FallbackStep, arrays, arena, env: dict) -> None:
         from ..ir.interpreter import run_node
 
-        g = self._graph
-        node = g.nodes[step["fallback"]]
+        node = self._graph.nodes[step.node]
         args, native = [], []
-        for ref in step["inputs"]:
+        for ref in step.inputs:
             if ref is None:
                 args.append(None)
-            elif ref[0] == "input":
-                args.append(arrays[ref[1]])
-            elif ref[0] == "const":
-                args.append(g.nodes[step["fallback"]].inputs[ref[1]].const)
-            elif ref[0] == "python":
-                args.append(env[ref[1]])
+            elif isinstance(ref, InputRef):
+                args.append(arrays[ref.index])
+            elif isinstance(ref, ConstRef):
+                args.append(node.inputs[ref.position].const)
+            elif isinstance(ref, PythonRef):
+                args.append(env[ref.key])
             else:  # a buffer native code wrote
-                _, place, dtype, shape = ref
-                args.append(self._view(place, dtype, shape, arrays, arena))
+                args.append(self._view(ref, arrays, arena))
                 native.append(args[-1])
         results = run_node(node, args)
-        for v, r, out in zip(node.outputs, results, step["outputs"]):
-            if out[0] == "python":
+        for v, r, out in zip(node.outputs, results, step.outputs):
+            if isinstance(out, PythonRef):
                 # a result kept here must not be a view of an arena buffer (a Reshape's is): the
                 # memory plan lets later kernels reuse that buffer
                 if isinstance(r, np.ndarray) and any(np.may_share_memory(r, a) for a in native):
                     r = r.copy()
-                env[out[1]] = r
+                env[out.key] = r
             else:
-                _, place, dtype, shape = out
-                view = self._view(place, dtype, shape, arrays, arena)
+                view = self._view(out, arrays, arena)
                 r = np.asarray(r)
                 if r.shape != view.shape or r.dtype != view.dtype:
                     raise ArtifactError(f"{node.describe()} (interpreter) gave {r.dtype}{list(r.shape)}, the "
@@ -325,10 +323,10 @@ class Executable:
         if os.path.abspath(dest) == os.path.abspath(self.path):
             return dest
         with staging(dest) as tmp, ArtifactDir(self.path) as d:
-            for name in [MANIFEST, *self.manifest["files"]]:
+            for name in [MANIFEST, *self.manifest.files]:
                 d.copy(name, os.path.join(tmp, name))
             copied = read_manifest(tmp)  # complete and verified before it replaces anything
-            if copied["manifest_sha256"] != self.manifest["manifest_sha256"]:
+            if copied.manifest_sha256 != self.manifest.manifest_sha256:
                 raise ArtifactError(f"{self.path} changed since it was loaded; not saved to {dest}")
         return dest
 

@@ -252,8 +252,8 @@ def _artifact_bytes(path: str) -> int:
 
 def model_flops(exe) -> tuple[int, int]:
     """(FLOPs of one inference: native kernels + nodes run in the interpreter, native kernels only)."""
-    native = sum(int(k.get("flops", 0)) for k in exe.manifest["kernels"])
-    fallback = exe.manifest.get("fallback") or []
+    native = sum(int(k.get("flops", 0)) for k in exe.manifest.kernels)
+    fallback = exe.manifest.fallback
     if not fallback:
         return native, native
     graph = getattr(exe, "_graph", None)
@@ -423,7 +423,7 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
             if w.category.__name__ == "FallbackWarning":
                 continue  # reported from the manifest below
             notes.append(f"compile: {w.category.__name__}: {w.message}")
-        fallback = exe.manifest.get("fallback") or []
+        fallback = exe.manifest.fallback
         if fallback:
             ops = sorted({f["op"] for f in fallback})
             notes.append(f"kiln: {len(fallback)} node(s) run in the reference interpreter (no native code yet): "
@@ -501,16 +501,16 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
         "runs": runs_done,
         "warmup": warmup,
         "inputs": {k: f"{v.dtype}{list(v.shape)}" for k, v in feeds.items()},
-        "machine": {"cpu": cpu_name(), "target": exe.manifest.get("target", {}).get("cpu"), "cpus": os.cpu_count(),
+        "machine": {"cpu": cpu_name(), "target": exe.manifest.target.cpu, "cpus": os.cpu_count(),
                     "load": round(load, 2), "sgemm": peak},
         "kiln": {
             "compile_seconds": compile_seconds,
             "compile_phases": {k: round(v, 4) for k, v in timings.items()},
             "export_seconds": export_seconds,
             "artifact_bytes": _artifact_bytes(exe.path),
-            "weights_bytes": int(exe.manifest["memory"].get("weights_bytes", 0)),
-            "arena_bytes": int(exe.manifest["memory"].get("arena_bytes", 0)),
-            "kernels": len(exe.manifest["kernels"]),
+            "weights_bytes": int(exe.manifest.memory.get("weights_bytes", 0)),
+            "arena_bytes": int(exe.manifest.memory.get("arena_bytes", 0)),
+            "kernels": len(exe.manifest.kernels),
             "fallback_nodes": len(fallback),
             "fallback_ops": sorted({f["op"] for f in fallback}),
             "flops": flops,

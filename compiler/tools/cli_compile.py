@@ -163,10 +163,11 @@ def memory_line(mem: dict) -> str:
     return line
 
 
-def summarize(manifest: dict, path: str) -> dict:
+def summarize(manifest, path: str) -> dict:
+    """What ``kiln compile`` reports of an artifact (a ``runtime.format.Manifest``) written to ``path``."""
     size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
-    return {"artifact": path, "model": manifest["model"], "kernels": len(manifest["kernels"]),
-            "views": manifest["views"], "fallback": manifest["fallback"], "memory": manifest["memory"],
+    return {"artifact": path, "model": manifest.model, "kernels": len(manifest.kernels),
+            "views": manifest.views, "fallback": manifest.fallback, "memory": manifest.memory,
             "artifact_bytes": size}
 
 
@@ -287,7 +288,7 @@ def _feeds_for(exe, given: dict, seed: int) -> dict:
 def cmd_inspect(args) -> int:
     from ..runtime.artifact import read_manifest
 
-    m = read_manifest(args.artifact)
+    m = read_manifest(args.artifact).to_json()  # printed as the document it is
     if args.json:
         out = {k: m[k] for k in ("model", "kiln_version", "format_version", "opt_level", "target", "inputs",
                                  "outputs", "kernels", "views", "fallback", "memory", "compile_seconds", "nodes")}

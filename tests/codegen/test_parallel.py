@@ -337,7 +337,7 @@ def test_small_batched_matmuls_split_over_the_batch():
     y = g.add(ew.Add(), g.add(ew.Mul(), s, g.add_constant(np.float32(0.25))), mask)
     g.set_outputs([y], ["y"])
     exe = compiler.compile(g, nthreads=1)
-    assert [k["ops"] for k in exe.manifest["kernels"]] == [["MatMul", "Mul", "Add"]]
+    assert [k["ops"] for k in exe.manifest.kernels] == [["MatMul", "Mul", "Add"]]
     ref = exe.run(ins)["y"]
     np.testing.assert_allclose(ref, interpret(g, ins)["y"], rtol=1e-5, atol=1e-5)
     exe.nthreads = 2
@@ -358,6 +358,6 @@ def test_small_grouped_conv_gemms_split_over_groups():
     assert _uses_parallel(g)
     _same_any_threads(g, ins, rtol=1e-4, atol=1e-4)
     exe = compiler.compile(g, nthreads=2)
-    notes = [k["notes"] for k in exe.manifest["kernels"]]
+    notes = [k["notes"] for k in exe.manifest.kernels]
     assert "6 GEMMs (images x groups) as parallel tasks when they fit the threads" in notes[0]
     assert "2 GEMMs (images x groups) as parallel tasks when they fit the threads" in notes[1]

@@ -14,6 +14,7 @@ import pytest
 
 import compiler
 from compiler.driver import FallbackWarning
+from compiler.runtime.format import NativeStep
 from compiler.errors import UnsupportedError
 from compiler.ir.interpreter import InputError, interpret
 from compiler.ir.parser import parse
@@ -65,7 +66,7 @@ def test_matches_the_interpreter_and_runs_as_one_native_call(exe):
     out = exe.run(f)
     for k in ("y", "h"):
         np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-5)
-    assert exe.manifest["plan"] == [{"native": "kiln_forward"}]
+    assert exe.manifest.plan == [NativeStep("kiln_forward")]
     assert exe.fallback == []
     # -O2: MatMul+Add is Gemm; each GEMM and the activation after it are one kernel
     assert [k["ops"] for k in exe.kernels] == [["Gemm", "Relu"], ["MatMul", "Sigmoid"]]

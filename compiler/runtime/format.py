@@ -1,4 +1,16 @@
-"""The schema of an artifact's ``manifest.json``, checked before the runtime uses any of it.
+"""The artifact format, owned by this one module: ``manifest.json`` as typed records that read and
+write JSON (``Manifest``, its steps and references), and the schema checks that run before any of it
+is used.
+
+The records: ``Manifest`` (header, ``Target``, signature, plan, memory, reports), the signature's
+``Tensor`` entries (an output's ``ref`` says where it is read), the plan's ``NativeStep`` (a forward
+function of the library) and ``FallbackStep`` (a node the interpreter runs, each operand and result a
+reference: ``BufferRef`` (a buffer in the arena, the weights or an input, with its element type and
+shape), ``PythonRef`` (a value kept in Python), ``InputRef`` (a caller's input as given),
+``ConstRef`` (a constant operand of the node)). ``Manifest.from_json`` validates, then builds;
+``Manifest.to_json`` writes the same document back. Kernel, fallback and memory reports stay JSON
+objects (``kernels``, ``fallback``, ``memory``): tools print them, the runtime reads only the
+kernel names and steps.
 
 A checksum says a file did not change by accident; it is not a signature: whoever can write the
 artifact can rewrite the manifest and its checksums. So the loader trusts no field: ``validate``
@@ -19,7 +31,8 @@ import json
 import math
 import os
 import re
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Union
 
 import numpy as np
 
@@ -364,15 +377,14 @@ def validate(m: Any) -> dict:
     return m
 
 
-def native_layout(m: dict) -> bytes:
+def native_layout(m: "Manifest") -> bytes:
     """What an artifact's native code was compiled for, as the library records it (``LAYOUT_SYMBOL``):
     the arena and weights sizes, the status record, each input's element type and shape (None for
     those only the interpreter reads) and the native functions in plan order. Canonical JSON."""
-    mem = m["memory"]
-    layout = {"arena_bytes": mem["arena_bytes"], "weights_bytes": mem["weights_bytes"],
-              "status_offset": m.get("status_offset"),
-              "inputs": [[i["dtype"], list(i["shape"])] if "dtype" in i else None for i in m["inputs"]],
-              "native": [s["native"] for s in m["plan"] if "native" in s]}
+    layout = {"arena_bytes": m.memory["arena_bytes"], "weights_bytes": m.memory["weights_bytes"],
+              "status_offset": m.status_offset,
+              "inputs": [[i.dtype, list(i.shape)] if i.dtype is not None else None for i in m.inputs],
+              "native": [s.function for s in m.plan if isinstance(s, NativeStep)]}
     return json.dumps(layout, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -380,7 +392,7 @@ _LAYOUT_FIELDS = {"arena_bytes": "memory.arena_bytes", "weights_bytes": "memory.
                   "status_offset": "status_offset", "inputs": "inputs", "native": "plan"}
 
 
-def check_layout(m: dict, recorded: bytes) -> None:
+def check_layout(m: "Manifest", recorded: bytes) -> None:
     """The manifest against the library's record of its native code (``native_layout``)."""
     want = native_layout(m)
     if recorded == want:
@@ -393,28 +405,237 @@ def check_layout(m: dict, recorded: bytes) -> None:
     raise SchemaError(_LAYOUT_FIELDS[key], f"{_show(mine[key])}, but {LIBRARY} was compiled for {_show(got.get(key))}")
 
 
-def check_fallback_nodes(m: dict, graph) -> None:
+def check_fallback_nodes(m: "Manifest", graph) -> None:
     """The interpreted steps against the parsed IR: each names a node of the right op, with as many
     operands and results, and its constant operands are constants."""
-    for i, step in enumerate(m["plan"]):
-        if "fallback" not in step:
+    for i, step in enumerate(m.plan):
+        if not isinstance(step, FallbackStep):
             continue
         f = f"plan[{i}]"
-        if step["fallback"] >= len(graph.nodes):
-            raise SchemaError(f"{f}.fallback", f"node {step['fallback']} does not exist ({len(graph.nodes)} nodes)")
-        node = graph.nodes[step["fallback"]]
-        if node.op.name != step["op"]:
-            raise SchemaError(f"{f}.op", f"{step['op']!r}, but node {step['fallback']} is {node.op.name}")
-        if len(step["inputs"]) != len(node.inputs) or len(step["outputs"]) != len(node.outputs):
-            raise SchemaError(f, f"{len(step['inputs'])} operand(s) and {len(step['outputs'])} result(s), but "
+        if step.node >= len(graph.nodes):
+            raise SchemaError(f"{f}.fallback", f"node {step.node} does not exist ({len(graph.nodes)} nodes)")
+        node = graph.nodes[step.node]
+        if node.op.name != step.op:
+            raise SchemaError(f"{f}.op", f"{step.op!r}, but node {step.node} is {node.op.name}")
+        if len(step.inputs) != len(node.inputs) or len(step.outputs) != len(node.outputs):
+            raise SchemaError(f, f"{len(step.inputs)} operand(s) and {len(step.outputs)} result(s), but "
                                  f"the {node.op.name} node has {len(node.inputs)} and {len(node.outputs)}")
-        for j, ref in enumerate(step["inputs"]):
-            if ref is not None and ref[0] == "const":
-                v = node.inputs[ref[1]] if ref[1] < len(node.inputs) else None
+        for j, ref in enumerate(step.inputs):
+            if isinstance(ref, ConstRef):
+                v = node.inputs[ref.position] if ref.position < len(node.inputs) else None
                 if v is None or v.const is None:
-                    raise SchemaError(f"{f}.inputs[{j}]", f"operand {ref[1]} of the {node.op.name} node is not "
-                                                          f"a constant")
+                    raise SchemaError(f"{f}.inputs[{j}]", f"operand {ref.position} of the {node.op.name} node "
+                                                          f"is not a constant")
 
 
-__all__ = ["FILE_NAME", "FORMAT", "FORMAT_VERSION", "IR_TEXT", "LIBRARY", "MANIFEST", "SEGMENT", "SchemaError",
-           "WEIGHTS", "check_depth", "check_fallback_nodes", "np_dtype", "validate"]
+# -- the records ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BufferRef:
+    """A buffer: ``place`` "arena" or "weight" (a byte offset) or "input" (an input's index, seen
+    with this element type and shape), holding ``dtype[shape]``."""
+
+    place: str
+    where: int
+    dtype: str
+    shape: tuple[int, ...]
+
+    def to_json(self) -> list:
+        return ["buffer", [self.place, self.where], self.dtype, list(self.shape)]
+
+
+@dataclass(frozen=True)
+class PythonRef:
+    """A value an interpreted step made, kept in Python under ``key``."""
+
+    key: str
+
+    def to_json(self) -> list:
+        return ["python", self.key]
+
+
+@dataclass(frozen=True)
+class InputRef:
+    """A caller's input as given (a sequence, or a tensor of symbolic shape)."""
+
+    index: int
+
+    def to_json(self) -> list:
+        return ["input", self.index]
+
+
+@dataclass(frozen=True)
+class ConstRef:
+    """The node's own constant operand at ``position``."""
+
+    position: int
+
+    def to_json(self) -> list:
+        return ["const", self.position]
+
+
+Ref = Union[BufferRef, PythonRef, InputRef, ConstRef]
+
+
+def ref_from_json(j: list) -> Ref:
+    kind = j[0]
+    if kind == "buffer":
+        return BufferRef(j[1][0], int(j[1][1]), j[2], tuple(int(d) for d in j[3]))
+    return {"python": PythonRef, "input": InputRef, "const": ConstRef}[kind](j[1])
+
+
+@dataclass(frozen=True)
+class NativeStep:
+    """A forward function of the library (``kiln_forward`` or ``kiln_segment_N``)."""
+
+    function: str
+
+    def to_json(self) -> dict:
+        return {"native": self.function}
+
+
+@dataclass(frozen=True)
+class FallbackStep:
+    """Node ``node`` (an ``op``) of the IR, run by the reference interpreter."""
+
+    node: int
+    op: str
+    inputs: tuple  # Ref or None (an absent optional operand), per operand
+    outputs: tuple  # Ref, per result
+
+    def to_json(self) -> dict:
+        return {"fallback": self.node, "op": self.op,
+                "inputs": [r.to_json() if r is not None else None for r in self.inputs],
+                "outputs": [r.to_json() for r in self.outputs]}
+
+
+Step = Union[NativeStep, FallbackStep]
+
+
+def step_from_json(j: dict) -> Step:
+    if "native" in j:
+        return NativeStep(j["native"])
+    return FallbackStep(j["fallback"], j["op"], tuple(ref_from_json(r) if r is not None else None for r in j["inputs"]),
+                        tuple(ref_from_json(r) for r in j["outputs"]))
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A signature entry: the name and IR type; ``dtype``/``shape`` when the type is a static tensor.
+    An output also says where it is read (``ref``)."""
+
+    name: str
+    type: str
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    ref: Ref | None = None
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"name": self.name, "type": self.type}
+        if self.dtype is not None:
+            d["dtype"], d["shape"] = self.dtype, list(self.shape)
+        r = self.ref
+        if isinstance(r, PythonRef):
+            d["place"], d["key"] = ["python", 0], r.key
+        elif isinstance(r, InputRef):
+            d["place"] = ["input", r.index]
+        elif isinstance(r, BufferRef):
+            d["place"] = [r.place, r.where]
+        return d
+
+    @staticmethod
+    def from_json(d: dict, output: bool = False) -> "Tensor":
+        dtype = d.get("dtype")
+        shape = tuple(int(x) for x in d["shape"]) if dtype is not None else None
+        ref = None
+        if output:
+            place = d["place"]
+            if place[0] == "python":
+                ref = PythonRef(d["key"])
+            elif dtype is None:
+                ref = InputRef(place[1])
+            else:
+                ref = BufferRef(place[0], place[1], dtype, shape)
+        return Tensor(d["name"], d["type"], dtype, shape, ref)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The CPU the native code was compiled for."""
+
+    triple: str
+    cpu: str
+    features: str
+    isa: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"triple": self.triple, "cpu": self.cpu, "features": self.features, "isa": sorted(self.isa)}
+
+
+@dataclass
+class Manifest:
+    """An artifact's ``manifest.json`` (see the module docstring)."""
+
+    kiln_version: str
+    model: str
+    opt_level: int
+    target: Target
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    plan: list  # of Step
+    memory: dict        # the memory report (``Program.memory_summary``)
+    kernels: list[dict] = field(default_factory=list)   # per kernel: name, step, ops, nodes, lowering, ...
+    fallback: list[dict] = field(default_factory=list)  # per interpreted node: op, node, index, reason
+    concats_in_place: list[dict] = field(default_factory=list)
+    views: int = 0
+    nodes: int = 0
+    status_offset: int | None = None
+    profile: bool = False
+    compile_seconds: dict = field(default_factory=dict)
+    files: dict = field(default_factory=dict)           # file name -> SHA-256
+    manifest_sha256: str = ""
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def native(self) -> bool:
+        """Whether any step runs native code (the artifact has a library)."""
+        return any(isinstance(s, NativeStep) for s in self.plan)
+
+    @property
+    def interpreted(self) -> bool:
+        """Whether any step runs in the interpreter (the artifact's IR is read at load)."""
+        return any(isinstance(s, FallbackStep) for s in self.plan)
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT, "format_version": self.format_version, "kiln_version": self.kiln_version,
+            "model": self.model, "opt_level": self.opt_level, "target": self.target.to_json(),
+            "inputs": [t.to_json() for t in self.inputs], "outputs": [t.to_json() for t in self.outputs],
+            "plan": [s.to_json() for s in self.plan],
+            "kernels": self.kernels, "views": self.views, "concats_in_place": self.concats_in_place,
+            "fallback": self.fallback, "memory": self.memory, "status_offset": self.status_offset,
+            "nodes": self.nodes, "profile": self.profile, "compile_seconds": self.compile_seconds,
+            "files": self.files, "manifest_sha256": self.manifest_sha256,
+        }
+
+    @staticmethod
+    def from_json(m: Any) -> "Manifest":
+        """The manifest a JSON document holds, validated first (``SchemaError`` naming the field)."""
+        validate(m)
+        t = m["target"]
+        return Manifest(
+            kiln_version=m["kiln_version"], model=m["model"], opt_level=m["opt_level"],
+            target=Target(t["triple"], t["cpu"], t["features"], tuple(t["isa"])),
+            inputs=[Tensor.from_json(d) for d in m["inputs"]],
+            outputs=[Tensor.from_json(d, output=True) for d in m["outputs"]],
+            plan=[step_from_json(s) for s in m["plan"]], memory=m["memory"], kernels=m["kernels"],
+            fallback=m["fallback"], concats_in_place=m.get("concats_in_place", []), views=m["views"],
+            nodes=m["nodes"], status_offset=m.get("status_offset"), profile=m.get("profile", False),
+            compile_seconds=m["compile_seconds"], files=m["files"], manifest_sha256=m["manifest_sha256"],
+            format_version=m["format_version"])
+
+
+__all__ = ["FILE_NAME", "FORMAT", "FORMAT_VERSION", "IR_TEXT", "LIBRARY", "MANIFEST", "SEGMENT", "BufferRef",
+           "ConstRef", "FallbackStep", "InputRef", "Manifest", "NativeStep", "PythonRef", "SchemaError", "Target",
+           "Tensor", "WEIGHTS", "check_depth", "check_fallback_nodes", "check_layout", "native_layout", "np_dtype",
+           "validate"]
