@@ -85,6 +85,7 @@ class MemoryPlan:
                            if id(v) not in self.input_index and id(v) not in self.root and v.const is None
                            and bufferable(v) and v.producer is not None}
         self.owner: dict[int, Value] = {}   # value -> the value whose arena buffer it shares (in place)
+        self.owner_end: dict[int, int] = {}  # a buffer's last step (joined with those written in place)
         self.weights: list[tuple[int, np.ndarray]] = []
         self.weight_at: dict[int, int] = {}
         self.weights_bytes = 0
@@ -111,7 +112,6 @@ class MemoryPlan:
         lowering allows it (``in_place``) and no later step or other operand sees the input."""
         steps, arena_kind, root_of = self.steps, self.arena_kind, self.root_of
         ends = self.ranges.end
-        self.owner_end: dict[int, int] = {}    # a buffer's last step so far
         owner_start: dict[int, int] = {}
         for st in steps:
             for v in st.node.outputs:

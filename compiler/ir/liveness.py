@@ -1,5 +1,5 @@
 """Live ranges of buffers over a schedule: the one model of liveness that memory-aware scheduling
-(``passes/schedule.py``) and the program builder's memory plan (``codegen/memory.py``) share.
+(``passes/schedule.py``) and the program builder's memory plan (``codegen/places.py``) share.
 
 A schedule is a list of nodes (steps) in the order they run. Values that share a buffer (a view's
 result and its input; a concat piece computed into its slice of the result) have one *root*, which
@@ -27,17 +27,13 @@ class LiveRanges:
 
 
 def live_ranges(order: Sequence[Node], root: Callable[[Value], Hashable],
-                outputs: Iterable[Value] = (),
-                reads: Callable[[Node], Iterable[Value]] | None = None) -> LiveRanges:
-    """The live range of every buffer that a node of ``order`` writes (see the module docstring).
-
-    ``reads(node)``: the values a step reads (default: its inputs that are present). Buffers only
-    read (graph inputs, constants) get an ``end`` but no ``start``.
-    """
+                outputs: Iterable[Value] = ()) -> LiveRanges:
+    """The live range of every buffer that a node of ``order`` writes or reads (see the module
+    docstring). Buffers only read (graph inputs, constants) get an ``end`` but no ``start``."""
     ranges = LiveRanges()
     start, end = ranges.start, ranges.end
     for i, n in enumerate(order):
-        for v in (reads(n) if reads is not None else n.inputs):
+        for v in n.inputs:
             if v is not None:
                 end[root(v)] = i  # steps run in order: the last assignment is the last read
         for v in n.outputs:
