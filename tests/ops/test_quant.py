@@ -341,6 +341,19 @@ def test_qlinearmatmul_per_column_b_scale():
     np.testing.assert_array_equal(y, want)
 
 
+def test_qlinearmatmul_per_row_a_scale_with_a_1d_b():
+    """A 1-D b is a column: the result has one value per row, each scaled by its own row's scale
+    (the reference once broadcast the [M] result against the [M, 1] scales into [M, M])."""
+    a, b = _u8(3, 4), _u8(4)
+    sa = np.array([0.01, 0.02, 0.04], np.float32)
+    (y,) = _run(Q.QLinearMatMul(), a, sa, np.array([1, 2, 3], np.uint8), b, np.array(0.03, np.float32),
+                np.array(7, np.uint8), np.array(0.5, np.float32), np.array(10, np.uint8))
+    real = ((a.astype(np.float64) - [[1], [2], [3]]) @ (b.astype(np.float64) - 7)) * (sa.astype(np.float64)
+                                                                                  * np.float64(np.float32(0.03)))
+    assert y.shape == (3,)
+    np.testing.assert_array_equal(y, np.clip(np.rint(real / 0.5) + 10, 0, 255))
+
+
 def test_matmul_quant_refusals():
     with pytest.raises(OpError, match="inner dimensions"):
         _infer(Q.MatMulInteger(), T([2, 3], DType.u8), T([4, 5], DType.u8))

@@ -417,9 +417,17 @@ class QLinearMatMul(OpDef):
         return [out]
 
     def compute(self, a, sa, za, b, sb, zb, sy, zy):
-        acc = np.matmul(_f64(a) - _rows(za), _f64(b) - _cols(zb))
-        # the real result over y_scale: acc * (sa * sb / sy), in f64
-        real = np.asarray(acc) * (_rows(sa) * _cols(sb)) / _cols(sy)
+        # on the promoted operands (a 1-D a is a row, a 1-D b a column), so that per-row and
+        # per-column parameters meet their rows and columns; the promoted axes dropped after
+        a2, b2 = (a[None, :] if a.ndim == 1 else a), (b[:, None] if b.ndim == 1 else b)
+        acc = np.matmul(_f64(a2) - _rows(za), _f64(b2) - _cols(zb))
+        # the real result over y_scale: acc * (sa * sb) / sy, in f64
+        real = np.asarray(acc) * (_rows(sa) * _cols(sb))
+        if b.ndim == 1:
+            real = real[..., 0]
+        if a.ndim == 1:
+            real = real[..., 0, :] if b.ndim > 1 else real[..., 0]
+        real = real / _cols(sy)
         return [_requantize(real, zy.reshape(()) if zy.size == 1 and zy.ndim <= 1 else zy,
                             DType.from_numpy(zy.dtype))]
 

@@ -1,0 +1,168 @@
+"""MatMulInteger and QLinearMatMul on the loop form: int8/uint8 operands, int32 accumulation.
+
+One row of the result at a time (the rows of every batch are the parallel axis): the row's int32
+sums start at 0 in scratch, and for each k the row of B, less its zero point, times A's element,
+less A's, is added along the row (the vector axis). Then the row is finished:
+
+* MatMulInteger: the int32 sums are the result (wrapping, as a 32-bit accumulator does);
+* QLinearMatMul: ``sum * (a_scale * b_scale) / y_scale`` in f64, exactly as the reference computes
+  it, rounded half to even, plus y's zero point, saturated to y's type.
+
+Parameters per tensor, per row of A (an M-vector) and per column of B and y (an N-vector); batch
+dimensions broadcast as NumPy's matmul does (an operand's buffer reads a broadcast axis with stride
+0). This is the portable kernel every printer prints; a packed VNNI kernel for constant weights is
+the fast path of the quantization issue.
+"""
+from __future__ import annotations
+
+import math
+
+from ...ir.ops import quant as qn
+from ...ir.types import DType
+from ..loops import Kernel, KernelForm
+from ..loops.expr import INDEX, Const, cast, op
+from .base import FormLowering, KernelGroup, dtype_reason, par_grain
+
+_INT8 = (DType.i8, DType.u8)
+
+
+def _promoted(shape, left: bool) -> list[int]:
+    """A matmul operand's shape with a 1-D operand promoted (A: a row, B: a column)."""
+    shape = [int(d) for d in shape]
+    if len(shape) == 1:
+        return [1] + shape if left else shape + [1]
+    return shape
+
+
+def _broadcast_strides(shape: list[int], batch: list[int]) -> list[int]:
+    """Strides of ``shape`` (dense) seen with the result's ``batch`` dimensions in front of its last
+    two: 0 along a batch axis it broadcasts along (absent or of size 1)."""
+    dense = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    own = len(shape) - 2
+    strides = []
+    for i, d in enumerate(batch):
+        j = i - (len(batch) - own)
+        strides.append(dense[j] if j >= 0 and shape[j] == d and d != 1 else 0)
+    return strides + dense[-2:]
+
+
+def _param_layout(p, length: int) -> str | None:
+    """"tensor", "vector" (one per row or column) or None (a layout this kernel does not read)."""
+    if p is None:
+        return "tensor"
+    dims = [int(d) for d in p.shape]
+    if math.prod(dims) == 1 and len(dims) <= 1:
+        return "tensor"
+    if len(dims) == 1 and dims[0] == length:
+        return "vector"
+    return None
+
+
+class _IntegerMatMul(FormLowering):
+    """What MatMulInteger and QLinearMatMul share: operands, their layouts, the accumulation."""
+
+    def operands(self, n):
+        """(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point); None for
+        what the op does not have."""
+        raise NotImplementedError
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        a, sa, za, b, sb, zb, sy, zy = self.operands(n)
+        why = dtype_reason([a, za, b, zb, zy], allowed=_INT8) or dtype_reason([sa, sb, sy], allowed=(DType.f32, DType.f16))
+        if why:
+            return why
+        sa_ = _promoted(a.shape, True)
+        sb_ = _promoted(b.shape, False)
+        m, nn = sa_[-2], sb_[-1]
+        for what, p, length in (("a_scale", sa, m), ("a_zero_point", za, m), ("b_scale", sb, nn),
+                                ("b_zero_point", zb, nn), ("y_scale", sy, nn), ("y_zero_point", zy, nn)):
+            if _param_layout(p, length) is None:
+                return f"{what} of shape {list(p.shape)}: only per-tensor and 1-D per-row/column parameters " \
+                       f"are lowered"
+        if n.outputs[0].type.numel == 0:
+            return "empty results are left to the Empty lowering"
+        return self.form_reason(group)
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        a, sa, za, b, sb, zb, sy, zy = self.operands(n)
+        y = n.outputs[0]
+        ash, bsh = _promoted(a.shape, True), _promoted(b.shape, False)
+        M, K, N = ash[-2], ash[-1], bsh[-1]
+        batch = [int(d) for d in y.shape[:len(y.shape) - (a.type.rank > 1) - (b.type.rank > 1)]]
+        T = math.prod(batch)
+        kf = KernelForm(name)
+        ab = kf.buffer("a", a.type.dtype, batch + [M, K], strides=_broadcast_strides(ash, batch), value=a)
+        bb = kf.buffer("b", b.type.dtype, batch + [K, N], strides=_broadcast_strides(bsh, batch), value=b)
+        yb = kf.buffer("y", y.type.dtype, batch + [M, N], "out", value=y)
+        acc = kf.buffer("acc", DType.i32, (T * M, N), "scratch")
+        params = {}
+        for what, p, length in (("a_scale", sa, M), ("a_zero_point", za, M), ("b_scale", sb, N),
+                                ("b_zero_point", zb, N), ("y_scale", sy, N), ("y_zero_point", zy, N)):
+            if p is not None:
+                vector = _param_layout(p, length) == "vector"
+                params[what] = (kf.buffer(what, p.type.dtype, (length if vector else 1,), value=p), vector)
+
+        def param(what, i, dt):
+            """The parameter at row/column ``i`` as ``dt`` (None when the op has none)."""
+            if what not in params:
+                return None
+            buf, vector = params[what]
+            return cast(buf[(i if vector else Const(0, INDEX),)], dt)
+
+        kf.note(f"{n.op.name}: {a.type.dtype} x {b.type.dtype} -> int32 sums over K={K}, then {y.type.dtype}")
+        with kf.loop(T * M, "parallel", grain=par_grain(K * N), name="r") as r:
+            if T == 1:
+                t_ix, m = (), r
+            else:
+                t = kf.let(op("div", r, Const(M, INDEX)), name="t")
+                m = kf.let(op("rem", r, Const(M, INDEX)), name="m")
+                t_ix = tuple(kf.let(op("rem", op("div", t, Const(math.prod(batch[i + 1:]), INDEX)),
+                                       Const(d, INDEX)), name="bt") for i, d in enumerate(batch))
+            with kf.loop(N, "vector", name="n") as j:
+                kf.store(acc, (r, j), Const(0, DType.i32))
+            za_m = param("a_zero_point", m, DType.i32)
+            with kf.loop(K, name="k") as k:
+                av = cast(ab[t_ix + (m, k)], DType.i32)
+                av = kf.let(av if za_m is None else op("sub", av, za_m), name="av")
+                with kf.loop(N, "vector", name="n") as j:
+                    bv = cast(bb[t_ix + (k, j)], DType.i32)
+                    zb_j = param("b_zero_point", j, DType.i32)
+                    bv = bv if zb_j is None else op("sub", bv, zb_j)
+                    kf.store(acc, (r, j), op("add", acc[r, j], op("mul", av, bv)))
+            with kf.loop(N, "vector", name="n") as j:
+                kf.store(yb, t_ix + (m, j), self.finish_value(acc[r, j], m, j, param, y.type.dtype))
+        return kf.finish()
+
+    def finish_value(self, s, m, j, param, out: DType):
+        return s
+
+
+class MatMulInteger(_IntegerMatMul):
+    ops = (qn.MatMulInteger,)
+
+    def operands(self, n):
+        a, b, za, zb = (list(n.inputs) + [None, None])[:4]
+        return a, None, za, b, None, zb, None, None
+
+
+class QLinearMatMul(_IntegerMatMul):
+    ops = (qn.QLinearMatMul,)
+
+    def operands(self, n):
+        a, sa, za, b, sb, zb, sy, zy = n.inputs
+        return a, sa, za, b, sb, zb, sy, zy
+
+    def finish_value(self, s, m, j, param, out: DType):
+        f = DType.f64
+        real = op("div", op("mul", cast(s, f), op("mul", param("a_scale", m, f), param("b_scale", j, f))),
+                  param("y_scale", j, f))
+        v = op("add", op("round", real), param("y_zero_point", j, f))
+        lo, hi = (-128.0, 127.0) if out is DType.i8 else (0.0, 255.0)
+        return cast(op("min", op("max", v, Const(lo, f)), Const(hi, f)), out)
+
+
+LOWERINGS = (MatMulInteger(), QLinearMatMul())
+
+__all__ = ["LOWERINGS", "MatMulInteger", "QLinearMatMul"]

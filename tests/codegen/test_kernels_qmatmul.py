@@ -1,0 +1,107 @@
+"""MatMulInteger and QLinearMatMul on the loop form (compiler/codegen/kernels/qmatmul.py): u8/i8
+operands both ways, zero points per tensor/row/column, batch broadcasting, 1-D operands, K of 0 and
+1, N not a multiple of any vector width; bit-exact against the reference interpreter on the LLVM
+printer and in numba's CUDA simulator."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from compiler.codegen.kernels import KernelGroup, lowering_for
+from compiler.codegen.kernels.qmatmul import MatMulInteger, QLinearMatMul
+from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
+from compiler.ir.graph import Graph
+from compiler.ir.interpreter import interpret
+from compiler.ir.ops import quant as qn
+from compiler.ir.types import DType, TensorType
+
+SHAPES = [((3, 5), (5, 7)), ((2, 3, 17), (17, 33)), ((2, 1, 4, 6), (3, 6, 5)), ((1, 4, 3), (2, 3, 1)),
+          ((6,), (6, 4)), ((2, 6), (6,)), ((4, 1), (1, 19)), ((3, 0), (0, 5))]
+TYPES = [(DType.u8, DType.i8), (DType.i8, DType.u8), (DType.u8, DType.u8), (DType.i8, DType.i8)]
+
+
+def _ints(rng, dt, shape):
+    lo, hi = (-128, 128) if dt is DType.i8 else (0, 256)
+    return rng.integers(lo, hi, shape).astype(dt.np)
+
+
+def _graph(shapes=SHAPES, types=TYPES, seed=0):
+    rng = np.random.default_rng(seed)
+    g = Graph("qmatmul")
+    feeds = {}
+    for ash, bsh in shapes:
+        for adt, bdt in types:
+            a = g.add_input(f"a{len(feeds)}", TensorType(adt, ash))
+            feeds[a.name] = _ints(rng, adt, ash)
+            b = g.add_input(f"b{len(feeds)}", TensorType(bdt, bsh))
+            feeds[b.name] = _ints(rng, bdt, bsh)
+            m = ash[-2] if len(ash) > 1 else 1
+            n = bsh[-1] if len(bsh) > 1 else 1
+            za_row = g.add_constant(_ints(rng, adt, (m,) if len(ash) > 1 else ()))
+            zb_col = g.add_constant(_ints(rng, bdt, (n,) if len(bsh) > 1 else ()))
+            za, zb = g.add_constant(_ints(rng, adt, ())), g.add_constant(_ints(rng, bdt, (1,)))
+            g.add(qn.MatMulInteger(), a, b)
+            g.add(qn.MatMulInteger(), a, b, za_row, zb_col)
+            sa = g.add_constant((rng.random((m,) if len(ash) > 1 else ()) * 0.02 + 0.001).astype(np.float32))
+            sb = g.add_constant((rng.random((n,) if len(bsh) > 1 else ()) * 0.02 + 0.001).astype(np.float32))
+            for sy, zy in ((g.add_constant(np.float32(0.05)), g.add_constant(_ints(rng, adt, ()))),
+                           (g.add_constant(np.full((n,) if len(bsh) > 1 else (), 0.3, np.float32)),
+                            g.add_constant(_ints(rng, bdt, (n,) if len(bsh) > 1 else ())))):
+                g.add(qn.QLinearMatMul(), a, sa, za, b, sb, zb, sy, zy)
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    return g, feeds
+
+
+def test_on_the_llvm_printer():
+    g, feeds = _graph()
+    for n in g.nodes:
+        low, why = lowering_for(KernelGroup.of_node(n))
+        if n.outputs[0].type.numel:
+            assert isinstance(low, (MatMulInteger, QLinearMatMul)), (n.describe(), why)
+    want, got = interpret(g, feeds), run_kernels(g, feeds)
+    for n, name in zip(g.nodes, g.output_names):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
+
+
+def test_saturation_and_ties():
+    """Sums at the ends of int32's range of int8 products, and requantized values that saturate."""
+    g = Graph("edges")
+    a = g.add_input("a", TensorType(DType.u8, (2, 64)))
+    b = g.add_input("b", TensorType(DType.i8, (64, 3)))
+    z8, zi = g.add_constant(np.uint8(0)), g.add_constant(np.int8(0))
+    s = g.add_constant(np.float32(1.0))
+    g.add(qn.MatMulInteger(), a, b)
+    g.add(qn.QLinearMatMul(), a, s, z8, b, s, zi, g.add_constant(np.float32(2.0)), g.add_constant(np.uint8(3)))
+    g.add(qn.QLinearMatMul(), a, s, z8, b, s, zi, g.add_constant(np.float32(4.0)), g.add_constant(np.int8(-1)))
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    feeds = {"a": np.array([[255] * 64, [1, 0] * 32], np.uint8),
+             "b": np.stack([np.full(64, -128), np.full(64, 127), np.r_[[1, 0] * 31, [2, 1]]], 1).astype(np.int8)}
+    want, got = interpret(g, feeds), run_kernels(g, feeds)
+    assert want[g.output_names[0]][0, 0] == 255 * 64 * -128
+    for n, name in zip(g.nodes, g.output_names):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
+
+
+def test_refusals_name_the_parameter():
+    g = Graph("r")
+    a = g.add_input("a", TensorType(DType.u8, (2, 3, 4)))
+    b = g.add_input("b", TensorType(DType.u8, (4, 5)))
+    za = g.add_constant(np.zeros((2, 3, 1), np.uint8))  # [..., M, 1]: valid ONNX, not lowered
+    n = g.add(qn.MatMulInteger(), a, b, za).producer
+    low, why = lowering_for(KernelGroup.of_node(n))
+    assert not isinstance(low, MatMulInteger)
+    assert "a_zero_point of shape [2, 3, 1]" in str(why)
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
+def test_on_the_cuda_printer():
+    g, feeds = _graph(shapes=SHAPES[:6], types=TYPES[:2], seed=1)
+    want = interpret(g, feeds)
+    for n, name in zip(g.nodes, g.output_names):
+        one = Graph("one")
+        ins = [one.add_constant(v.const) if v.const is not None else one.add_input(v.name, v.type) for v in n.inputs]
+        one.set_outputs([one.add_node(n.op, ins).outputs[0]])
+        got = run_cuda_forms(one, {v.name: feeds[v.name] for v in one.inputs})
+        np.testing.assert_array_equal(got[one.output_names[0]], want[name], err_msg=n.describe())
