@@ -1,7 +1,9 @@
-"""MatMulInteger and QLinearMatMul on the loop form (compiler/codegen/kernels/qmatmul.py): u8/i8
+"""MatMulInteger and QLinearMatMul (compiler/codegen/kernels/qmatmul.py): on the loop form, u8/i8
 operands both ways, zero points per tensor/row/column, batch broadcasting, 1-D operands, K of 0 and
 1, N not a multiple of any vector width; bit-exact against the reference interpreter on the LLVM
-printer and in numba's CUDA simulator."""
+printer and in numba's CUDA simulator. With constant weights on an AVX-512 VNNI target: the packed
+tile kernel (gemm/int8.py), with every correction path (signed A, unsigned B, B's zero point per
+column, A's per row), K not a multiple of 4, partial tiles and panels."""
 from __future__ import annotations
 
 import os
@@ -11,7 +13,9 @@ import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
 from compiler.codegen.kernels.qmatmul import MatMulInteger, QLinearMatMul
-from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
+from compiler.codegen.gemm.int8 import Int8Tiling, pack_b
+from compiler.codegen.kernels.testing import build_kernels, run_cuda_forms, run_kernels
+from compiler.codegen.llvm.target import host_target, target_for
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import interpret
 from compiler.ir.ops import quant as qn
@@ -105,3 +109,79 @@ def test_on_the_cuda_printer():
         one.set_outputs([one.add_node(n.op, ins).outputs[0]])
         got = run_cuda_forms(one, {v.name: feeds[v.name] for v in one.inputs})
         np.testing.assert_array_equal(got[one.output_names[0]], want[name], err_msg=n.describe())
+
+
+def _constant_b_graph(seed=2):
+    rng = np.random.default_rng(seed)
+    g = Graph("packed")
+    feeds = {}
+    for ash, bsh in [((3, 5), (5, 7)), ((2, 3, 17), (17, 33)), ((13, 64), (64, 100)), ((1, 7), (7, 200)),
+                     ((9, 1), (1, 3))]:
+        for adt, bdt in TYPES:
+            a = g.add_input(f"a{len(feeds)}", TensorType(adt, ash))
+            feeds[a.name] = _ints(rng, adt, ash)
+            b = g.add_constant(_ints(rng, bdt, bsh))
+            za, zb = g.add_constant(_ints(rng, adt, ())), g.add_constant(_ints(rng, bdt, (bsh[-1],)))
+            zb0 = g.add_constant(np.array(128 if bdt is DType.u8 else 0, bdt.np))  # no rows to sum
+            g.add(qn.MatMulInteger(), a, b, za, zb)
+            g.add(qn.MatMulInteger(), a, b)
+            g.add(qn.MatMulInteger(), a, b, None, zb0)
+            if len(ash) == 2:
+                g.add(qn.MatMulInteger(), a, b, g.add_constant(_ints(rng, adt, (ash[0],))), zb0)
+            sa = g.add_constant(np.float32(0.02))
+            sb = g.add_constant((rng.random(bsh[-1]) * 0.01 + 0.001).astype(np.float32))
+            g.add(qn.QLinearMatMul(), a, sa, za, b, sb, zb, g.add_constant(np.float32(0.7)),
+                  g.add_constant(_ints(rng, adt, ())))
+            g.add(qn.QLinearMatMul(), a, sa, za, b, sb, zb0, g.add_constant(np.full(bsh[-1], 0.05, np.float32)),
+                  g.add_constant(_ints(rng, bdt, (bsh[-1],))))
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    return g, feeds
+
+
+def test_constant_weights_take_the_vnni_kernel_on_a_vnni_target():
+    """Structure on any host: for an AVX-512 VNNI CPU every node gets the packed kernel; for AVX2 the
+    portable loop, saying why."""
+    g, _ = _constant_b_graph()
+    _, _, plan = build_kernels(g, target_for("icelake-server"))
+    assert all(any(n.startswith("VNNI int8 tiles") for n in k.notes) for _, k in plan)
+    _, _, plan = build_kernels(g, target_for("x86-64-v3"))
+    assert all(any("no AVX-512 VNNI" in n for n in k.notes) for _, k in plan)
+
+
+@pytest.mark.skipif(not host_target().has("avx512vnni"), reason="runs the VNNI kernel: this CPU has no AVX-512 VNNI "
+                    "(test_constant_weights_take_the_vnni_kernel_on_a_vnni_target checks it is built)")
+def test_vnni_kernel_numbers():
+    g, feeds = _constant_b_graph()
+    want, got = interpret(g, feeds), run_kernels(g, feeds)
+    for n, name in zip(g.nodes, g.output_names):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
+
+
+def test_constant_weights_on_an_avx2_target_run_the_portable_loop():
+    g, feeds = _constant_b_graph(seed=3)
+    want, got = interpret(g, feeds), run_kernels(g, feeds, target=target_for("x86-64-v3"))
+    for n, name in zip(g.nodes, g.output_names):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_packed_b_layout(dtype):
+    """Each packed word holds one column's 4 consecutive k as signed bytes of b' (b - 128 for uint8);
+    the column sums and zero points of the correction come with it, zero past N."""
+    rng = np.random.default_rng(4)
+    lo, hi = (-128, 128) if dtype == np.int8 else (0, 256)
+    b = rng.integers(lo, hi, (10, 37)).astype(dtype)
+    zb = rng.integers(lo, hi, 37).astype(dtype)
+    t = Int8Tiling.for_shape(5, 37)
+    p = pack_b(b, zb, t)
+    shift = 128 if dtype == np.uint8 else 0
+    panels = -(-37 // t.NR)
+    assert p.words.shape == (panels, 3, t.NR)
+    bytes_ = p.words.view(np.int8).reshape(panels, 3, t.NR, 4)
+    for n in range(37):
+        for k in range(12):
+            want = int(b[k, n]) - shift if k < 10 else 0
+            assert bytes_[n // t.NR, k // 4, n % t.NR, k % 4] == want
+    np.testing.assert_array_equal(p.colsum[:37], b.astype(np.int64).sum(0) - 10 * shift)
+    np.testing.assert_array_equal(p.zb[:37], zb.astype(np.int32) - shift)
+    assert not p.colsum[37:].any() and not p.zb[37:].any()
