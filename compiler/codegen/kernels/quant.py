@@ -1,10 +1,13 @@
 """QuantizeLinear and DequantizeLinear to and from the integer types (per tensor, per axis, blocked),
-on the loop form, computed as the reference computes them:
+and DynamicQuantizeLinear, on the loop form, computed as the reference computes them:
 
 * quantize: ``q = x / scale`` in the precision (f32, or f64 for an integer scale), rounded half to
   even, plus the zero point, clamped to the result type's range;
 * dequantize: ``(x - zero_point)`` in i64, converted to the result type, times the scale in that
   type (float16: the product in f32, rounded once).
+
+* dynamic: x's range extended to 0 (one pass: running min and max from 0), the scale and zero
+  point from it in f32, then quantize as above (one thread: the form has no grid-wide step between).
 
 Each element finds its scale and zero point from its own index (the same one, the one along the
 axis, or the axis index divided by the block size). Float 8/4 types and float16 quotients stay with
@@ -15,7 +18,7 @@ from __future__ import annotations
 from ...ir.ops import quant as qn
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm
-from ..loops.expr import INDEX, Const, cast, compute_type, op
+from ..loops.expr import INDEX, Const, cast, compute_type, op, select
 from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
 _INTS = (DType.i8, DType.u8, DType.i16, DType.u16, DType.i32)
@@ -159,6 +162,54 @@ class DequantizeLinear(FormLowering):
         return kf.finish()
 
 
-LOWERINGS = (QuantizeLinear(), DequantizeLinear())
+class DynamicQuantizeLinear(FormLowering):
+    ops = (qn.DynamicQuantizeLinear,)
 
-__all__ = ["DequantizeLinear", "LOWERINGS", "QuantizeLinear"]
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        why = dtype_reason([n.inputs[0]], allowed=(DType.f32,))
+        if why:
+            return why
+        if n.inputs[0].type.numel == 0:
+            return "an empty input (left to the interpreter)"
+        return self.form_reason(group)
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x = n.inputs[0]
+        size = x.type.numel
+        f = DType.f32
+        kf = KernelForm(name)
+        xb = kf.buffer("x", f, (size,), value=x)
+        yb = kf.buffer("y", DType.u8, (size,), "out", value=n.outputs[0])
+        sb = kf.buffer("y_scale", f, (1,), "inout", value=n.outputs[1])  # read back by the tasks
+        zb = kf.buffer("y_zero_point", DType.u8, (1,), "inout", value=n.outputs[2])
+        kf.note("DynamicQuantizeLinear: the range in one pass, then the elements quantized")
+        lo, hi = kf.acc(Const(0.0, f), name="lo"), kf.acc(Const(0.0, f), name="hi")
+        with kf.loop(size, name="i") as i:
+            kf.update(lo, "min", xb[i])
+            kf.update(hi, "max", xb[i])
+        scale = kf.let(op("div", op("sub", hi, lo), Const(255.0, f)), name="scale")
+        zero = kf.let(op("eq", scale, Const(0.0, f)), name="zero")  # x is all 0: scale 1, zero point 0
+        safe = kf.let(select(zero, Const(1.0, f), scale), name="s")
+        zp = kf.let(select(zero, Const(0.0, f), _clip(op("round", op("sub", Const(0.0, f), op("div", lo, safe))))),
+                    name="zp")
+        zero_ix = (Const(0, INDEX),)
+        kf.store(sb, zero_ix, safe)
+        kf.store(zb, zero_ix, cast(zp, DType.u8))
+        # one thread: a grid-wide step between the range and the elements is not in the form (a GPU
+        # would need two launches); the elements read the scale and zero point back from the results
+        with kf.loop(size, "vector", name="j") as j:
+            q = op("add", op("round", op("div", xb[j], sb[zero_ix])), cast(zb[zero_ix], f))
+            kf.store(yb, (j,), cast(_clip(q), DType.u8))
+        return kf.finish()
+
+
+def _clip(v):
+    """v clamped to [0, 255] (a uint8's range), in v's float type."""
+    return op("min", op("max", v, Const(0.0, v.dtype)), Const(255.0, v.dtype))
+
+
+LOWERINGS = (QuantizeLinear(), DequantizeLinear(), DynamicQuantizeLinear())
+
+__all__ = ["DequantizeLinear", "DynamicQuantizeLinear", "LOWERINGS", "QuantizeLinear"]
