@@ -36,7 +36,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             output: str | os.PathLike | None = None, target: Target | None = None, fallback: bool = True,
             nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),
             timings: dict | None = None, profile: bool = False, memory_limit: int | None = None,
-            model_name: str | None = None, input_values: Mapping[str, Any] | None = None) -> Executable:
+            model_name: str | None = None, input_values: Mapping[str, Any] | None = None,
+            quantize: Any = None, calibration: Any = None) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
     this CPU (or ``target``) and return it loaded.
 
@@ -51,7 +52,10 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     (``Executable.step_seconds``). ``memory_limit``: the most bytes the model may need (arena plus
     weights, and any one value; default: this machine's memory); past it a ``LimitError`` names the
     size and the node. ``model_name``: the model's name in the artifact (default: ``model`` when it is
-    a string, else the graph's name).
+    a string, else the graph's name). ``quantize``: int8 quantization of the matrix products with
+    constant weights, a mode name ("int8", "int8-dynamic") or a ``passes.quantize.QuantizeOptions``;
+    static "int8" measures activation ranges by running the float model on ``calibration`` (a
+    directory of ``.npz``/``.npy`` samples or an iterable of feed dicts, see ``calibration.py``).
 
     The passes fuse what the CPU backend can run as one kernel: the driver hands its capabilities
     (``codegen.fusion.CPU_FUSION``) to the pipeline.
@@ -60,14 +64,21 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     from .models import load_graph
     from .passes.manager import Verify
     from .passes.manager import PassManager
-    from .passes.options import CompileOptions
+    from .passes.options import CompileOptions, OptionError
     from .passes.pipeline import pipeline
 
     t0 = time.perf_counter()
     opts = CompileOptions.make(opt_level=opt_level, input_shapes=dict(input_shapes or {}),
                                input_values=dict(input_values or {}),
                                disabled_passes=tuple(disabled_passes), verify=verify,
-                               memory_limit_bytes=memory_limit)
+                               memory_limit_bytes=memory_limit, quantize=quantize)
+    calibrate = None
+    if calibration is not None:
+        from .calibration import calibrator, read_samples
+
+        if opts.quantize is None or not opts.quantize.needs_calibration:
+            raise OptionError("calibration data is given, but no static int8 quantization (quantize='int8')")
+        calibrate = calibrator(read_samples(calibration), target=target, nthreads=nthreads)
     graph = load_graph(model, opts.input_shapes)
     if isinstance(model, Graph) and opts.input_shapes:
         pass  # InferShapes applies them
@@ -75,7 +86,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     from .passes.pipeline import all_pass_names
 
     opts.check_pass_names(all_pass_names())
-    passes = [p for p in pipeline(opts, CPU_FUSION) if p.name not in opts.disabled_passes]
+    passes = [p for p in pipeline(opts, CPU_FUSION, calibrate) if p.name not in opts.disabled_passes]
     PassManager(passes, [Verify()] if verify else []).run(graph)
     t2 = time.perf_counter()
     limit = opts.memory_limit_bytes or limits.machine_memory()
@@ -100,6 +111,10 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
                          nthreads=nthreads)
     t4 = time.perf_counter()
     exe._owner = owner
+    quantize = next((p for p in passes if p.name == "quantize"), None)
+    #: with ``quantize``: {"quantized": [node names], "kept_in_float": {node name: why}}
+    exe.quantization = None if quantize is None else {"quantized": list(quantize.quantized),
+                                                      "kept_in_float": dict(quantize.refusals)}
     times.update(llvm_and_link=t4 - t3, total=time.perf_counter() - t0)
     if timings is not None:
         timings.update(times)

@@ -19,3 +19,8 @@ class InputError(KilnError, ValueError):
 
 class LimitError(KilnError):
     """A model past one of Kiln's limits (memory, node count, nesting depth): each limit is an option."""
+
+
+class DataError(KilnError):
+    """Data given to the compiler that does not fit the model (calibration samples): a pass that reads
+    it raises this, and the pass manager reports it as is, not as the pass failing."""

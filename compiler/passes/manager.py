@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence, TextIO
 
+from ..errors import DataError
 from ..ir.graph import Graph
 from .options import CompileOptions
 
@@ -183,6 +184,8 @@ class PassManager:
                 ins.before_pass(p, i, graph)
             try:
                 changed = bool(p.run(graph))
+            except DataError:
+                raise
             except Exception as e:
                 raise PassError(p.name, ran, given_ir(i), e) from e
             seconds = time.perf_counter() - t0

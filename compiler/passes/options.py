@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from .quantize import QuantizeOptions
 
 
 class OptionError(ValueError):
@@ -33,8 +36,14 @@ class CompileOptions:
     #: the most memory a compiled model may need (arena + weights, and any one value); None: this
     #: machine's physical memory (``limits.memory_limit``)
     memory_limit_bytes: int | None = None
+    #: int8 quantization (``passes/quantize.py``): a ``QuantizeOptions`` or a mode name ("int8",
+    #: "int8-dynamic"); None: none
+    quantize: "QuantizeOptions | None" = None
 
     def __post_init__(self):
+        from .quantize import QuantizeOptions
+
+        object.__setattr__(self, "quantize", QuantizeOptions.of(self.quantize))
         if self.opt_level not in (0, 1, 2, 3):
             raise OptionError(f"opt_level must be 0, 1, 2 or 3, got {self.opt_level!r}")
         object.__setattr__(self, "disabled_passes", tuple(self.disabled_passes))

@@ -110,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--verify", action="store_true", help="run the IR verifier after every pass")
     d.add_argument("--json", action="store_true", help="print the pass summary (and --check report) as JSON")
     d.add_argument("--list-passes", action="store_true", help="list the passes of -O N and exit")
+    d.add_argument("--quantize", choices=["int8", "int8-dynamic"], default=None,
+                   help="add the quantize pass (as `kiln compile --quantize`; int8 needs --calibration)")
+    d.add_argument("--calibration", metavar="DIR", default=None,
+                   help="samples for --quantize int8 (a directory of .npz/.npy files, as `kiln compile`)")
     d.add_argument("--explain-fusion", action="store_true",
                    help="say, for each pair of adjacent ops, whether the fuse pass put them in one kernel and "
                         "why not (pattern, shared producer, cycle, limit)")
@@ -213,8 +217,13 @@ def cmd_dump(args) -> int:
 
     shapes = dict(args.input_shape)
     opts = CompileOptions.make(opt_level=args.opt_level, disabled_passes=tuple(args.disable_pass),
-                               verify=args.verify)
-    passes = pipeline(opts, CPU_FUSION) + [load_pass(s) for s in args.extra_pass]
+                               verify=args.verify, quantize=args.quantize)
+    calibrate = None
+    if args.calibration:
+        from ..calibration import calibrator, read_samples
+
+        calibrate = calibrator(read_samples(args.calibration))
+    passes = pipeline(opts, CPU_FUSION, calibrate) + [load_pass(s) for s in args.extra_pass]
     if args.list_passes:
         for i, p in enumerate(passes, start=1):
             doc = (type(p).__doc__ or "").strip().splitlines()

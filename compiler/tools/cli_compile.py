@@ -59,6 +59,21 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     c.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
                    help="refuse a model needing more memory than this (arena + weights, or any one value), "
                         "e.g. 512MiB, 8GiB (default: this machine's memory)")
+    q = c.add_argument_group("int8 quantization", "MatMul/Gemm with constant weights computed in int8 (int32 sums, "
+                             "AVX-512 VNNI where the CPU has it), rescaled to float after; see docs/quantization.md")
+    q.add_argument("--quantize", choices=["int8", "int8-dynamic"], default=None,
+                   help="int8: activation ranges measured on --calibration data; int8-dynamic: from each run's "
+                        "own inputs (no calibration; the usual choice for transformers)")
+    q.add_argument("--calibration", metavar="DIR", default=None,
+                   help="samples for --quantize int8: a directory of .npz files (an array per input name) or, "
+                        "for a one-input model, .npy files; one sample per file")
+    q.add_argument("--calibrator", choices=["minmax"], default="minmax",
+                   help="how a range is measured from the samples (default minmax: the extremes seen)")
+    q.add_argument("--per-channel", action="store_true", help="one weight scale per output column (default: per tensor)")
+    q.add_argument("--symmetric", action="store_true",
+                   help="activations as int8 with zero point 0 (default: uint8 with a zero point)")
+    q.add_argument("--exclude", action="append", default=[], metavar="NODE|OP",
+                   help="keep this node (by name) or every node of this op in float (repeatable)")
     c.add_argument("--json", action="store_true", help="print the compile summary as JSON")
     c.set_defaults(func=cmd_compile)
 
@@ -129,13 +144,24 @@ def cmd_compile(args) -> int:
                         f"{args.model}` (`kiln compile` takes a .onnx or .kir file, light:NAME or zoo:NAME)")
     _refuse_directory(args.model)
     timings: dict = {}
+    quantize = None
+    if args.quantize:
+        from ..passes.quantize import QuantizeOptions
+
+        quantize = QuantizeOptions(mode=args.quantize, calibrator=args.calibrator, per_channel=args.per_channel,
+                                   symmetric=args.symmetric, exclude=tuple(args.exclude))
+    elif args.calibration or args.per_channel or args.symmetric or args.exclude:
+        raise KilnError("--calibration, --per-channel, --symmetric and --exclude go with --quantize")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FallbackWarning)
         exe = compile(model_of(args.model), args.opt_level, _shapes(args.input_shape), output=args.output,
                       target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings,
-                      disabled_passes=args.disable_pass, memory_limit=args.memory_limit, model_name=args.model)
+                      disabled_passes=args.disable_pass, memory_limit=args.memory_limit, model_name=args.model,
+                      quantize=quantize, calibration=args.calibration)
     summary = summarize(exe.manifest, args.output)
     summary["compile_seconds"] = {k: round(v, 3) for k, v in timings.items()}
+    if exe.quantization is not None:
+        summary["quantization"] = exe.quantization
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
@@ -147,6 +173,10 @@ def cmd_compile(args) -> int:
               f"LLVM + link {timings['llvm_and_link']:.2f})")
         print(f"  {summary['kernels']} kernel(s), {summary['views']} view(s), {len(summary['fallback'])} fallback node(s)")
         print(f"  {memory_line(m)}")
+        if exe.quantization is not None:
+            kept = exe.quantization["kept_in_float"]
+            print(f"  int8: {len(exe.quantization['quantized'])} product(s) quantized, {len(kept)} kept in float"
+                  + "".join(f"\n    {name}: {why}" for name, why in kept.items()))
     return 0
 
 

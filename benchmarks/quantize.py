@@ -1,0 +1,115 @@
+"""int8 against float, Kiln and ONNX Runtime, in one run: accuracy (cosine similarity of the outputs
+with Kiln's float model on random inputs) and latency.
+
+    python benchmarks/quantize.py [--only mlp,bert] [--threads 2] [--samples 8]
+
+Per model: Kiln float; Kiln int8 (static, minmax over ``--samples`` random calibration samples) and
+int8-dynamic; ONNX Runtime float, and its own int8 from ``onnxruntime.quantization`` on the same
+model file (``quantize_static`` QDQ with the same samples, ``quantize_dynamic``), at the same thread
+count. Latency: the best of 7 rounds (each the mean of enough calls for ~0.2 s). Prints a Markdown
+table; ratios are int8 / float of the same engine, and Kiln int8 / ORT int8 of the same mode.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SUITE = [("mlp (batch 64)", "zoo:mlp?batch=64"), ("mlp (batch 1)", "zoo:mlp?batch=1"),
+         ("bert (seq 128)", "zoo:bert?seq=128")]
+
+
+def _best(fn, rounds=7):
+    for _ in range(5):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    n = max(3, int(0.2 / max(time.perf_counter() - t0, 1e-6)))
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
+def _cosine(a, b):
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-300))
+
+
+def main(argv=None) -> int:
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, \
+        quantize_static
+
+    import compiler
+    from compiler.tools.bench import random_feeds
+    from compiler.tools.zoo import model_of
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=8)
+    a = ap.parse_args(argv)
+    rows = []
+    for label, spec in SUITE:
+        if a.only and not any(s in label or s in spec for s in a.only.split(",")):
+            continue
+        model = model_of(spec)
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model)
+        f32 = compiler.compile(proto, 2, nthreads=a.threads)
+        samples = [random_feeds(f32.inputs, seed=1 + i) for i in range(a.samples)]
+        test = random_feeds(f32.inputs, seed=1000)
+        want = f32.run(test)
+        out = next(iter(want))
+        res = {"kiln float": (1.0, _best(lambda: f32.run(test)))}
+        for mode in ("int8", "int8-dynamic"):
+            q = compiler.compile(proto, 2, nthreads=a.threads, quantize=mode,
+                                 calibration=samples if mode == "int8" else None)
+            res[f"kiln {mode}"] = (_cosine(q.run(test)[out], want[out]), _best(lambda: q.run(test)))
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = a.threads
+        with tempfile.TemporaryDirectory() as d:
+            src, st, dy = (os.path.join(d, n) for n in ("m.onnx", "static.onnx", "dynamic.onnx"))
+            onnx.save(proto, src)
+
+            class Reader(CalibrationDataReader):
+                def __init__(self):
+                    self.it = iter(samples)
+
+                def get_next(self):
+                    return next(self.it, None)
+
+            quantize_static(src, st, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QInt8)
+            quantize_dynamic(src, dy, weight_type=QuantType.QInt8)
+            for name, path in (("ort float", src), ("ort int8", st), ("ort int8-dynamic", dy)):
+                s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+                got = s.run(None, test)[0]
+                res[name] = (_cosine(got, want[out]), _best(lambda: s.run(None, test)))
+        rows.append((label, res))
+        print(label, {k: (round(c, 5), round(t * 1e3, 3)) for k, (c, t) in res.items()}, flush=True)
+    print()
+    print("| model | engine | mode | cosine vs Kiln float | ms | int8/float (same engine) | Kiln/ORT (same mode) |")
+    print("|---|---|---|---|---|---|---|")
+    for label, res in rows:
+        for key, (c, t) in res.items():
+            engine, mode = key.split(" ", 1)
+            base = res[f"{engine} float"][1]
+            peer = res.get(("ort " if engine == "kiln" else "kiln ") + mode)
+            vs = f"{t / peer[1]:.2f}" if engine == "kiln" and peer else ""
+            print(f"| {label} | {engine} | {mode} | {c:.5f} | {t * 1e3:.3f} | {t / base:.2f} | {vs} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

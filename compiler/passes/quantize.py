@@ -1,0 +1,217 @@
+"""int8 post-training quantization of the matrix products with constant weights (MatMul, Gemm).
+
+Each quantized product becomes integer work and a float rescale, in ONNX ops (so ``kiln dump``
+shows it and the reference interpreter checks it):
+
+    static (``int8``):           xq = QuantizeLinear(x, sx, zx)              sx, zx from x's calibrated range
+    dynamic (``int8-dynamic``):  xq, sx, zx = DynamicQuantizeLinear(x)        from each run's x
+    then                          acc = MatMulInteger(xq, Wq, zx)            int32 sums (the VNNI kernel)
+                                  y   = Cast(acc, f32) * (sx * sw) [+ bias]
+
+x is asymmetric uint8 (scale ``(hi - lo) / 255`` over the range extended to 0; or symmetric int8
+with ``symmetric``); the weights are symmetric int8 in [-127, 127] with one scale per tensor or per
+output column (``per_channel``): ``sw = max|W| / 127``. The rescale is exact in the sense that
+only x and W are rounded: the int32 sums are exact.
+
+The pass never imports a backend: static quantization needs x's range, which the driver measures
+by running the float model on calibration data (a ``Calibrate`` callback: the graph and the values
+to observe in, their ``(min, max)`` out). ``refusals`` keeps why each product left in float was
+left (excluded, weights not constant, an op without an int8 kernel yet).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..ir.graph import Graph, Node, Value
+from ..ir.ops import elementwise as ew
+from ..ir.ops import quant as qn
+from ..ir.types import DType
+from .manager import Pass
+from .options import OptionError
+
+MODES = ("int8", "int8-dynamic")
+CALIBRATORS = ("minmax",)
+#: ops that could be quantized but have no int8 path yet, and why (listed as refusals)
+NOT_YET = {"Conv": "int8 convolution is not built yet (QLinearConv/ConvInteger run in float or the interpreter)",
+           "ConvTranspose": "int8 ConvTranspose is not built", "Attention": "int8 attention is not built"}
+
+#: the driver's measurement: (graph, values to observe) -> {id(value): (min, max)} over the calibration data
+Calibrate = Callable[[Graph, Sequence[Value]], Mapping[int, tuple[float, float]]]
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """What ``compile(..., quantize=...)`` and ``kiln compile --quantize`` ask for."""
+
+    #: "int8": activations quantized with ranges measured on calibration data; "int8-dynamic": at
+    #: run time from each input's own range (no calibration data; the usual choice for transformers)
+    mode: str = "int8"
+    #: how a range is measured from the calibration data ("minmax": the extremes seen)
+    calibrator: str = "minmax"
+    #: one weight scale per output column instead of one per tensor
+    per_channel: bool = False
+    #: activations as int8 with zero point 0 (range symmetric about 0) instead of uint8
+    symmetric: bool = False
+    #: node names or op names (e.g. "Gemm") kept in float
+    exclude: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise OptionError(f"quantize mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.calibrator not in CALIBRATORS:
+            raise OptionError(f"calibrator must be one of {', '.join(CALIBRATORS)}, got {self.calibrator!r} "
+                              f"(entropy and percentile are not built yet)")
+        if self.mode == "int8-dynamic" and self.symmetric:
+            raise OptionError("int8-dynamic quantizes activations as uint8 (DynamicQuantizeLinear); "
+                              "symmetric is for int8")
+        object.__setattr__(self, "exclude", tuple(self.exclude))
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.mode == "int8"
+
+    @classmethod
+    def of(cls, value: "QuantizeOptions | str | None") -> "QuantizeOptions | None":
+        """Options from a mode name ("int8", "int8-dynamic") or options; None stays None."""
+        if value is None or isinstance(value, QuantizeOptions):
+            return value
+        if isinstance(value, str):
+            return cls(mode=value)
+        raise OptionError(f"quantize must be a mode name or QuantizeOptions, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class _Product:
+    """A product to quantize: y = alpha * x @ W (+ bias), W [K, N] constant."""
+
+    node: Node
+    x: Value
+    w: np.ndarray
+    alpha: float
+    bias: np.ndarray | None
+
+
+def product_of(node: Node) -> "_Product | str":
+    """The product ``node`` computes, or why it is not quantized."""
+    name = node.op.name
+    if name not in ("MatMul", "Gemm"):
+        return NOT_YET.get(name, f"{name} has no int8 form")
+    x, w = node.inputs[0], node.inputs[1]
+    if w.const is None:
+        return "the weights are not constant"
+    if x.dtype is not DType.f32 or w.dtype is not DType.f32:
+        return "not float32"
+    if w.type.rank != 2:
+        return f"the weights have rank {w.type.rank}, not 2"
+    if not x.type.is_static or x.type.rank < 1:
+        return "the activations' shape is not static"
+    if name == "MatMul":
+        if x.type.rank < 2:
+            return "the activations are a vector"
+        return _Product(node, x, w.const, 1.0, None)
+    op = node.op
+    if op.transA:
+        return "Gemm with transA"
+    c = node.inputs[2] if len(node.inputs) > 2 else None
+    if c is not None and c.const is None:
+        return "Gemm's C is not constant"
+    bias = None if c is None or float(op.beta) == 0.0 else (float(op.beta) * c.const.astype(np.float64))
+    return _Product(node, x, w.const.T if op.transB else w.const, float(op.alpha), bias)
+
+
+def weight_scales(w: np.ndarray, per_channel: bool) -> np.ndarray:
+    """Symmetric int8 scales of W [K, N]: max|W| / 127 per column or for the whole (1 where 0)."""
+    amax = np.abs(w.astype(np.float64)).max(axis=0) if per_channel else np.abs(w.astype(np.float64)).max(initial=0.0)
+    return np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+
+
+def activation_params(lo: float, hi: float, symmetric: bool) -> tuple[np.float32, np.ndarray]:
+    """(scale, zero point) of an activation range (extended to 0): uint8 asymmetric or int8 symmetric."""
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    if not np.isfinite(lo) or not np.isfinite(hi):
+        raise ValueError(f"the calibrated range [{lo}, {hi}] is not finite")
+    if symmetric:
+        amax = max(-lo, hi)
+        return np.float32(amax / 127.0 if amax > 0 else 1.0), np.array(0, np.int8)
+    scale = np.float32((hi - lo) / 255.0 if hi > lo else 1.0)
+    return scale, np.array(np.clip(np.rint(-lo / np.float64(scale)), 0, 255), np.uint8)
+
+
+class Quantize(Pass):
+    """MatMul/Gemm with constant weights become QuantizeLinear (or DynamicQuantizeLinear) +
+    MatMulInteger + a float rescale; ``refusals`` says why the others stayed in float."""
+
+    name = "quantize"
+
+    def __init__(self, options: QuantizeOptions, calibrate: Calibrate | None = None):
+        if options.needs_calibration and calibrate is None:
+            raise OptionError("static int8 quantization needs calibration data (or use int8-dynamic)")
+        self.options, self.calibrate = options, calibrate
+        #: node name -> why it was not quantized
+        self.refusals: dict[str, str] = {}
+        #: node names quantized
+        self.quantized: list[str] = []
+
+    def excluded(self, node: Node) -> bool:
+        return node.name in self.options.exclude or node.op.name in self.options.exclude
+
+    def run(self, graph: Graph) -> bool:
+        products = []
+        for node in graph.nodes:
+            if node.op.name not in ("MatMul", "Gemm") and node.op.name not in NOT_YET:
+                continue
+            p = "excluded by the options" if self.excluded(node) else product_of(node)
+            if isinstance(p, str):
+                self.refusals[node.name or node.describe()] = p
+            else:
+                products.append(p)
+        if not products:
+            return False
+        ranges = {}
+        if self.options.needs_calibration:
+            xs = list({id(p.x): p.x for p in products}.values())
+            ranges = self.calibrate(graph, xs)
+        for p in products:
+            self._rewrite(graph, p, ranges.get(id(p.x)))
+            self.quantized.append(p.node.name)
+        graph.remove_unused_constants()
+        return True
+
+    def _rewrite(self, graph: Graph, p: _Product, rng: tuple[float, float] | None) -> None:
+        node, o = p.node, self.options
+        sw = weight_scales(p.w, o.per_channel)
+        wq = np.clip(np.rint(p.w.astype(np.float64) / sw.astype(np.float64)), -127, 127).astype(np.int8)
+
+        def add(op, *inputs):
+            return graph.add_node(op, list(inputs), name=node.name, before=node)
+
+        w = node.inputs[1].name or node.name
+        x = p.x.name or node.name
+
+        def const(array, what):
+            return graph.add_constant(array, name=f"{what}")
+
+        if o.needs_calibration:
+            sx, zx = activation_params(*rng, symmetric=o.symmetric)
+            zxv = const(zx, f"{x}.zero_point")
+            xq = add(qn.QuantizeLinear(), p.x, const(np.asarray(sx, np.float32), f"{x}.scale"), zxv).output
+            scale = const((np.float64(sx) * sw.astype(np.float64) * p.alpha).astype(np.float32), f"{w}.rescale")
+        else:
+            dq = add(qn.DynamicQuantizeLinear(), p.x)
+            xq, sxv, zxv = dq.outputs
+            scale = add(ew.Mul(), sxv, const((sw.astype(np.float64) * p.alpha).astype(np.float32),
+                                             f"{w}.scale")).output
+        acc = add(qn.MatMulInteger(), xq, const(wq, f"{w}.int8"), zxv).output
+        y = add(ew.Mul(), add(ew.Cast(to=DType.f32), acc).output, scale).output
+        if p.bias is not None:
+            bias = node.inputs[2].name if len(node.inputs) > 2 and node.inputs[2] is not None else None
+            y = add(ew.Add(), y, const(p.bias.astype(np.float32), bias or f"{node.name}.bias")).output
+        node.output.replace_all_uses_with(y)
+        graph.remove(node)
+
+
+__all__ = ["CALIBRATORS", "Calibrate", "MODES", "NOT_YET", "Quantize", "QuantizeOptions", "activation_params",
+           "product_of", "weight_scales"]

@@ -1,0 +1,81 @@
+"""int8 quantization end to end: ``compile(..., quantize=...)`` and ``kiln compile --quantize`` on the
+project's MLP, checked against the float model (cosine similarity), native throughout (no node in
+the interpreter), with calibration from feed dicts and from a directory, and the errors."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler.calibration import CalibrationError
+from compiler.passes.options import OptionError
+from compiler.passes.quantize import QuantizeOptions
+from compiler.tools.cli import main
+from compiler.tools.zoo import model_of
+
+MLP = "zoo:mlp?batch=8"
+
+
+def _samples(n, seed):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((8, 784)).astype(np.float32)} for _ in range(n)]
+
+
+def _cosine(a, b):
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.fixture(scope="module")
+def reference():
+    exe = compiler.compile(model_of(MLP), 2, fallback=False)
+    test = _samples(3, seed=99)
+    return test, [exe.run(f)["output"] for f in test]
+
+
+@pytest.mark.parametrize("options", [QuantizeOptions(), QuantizeOptions(per_channel=True),
+                                     QuantizeOptions(symmetric=True), QuantizeOptions(mode="int8-dynamic")],
+                         ids=["static", "per-channel", "symmetric", "dynamic"])
+def test_quantized_mlp_matches_float(reference, options):
+    test, want = reference
+    exe = compiler.compile(model_of(MLP), 2, fallback=False, quantize=options,
+                           calibration=_samples(6, seed=1) if options.needs_calibration else None)
+    assert exe.quantization == {"quantized": ["/net/net.0/Gemm", "/net/net.2/Gemm", "/net/net.4/Gemm"],
+                                "kept_in_float": {}}
+    for f, w in zip(test, want):
+        assert _cosine(exe.run(f)["output"], w) > 0.999
+
+
+def test_weights_are_a_quarter(reference):
+    f32 = compiler.compile(model_of(MLP), 2)
+    q = compiler.compile(model_of(MLP), 2, quantize="int8-dynamic")
+    ratio = q.manifest.memory["weights_bytes"] / f32.manifest.memory["weights_bytes"]
+    assert 0.22 < ratio < 0.3, ratio
+
+
+def test_the_cli_quantizes_with_a_calibration_directory(tmp_path, capsys, reference):
+    for i, s in enumerate(_samples(4, seed=2)):
+        np.savez(tmp_path / f"s{i}.npz", **s)
+    out = tmp_path / "m.kiln"
+    assert main(["compile", MLP, "-o", str(out), "--quantize", "int8", "--calibration", str(tmp_path),
+                 "--exclude", "/net/net.4/Gemm", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["quantization"] == {"quantized": ["/net/net.0/Gemm", "/net/net.2/Gemm"],
+                                       "kept_in_float": {"/net/net.4/Gemm": "excluded by the options"}}
+    test, want = reference
+    assert _cosine(compiler.load(str(out)).run(test[0])["output"], want[0]) > 0.999
+
+
+def test_errors(tmp_path):
+    with pytest.raises(OptionError, match="needs calibration data"):
+        compiler.compile(model_of(MLP), 2, quantize="int8")
+    with pytest.raises(OptionError, match="no static int8 quantization"):
+        compiler.compile(model_of(MLP), 2, calibration=_samples(1, 0))
+    with pytest.raises(CalibrationError, match="lacks input.s. x"):
+        compiler.compile(model_of(MLP), 2, quantize="int8", calibration=[{"y": np.zeros(3)}])
+    with pytest.raises(CalibrationError, match="holds no .npz or .npy sample"):
+        compiler.compile(model_of(MLP), 2, quantize="int8", calibration=str(tmp_path))
+    with pytest.raises(CalibrationError, match="calibration sample 0: .*shape"):
+        compiler.compile(model_of(MLP), 2, quantize="int8", calibration=[{"x": np.zeros((2, 784), np.float32)}])

@@ -1,0 +1,161 @@
+"""The quantize pass (compiler/passes/quantize.py): structure (what a quantized product becomes),
+numbers (the interpreter before and after: the int8 result close to float, the integer part exact)
+and refusals (why a product stays in float), plus the scale and zero point arithmetic."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.ir.interpreter import interpret
+from compiler.ir.verify import verify
+from compiler.passes.manager import PassManager, Verify
+from compiler.passes.options import CompileOptions, OptionError
+from compiler.passes.quantize import Quantize, QuantizeOptions, activation_params, weight_scales
+
+from .util import ir, same_ir
+
+RNG = np.random.default_rng(5)
+W1 = (RNG.standard_normal((8, 16)) * 0.3).astype(np.float32)   # Gemm transB: [N, K]
+B1 = (RNG.standard_normal(8) * 0.1).astype(np.float32)
+W2 = (RNG.standard_normal((8, 3)) * 0.3).astype(np.float32)    # MatMul: [K, N]
+WC = RNG.standard_normal((2, 3, 3, 3)).astype(np.float32)
+
+
+def _mlp():
+    return ir("""
+    graph @mlp(%x: f32[4,16]) -> (y: f32[4,3]) {
+      %w1 = const f32[8,16]
+      %b1 = const f32[8]
+      %w2 = const f32[8,3]
+      %0 = Gemm(%x, %w1, %b1) {transB=1} : f32[4,8]
+      %1 = Relu(%0) : f32[4,8]
+      %2 = MatMul(%1, %w2) : f32[4,3]
+      return y=%2
+    }""", {"w1": W1, "b1": B1, "w2": W2})
+
+
+def _feeds(n=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((4, 16)).astype(np.float32)} for _ in range(n)]
+
+
+def _minmax(samples):
+    """A Calibrate callback: the reference interpreter's extremes of each value over ``samples``."""
+    def calibrate(graph, values):
+        names = [f"v{i}" for i in range(len(values))]
+        from compiler.ir.clone import clone
+
+        copy, where = clone(graph)
+        copy.set_outputs([where(v) for v in values], names)
+        outs = [interpret(copy, s) for s in samples]
+        return {id(v): (min(float(o[n].min()) for o in outs), max(float(o[n].max()) for o in outs))
+                for v, n in zip(values, names)}
+    return calibrate
+
+
+def _cosine(a, b):
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _run(graph, p):
+    PassManager([p], [Verify()]).run(graph)
+    verify(graph)
+
+
+def test_static_structure_and_numbers():
+    g = _mlp()
+    samples = _feeds()
+    want = [interpret(g, s)["y"] for s in samples]
+    p = Quantize(QuantizeOptions(), _minmax(samples))
+    _run(g, p)
+    assert len(p.quantized) == 2 and p.refusals == {}
+    ops = [n.op.name for n in g.nodes]
+    assert ops == ["QuantizeLinear", "MatMulInteger", "Cast", "Mul", "Add", "Relu",
+                   "QuantizeLinear", "MatMulInteger", "Cast", "Mul"]
+    mmi = [n for n in g.nodes if n.op.name == "MatMulInteger"]
+    assert [n.inputs[1].dtype.name for n in mmi] == ["i8", "i8"]
+    assert [n.inputs[0].dtype.name for n in mmi] == ["u8", "u8"]
+    assert all(np.abs(n.inputs[1].const).max() <= 127 for n in mmi)  # symmetric weights: never -128
+    for s, w in zip(samples, want):
+        assert _cosine(interpret(g, s)["y"], w) > 0.999
+
+
+def test_dynamic_structure_and_numbers():
+    g = _mlp()
+    samples = _feeds(3, seed=1)
+    want = [interpret(g, s)["y"] for s in samples]
+    _run(g, Quantize(QuantizeOptions(mode="int8-dynamic", per_channel=True)))
+    assert [n.op.name for n in g.nodes][:5] == ["DynamicQuantizeLinear", "Mul", "MatMulInteger", "Cast", "Mul"]
+    assert g.output_names == ["y"]
+    for s, w in zip(samples, want):
+        assert _cosine(interpret(g, s)["y"], w) > 0.999
+
+
+def test_the_integer_part_is_exact():
+    """x on the grid of its scale and W on the grid of its own: quantizing loses nothing, so the
+    int8 product is the float product exactly (the int32 sums are exact; the scales are powers of 2)."""
+    w = np.zeros((4, 3), np.float32)
+    w.flat[:] = (np.arange(12) - 6) * 0.5
+    w[0, 0] = -63.5  # max|W| = 127 * 0.5: the weight scale is 0.5
+    g = ir("""
+    graph @one(%x: f32[2,4]) -> (y: f32[2,3]) {
+      %w = const f32[4,3]
+      %0 = MatMul(%x, %w) : f32[2,3]
+      return y=%0
+    }""", {"w": w})
+    x = np.array([[0, 1, 2, 3], [-4, 5, -6, 7]], np.float32) * np.float32(0.25)
+    want = interpret(g, {"x": x})["y"]
+    # the range [-32, 31.75] is 255 steps of 0.25 (zero point 128)
+    _run(g, Quantize(QuantizeOptions(), lambda graph, vs: {id(v): (-32.0, 31.75) for v in vs}))
+    q = next(n for n in g.nodes if n.op.name == "QuantizeLinear")
+    assert float(q.inputs[1].const) == 0.25 and int(q.inputs[2].const) == 128
+    np.testing.assert_array_equal(interpret(g, {"x": x})["y"], want)
+
+
+def test_refusals_say_why():
+    g = ir("""
+    graph @r(%x: f32[1,3,5,5], %a: f32[2,8], %b: f32[8,4]) -> (y: f32[1,2,3,3], z: f32[2,4], u: f32[2,4]) {
+      %wc = const f32[2,3,3,3]
+      %w = const f32[8,4]
+      %0 = Conv(%x, %wc) : f32[1,2,3,3] @"conv"
+      %1 = MatMul(%a, %b) : f32[2,4] @"dynamic_weights"
+      %2 = MatMul(%a, %w) : f32[2,4] @"kept"
+      return y=%0, z=%1, u=%2
+    }""", {"wc": WC, "w": RNG.standard_normal((8, 4)).astype(np.float32)})
+    p = Quantize(QuantizeOptions(mode="int8-dynamic", exclude=("kept",)))
+    changed = PassManager([p]).run(g).records[0].changed
+    assert not changed
+    assert p.refusals == {"conv": "int8 convolution is not built yet (QLinearConv/ConvInteger run in float or the "
+                                  "interpreter)",
+                          "dynamic_weights": "the weights are not constant", "kept": "excluded by the options"}
+    p2 = Quantize(QuantizeOptions(mode="int8-dynamic", exclude=("MatMul",)))
+    PassManager([p2]).run(g)
+    assert p2.refusals["kept"] == "excluded by the options"
+
+
+def test_scales_and_zero_points():
+    s, z = activation_params(-1.0, 3.0, symmetric=False)
+    assert s == np.float32(4.0 / 255) and z == 64 and z.dtype == np.uint8
+    s, z = activation_params(0.5, 2.0, symmetric=False)  # the range is extended to 0
+    assert s == np.float32(2.0 / 255) and z == 0
+    s, z = activation_params(-2.0, 1.0, symmetric=True)
+    assert s == np.float32(2.0 / 127) and z == 0 and z.dtype == np.int8
+    assert activation_params(0.0, 0.0, symmetric=False) == (np.float32(1.0), 0)
+    w = np.array([[1.0, -0.5, 0.0], [-2.54, 0.25, 0.0]], np.float32)
+    np.testing.assert_array_equal(weight_scales(w, True), np.float32([2.54 / 127, 0.5 / 127, 1.0]))
+    assert weight_scales(w, False) == np.float32(2.54 / 127)
+    with pytest.raises(ValueError, match="not finite"):
+        activation_params(-np.inf, 1.0, symmetric=False)
+
+
+def test_options_are_checked():
+    with pytest.raises(OptionError, match="quantize mode must be one of int8, int8-dynamic"):
+        QuantizeOptions(mode="int4")
+    with pytest.raises(OptionError, match="entropy and percentile are not built yet"):
+        QuantizeOptions(calibrator="entropy")
+    with pytest.raises(OptionError, match="needs calibration data"):
+        Quantize(QuantizeOptions())
+    assert CompileOptions(quantize="int8-dynamic").quantize == QuantizeOptions(mode="int8-dynamic")
+    with pytest.raises(OptionError, match="mode name or QuantizeOptions"):
+        CompileOptions(quantize=8)
