@@ -8,6 +8,7 @@ loads it back, so a compiled model and a loaded one run exactly the same code.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -72,13 +73,21 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
                                input_values=dict(input_values or {}),
                                disabled_passes=tuple(disabled_passes), verify=verify,
                                memory_limit_bytes=memory_limit, quantize=quantize)
-    calibrate = None
+    calibrate, budget = None, None
     if calibration is not None:
         from .calibration import calibrator, read_samples
 
-        if opts.quantize is None or not opts.quantize.needs_calibration:
-            raise OptionError("calibration data is given, but no static int8 quantization (quantize='int8')")
-        calibrate = calibrator(read_samples(calibration), target=target, nthreads=nthreads)
+        if opts.quantize is None or not (opts.quantize.needs_calibration or opts.quantize.accuracy_budget is not None):
+            raise OptionError("calibration data is given, but no static int8 quantization (quantize='int8') "
+                              "or accuracy budget")
+        samples = read_samples(calibration)
+        calibrate = calibrator(samples, target=target, nthreads=nthreads)
+        if opts.quantize.accuracy_budget is not None:
+            budget = _keep_within_budget(model, samples, opts, target, nthreads)
+            opts = dataclasses.replace(opts, quantize=dataclasses.replace(
+                opts.quantize, exclude=opts.quantize.exclude + tuple(budget.kept_in_float), accuracy_budget=None))
+    elif opts.quantize is not None and opts.quantize.accuracy_budget is not None:
+        raise OptionError("an accuracy budget needs calibration data to measure the error on")
     graph = load_graph(model, opts.input_shapes)
     if isinstance(model, Graph) and opts.input_shapes:
         pass  # InferShapes applies them
@@ -115,10 +124,23 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     #: with ``quantize``: {"quantized": [node names], "kept_in_float": {node name: why}}
     exe.quantization = None if quantize is None else {"quantized": list(quantize.quantized),
                                                       "kept_in_float": dict(quantize.refusals)}
+    if budget is not None:
+        exe.quantization["budget"] = {"budget": budget.budget, "kept_in_float": budget.kept_in_float,
+                                      "output_cosine": budget.budget_cosine}
     times.update(llvm_and_link=t4 - t3, total=time.perf_counter() - t0)
     if timings is not None:
         timings.update(times)
     return exe
+
+
+def _keep_within_budget(model, samples, opts, target, nthreads):
+    """The quantize report with ``opts.quantize.accuracy_budget``: which layers to keep in float."""
+    from .quantize_report import quantize_report
+
+    q = opts.quantize
+    return quantize_report(model, samples, dataclasses.replace(q, accuracy_budget=None), opt_level=opts.opt_level,
+                           input_shapes=opts.input_shapes, target=target, nthreads=nthreads,
+                           budget=q.accuracy_budget)
 
 
 def _read(dest: str) -> Manifest:

@@ -57,6 +57,10 @@ class QuantizeOptions:
     symmetric: bool = False
     #: node names or op names (e.g. "Gemm") kept in float
     exclude: tuple[str, ...] = field(default_factory=tuple)
+    #: keep the layers whose quantization costs most in float until the model output's error
+    #: (1 - cosine similarity with float, over the calibration samples) is at most this
+    #: (``compiler/quantize_report.py``); None: quantize every layer it can
+    accuracy_budget: float | None = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -68,6 +72,8 @@ class QuantizeOptions:
             raise OptionError("int8-dynamic quantizes activations as uint8 (DynamicQuantizeLinear); "
                               "symmetric is for int8")
         object.__setattr__(self, "exclude", tuple(self.exclude))
+        if self.accuracy_budget is not None and not 0 <= self.accuracy_budget < 1:
+            raise OptionError(f"accuracy_budget is 1 - cosine similarity, in [0, 1): got {self.accuracy_budget}")
 
     @property
     def needs_calibration(self) -> bool:
@@ -154,6 +160,8 @@ class Quantize(Pass):
         self.refusals: dict[str, str] = {}
         #: node names quantized
         self.quantized: list[str] = []
+        #: node name -> the value that now stands for its result (the float rescale)
+        self.results: dict[str, Value] = {}
 
     def excluded(self, node: Node) -> bool:
         return node.name in self.options.exclude or node.op.name in self.options.exclude
@@ -211,6 +219,7 @@ class Quantize(Pass):
             y = add(ew.Add(), y, const(p.bias.astype(np.float32), bias or f"{node.name}.bias")).output
         node.output.replace_all_uses_with(y)
         graph.remove(node)
+        self.results[node.name] = y
 
 
 __all__ = ["CALIBRATORS", "Calibrate", "MODES", "NOT_YET", "Quantize", "QuantizeOptions", "activation_params",

@@ -74,8 +74,36 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
                    help="activations as int8 with zero point 0 (default: uint8 with a zero point)")
     q.add_argument("--exclude", action="append", default=[], metavar="NODE|OP",
                    help="keep this node (by name) or every node of this op in float (repeatable)")
+    q.add_argument("--accuracy-budget", type=float, default=None, metavar="X",
+                   help="keep the layers whose quantization costs most in float until the model output's "
+                        "1 - cosine similarity with float, on the --calibration data, is at most X (e.g. 0.001); "
+                        "see `kiln quantize-report`")
     c.add_argument("--json", action="store_true", help="print the compile summary as JSON")
     c.set_defaults(func=cmd_compile)
+
+    qr = sub.add_parser("quantize-report", help="int8 against float, layer by layer: which layer loses accuracy",
+                        description="Quantize MODEL (as `kiln compile --quantize`) and run it beside the float "
+                                    "model on the calibration samples, natively. For every quantized layer: its "
+                                    "result's SQNR, cosine similarity and largest error against float (in the "
+                                    "all-int8 model), and the model output's SQNR and cosine when only that layer "
+                                    "is quantized; ranked, the most costly first. With --accuracy-budget, also "
+                                    "which layers to keep in float to meet it.",
+                        formatter_class=fmt)
+    qr.add_argument("model", metavar="MODEL")
+    qr.add_argument("--calibration", metavar="DIR", required=True,
+                    help="samples (a directory of .npz/.npy files, as `kiln compile --calibration`)")
+    qr.add_argument("--quantize", choices=["int8", "int8-dynamic"], default="int8", help="the mode (default int8)")
+    qr.add_argument("--per-channel", action="store_true", help="one weight scale per output column")
+    qr.add_argument("--symmetric", action="store_true", help="activations as int8 with zero point 0")
+    qr.add_argument("--exclude", action="append", default=[], metavar="NODE|OP", help="keep in float (repeatable)")
+    qr.add_argument("--accuracy-budget", type=float, default=None, metavar="X",
+                    help="also find the layers to keep in float for 1 - cosine of the output to be at most X")
+    qr.add_argument("-O", dest="opt_level", type=int, default=2, choices=[0, 1, 2, 3],
+                    help="optimization level (default 2)")
+    qr.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
+                    help="give the symbolic dimensions of an input sizes (repeat per input)")
+    qr.add_argument("--json", action="store_true", help="print the report as JSON")
+    qr.set_defaults(func=cmd_quantize_report)
 
     r = sub.add_parser("run", help="run a model or a compiled artifact and print its outputs",
                        description="Run ARTIFACT (a directory written by `kiln compile`) or MODEL (compiled first, "
@@ -149,9 +177,11 @@ def cmd_compile(args) -> int:
         from ..passes.quantize import QuantizeOptions
 
         quantize = QuantizeOptions(mode=args.quantize, calibrator=args.calibrator, per_channel=args.per_channel,
-                                   symmetric=args.symmetric, exclude=tuple(args.exclude))
-    elif args.calibration or args.per_channel or args.symmetric or args.exclude:
-        raise KilnError("--calibration, --per-channel, --symmetric and --exclude go with --quantize")
+                                   symmetric=args.symmetric, exclude=tuple(args.exclude),
+                                   accuracy_budget=args.accuracy_budget)
+    elif args.calibration or args.per_channel or args.symmetric or args.exclude or args.accuracy_budget is not None:
+        raise KilnError("--calibration, --per-channel, --symmetric, --exclude and --accuracy-budget go with "
+                        "--quantize")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FallbackWarning)
         exe = compile(model_of(args.model), args.opt_level, _shapes(args.input_shape), output=args.output,
@@ -177,6 +207,24 @@ def cmd_compile(args) -> int:
             kept = exe.quantization["kept_in_float"]
             print(f"  int8: {len(exe.quantization['quantized'])} product(s) quantized, {len(kept)} kept in float"
                   + "".join(f"\n    {name}: {why}" for name, why in kept.items()))
+            b = exe.quantization.get("budget")
+            if b is not None:
+                print(f"  accuracy budget {b['budget']:g}: kept {len(b['kept_in_float'])} layer(s) in float, "
+                      f"output cosine {b['output_cosine']:.6f} on the calibration data")
+    return 0
+
+
+def cmd_quantize_report(args) -> int:
+    from ..passes.quantize import QuantizeOptions
+    from ..quantize_report import quantize_report
+    from .zoo import model_of
+
+    _refuse_directory(args.model)
+    options = QuantizeOptions(mode=args.quantize, per_channel=args.per_channel, symmetric=args.symmetric,
+                              exclude=tuple(args.exclude))
+    report = quantize_report(model_of(args.model), args.calibration, options, opt_level=args.opt_level,
+                             input_shapes=_shapes(args.input_shape), budget=args.accuracy_budget)
+    print(json.dumps(report.to_json(), indent=1) if args.json else report.text())
     return 0
 
 
