@@ -25,6 +25,8 @@ _INTS = (DType.i8, DType.u8, DType.i16, DType.u16, DType.i32)
 _FLOATS = (DType.f32, DType.f16, DType.f64)
 #: elements of work a parallel task gets at least
 PAR_MIN_WORK = 1 << 15
+#: DynamicQuantizeLinear's running minima/maxima side by side (a block size, not the vector width)
+RANGE_LANES = 64
 
 
 def _params(kf: KernelForm, n, scale, zp, shape):
@@ -185,10 +187,29 @@ class DynamicQuantizeLinear(FormLowering):
         sb = kf.buffer("y_scale", f, (1,), "inout", value=n.outputs[1])  # read back by the tasks
         zb = kf.buffer("y_zero_point", DType.u8, (1,), "inout", value=n.outputs[2])
         kf.note("DynamicQuantizeLinear: the range in one pass, then the elements quantized")
+        # the range: RANGE_LANES running minima and maxima side by side (an elementwise vector loop:
+        # NaN-propagating min/max reductions do not vectorize), then those and the tail
+        lanes = RANGE_LANES
+        blocks = size // lanes
+        plo = kf.buffer("lo", f, (lanes,), "scratch")
+        phi = kf.buffer("hi", f, (lanes,), "scratch")
+        with kf.loop(lanes, "vector", name="l") as l:
+            kf.store(plo, (l,), Const(0.0, f))
+            kf.store(phi, (l,), Const(0.0, f))
+        if blocks:
+            with kf.loop(blocks, name="b") as b, kf.loop(lanes, "vector", name="l") as l:
+                v = xb[(op("add", op("mul", b, Const(lanes, INDEX)), l),)]
+                kf.store(plo, (l,), op("min", plo[(l,)], v))
+                kf.store(phi, (l,), op("max", phi[(l,)], v))
         lo, hi = kf.acc(Const(0.0, f), name="lo"), kf.acc(Const(0.0, f), name="hi")
-        with kf.loop(size, name="i") as i:
-            kf.update(lo, "min", xb[i])
-            kf.update(hi, "max", xb[i])
+        with kf.loop(lanes, name="l") as l:
+            kf.update(lo, "min", plo[(l,)])
+            kf.update(hi, "max", phi[(l,)])
+        if size % lanes:
+            with kf.loop(size % lanes, name="i") as i:
+                v = xb[(op("add", i, Const(blocks * lanes, INDEX)),)]
+                kf.update(lo, "min", v)
+                kf.update(hi, "max", v)
         scale = kf.let(op("div", op("sub", hi, lo), Const(255.0, f)), name="scale")
         zero = kf.let(op("eq", scale, Const(0.0, f)), name="zero")  # x is all 0: scale 1, zero point 0
         safe = kf.let(select(zero, Const(1.0, f), scale), name="s")
