@@ -1,4 +1,4 @@
-"""int8 post-training quantization of the matrix products with constant weights (MatMul, Gemm).
+"""int8 post-training quantization of the products with constant weights (MatMul, Gemm, Conv).
 
 Each quantized product becomes integer work and a float rescale, in ONNX ops (so ``kiln dump``
 shows it and the reference interpreter checks it):
@@ -6,7 +6,8 @@ shows it and the reference interpreter checks it):
     static (``int8``):           xq = QuantizeLinear(x, sx, zx)              sx, zx from x's calibrated range
     dynamic (``int8-dynamic``):  xq, sx, zx = DynamicQuantizeLinear(x)        from each run's x
     then                          acc = MatMulInteger(xq, Wq, zx)            int32 sums (the VNNI kernel)
-                                  y   = Cast(acc, f32) * (sx * sw) [+ bias]
+                                        (ConvInteger for a Conv, its attributes kept)
+                                  y   = Cast(acc, f32) * (sx * sw) [+ bias]  (per output channel for a Conv)
 
 x is asymmetric uint8 (scale ``(hi - lo) / 255`` over the range extended to 0; or symmetric int8
 with ``symmetric``); the weights are symmetric int8 in [-127, 127] with one scale per tensor or per
@@ -35,8 +36,8 @@ from .options import OptionError
 MODES = ("int8", "int8-dynamic")
 CALIBRATORS = ("minmax",)
 #: ops that could be quantized but have no int8 path yet, and why (listed as refusals)
-NOT_YET = {"Conv": "int8 convolution is not built yet (QLinearConv/ConvInteger run in float or the interpreter)",
-           "ConvTranspose": "int8 ConvTranspose is not built", "Attention": "int8 attention is not built"}
+NOT_YET = {"ConvTranspose": "int8 ConvTranspose is not built", "Attention": "int8 attention is not built"}
+QUANTIZED_OPS = ("MatMul", "Gemm", "Conv")
 
 #: the driver's measurement: (graph, values to observe) -> {id(value): (min, max)} over the calibration data
 Calibrate = Callable[[Graph, Sequence[Value]], Mapping[int, tuple[float, float]]]
@@ -91,29 +92,45 @@ class QuantizeOptions:
 
 @dataclass(frozen=True)
 class _Product:
-    """A product to quantize: y = alpha * x @ W (+ bias), W [K, N] constant."""
+    """A product to quantize: y = alpha * x @ W (+ bias) with W [K, N], or y = Conv(x, W) (+ bias) with
+    W [M, C, kh, kw] (``conv``: the Conv op); W constant."""
 
     node: Node
     x: Value
     w: np.ndarray
     alpha: float
     bias: np.ndarray | None
+    conv: object = None
+
+    @property
+    def channel_axis(self) -> int:
+        """W's axis of output channels (one scale each with per_channel)."""
+        return 0 if self.conv is not None else 1
 
 
 def product_of(node: Node) -> "_Product | str":
     """The product ``node`` computes, or why it is not quantized."""
     name = node.op.name
-    if name not in ("MatMul", "Gemm"):
+    if name not in QUANTIZED_OPS:
         return NOT_YET.get(name, f"{name} has no int8 form")
     x, w = node.inputs[0], node.inputs[1]
     if w.const is None:
         return "the weights are not constant"
     if x.dtype is not DType.f32 or w.dtype is not DType.f32:
         return "not float32"
-    if w.type.rank != 2:
-        return f"the weights have rank {w.type.rank}, not 2"
     if not x.type.is_static or x.type.rank < 1:
         return "the activations' shape is not static"
+    if name == "Conv":
+        if x.type.rank != 4:
+            return "only 2-D convolutions are quantized"
+        if node.op.group != 1:
+            return "a grouped convolution (no fast int8 kernel for it yet: it stays float)"
+        b = node.inputs[2] if len(node.inputs) > 2 else None
+        if b is not None and b.const is None:
+            return "the bias is not constant"
+        return _Product(node, x, w.const, 1.0, None if b is None else b.const.astype(np.float64), conv=node.op)
+    if w.type.rank != 2:
+        return f"the weights have rank {w.type.rank}, not 2"
     if name == "MatMul":
         if x.type.rank < 2:
             return "the activations are a vector"
@@ -128,9 +145,11 @@ def product_of(node: Node) -> "_Product | str":
     return _Product(node, x, w.const.T if op.transB else w.const, float(op.alpha), bias)
 
 
-def weight_scales(w: np.ndarray, per_channel: bool) -> np.ndarray:
-    """Symmetric int8 scales of W [K, N]: max|W| / 127 per column or for the whole (1 where 0)."""
-    amax = np.abs(w.astype(np.float64)).max(axis=0) if per_channel else np.abs(w.astype(np.float64)).max(initial=0.0)
+def weight_scales(w: np.ndarray, per_channel: bool, axis: int = 1) -> np.ndarray:
+    """Symmetric int8 scales of W: max|W| / 127 per index of ``axis`` (the output channels: a
+    matmul's columns, a Conv's first axis) or for the whole (1 where 0)."""
+    a = np.abs(w.astype(np.float64))
+    amax = a.max(axis=tuple(i for i in range(w.ndim) if i != axis), initial=0.0) if per_channel else a.max(initial=0.0)
     return np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
 
 
@@ -169,7 +188,7 @@ class Quantize(Pass):
     def run(self, graph: Graph) -> bool:
         products = []
         for node in graph.nodes:
-            if node.op.name not in ("MatMul", "Gemm") and node.op.name not in NOT_YET:
+            if node.op.name not in QUANTIZED_OPS and node.op.name not in NOT_YET:
                 continue
             p = "excluded by the options" if self.excluded(node) else product_of(node)
             if isinstance(p, str):
@@ -190,8 +209,12 @@ class Quantize(Pass):
 
     def _rewrite(self, graph: Graph, p: _Product, rng: tuple[float, float] | None) -> None:
         node, o = p.node, self.options
-        sw = weight_scales(p.w, o.per_channel)
-        wq = np.clip(np.rint(p.w.astype(np.float64) / sw.astype(np.float64)), -127, 127).astype(np.int8)
+        x_now = node.inputs[0]  # p.x, or what replaced it (an earlier product rewritten just before)
+        sw = weight_scales(p.w, o.per_channel, p.channel_axis)
+        # the scales along W's channel axis, and along the result's (a Conv's [M, 1, 1])
+        along_w = sw.reshape([-1 if i == p.channel_axis else 1 for i in range(p.w.ndim)]) if sw.ndim else sw
+        along_y = sw.reshape(-1, 1, 1) if p.conv is not None and sw.ndim else sw
+        wq = np.clip(np.rint(p.w.astype(np.float64) / along_w.astype(np.float64)), -127, 127).astype(np.int8)
 
         def add(op, *inputs):
             return graph.add_node(op, list(inputs), name=node.name, before=node)
@@ -205,22 +228,29 @@ class Quantize(Pass):
         if o.needs_calibration:
             sx, zx = activation_params(*rng, symmetric=o.symmetric)
             zxv = const(zx, f"{x}.zero_point")
-            xq = add(qn.QuantizeLinear(), p.x, const(np.asarray(sx, np.float32), f"{x}.scale"), zxv).output
-            scale = const((np.float64(sx) * sw.astype(np.float64) * p.alpha).astype(np.float32), f"{w}.rescale")
+            xq = add(qn.QuantizeLinear(), x_now, const(np.asarray(sx, np.float32), f"{x}.scale"), zxv).output
+            scale = const((np.float64(sx) * along_y.astype(np.float64) * p.alpha).astype(np.float32), f"{w}.rescale")
         else:
-            dq = add(qn.DynamicQuantizeLinear(), p.x)
+            dq = add(qn.DynamicQuantizeLinear(), x_now)
             xq, sxv, zxv = dq.outputs
-            scale = add(ew.Mul(), sxv, const((sw.astype(np.float64) * p.alpha).astype(np.float32),
+            scale = add(ew.Mul(), sxv, const((along_y.astype(np.float64) * p.alpha).astype(np.float32),
                                              f"{w}.scale")).output
-        acc = add(qn.MatMulInteger(), xq, const(wq, f"{w}.int8"), zxv).output
+        if p.conv is None:
+            integer = qn.MatMulInteger()
+        else:
+            c = p.conv
+            integer = qn.ConvInteger(auto_pad=c.auto_pad, dilations=c.dilations, group=c.group,
+                                     kernel_shape=c.kernel_shape, pads=c.pads, strides=c.strides)
+        acc = add(integer, xq, const(wq, f"{w}.int8"), zxv).output
         y = add(ew.Mul(), add(ew.Cast(to=DType.f32), acc).output, scale).output
         if p.bias is not None:
             bias = node.inputs[2].name if len(node.inputs) > 2 and node.inputs[2] is not None else None
-            y = add(ew.Add(), y, const(p.bias.astype(np.float32), bias or f"{node.name}.bias")).output
+            b = p.bias.reshape(-1, 1, 1) if p.conv is not None else p.bias
+            y = add(ew.Add(), y, const(b.astype(np.float32), bias or f"{node.name}.bias")).output
         node.output.replace_all_uses_with(y)
         graph.remove(node)
         self.results[node.name] = y
 
 
-__all__ = ["CALIBRATORS", "Calibrate", "MODES", "NOT_YET", "Quantize", "QuantizeOptions", "activation_params",
+__all__ = ["CALIBRATORS", "Calibrate", "MODES", "NOT_YET", "QUANTIZED_OPS", "Quantize", "QuantizeOptions", "activation_params",
            "product_of", "weight_scales"]

@@ -17,6 +17,7 @@ from .linalg import Gemm, MatMul
 from .onehot import LOWERINGS as ONEHOT_LOWERINGS
 from .norm import LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
+from .qconv import LOWERINGS as QCONV_LOWERINGS
 from .qmatmul import LOWERINGS as QMATMUL_LOWERINGS
 from .quant import LOWERINGS as QUANT_LOWERINGS
 from .reduction import ArgReduce, Hardmax, LpNormalization, Reduce
@@ -29,7 +30,7 @@ _GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
                              Hardmax(), LpNormalization(), *ONEHOT_LOWERINGS,
                              Softmax(), LayerNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
-                             *QUANT_LOWERINGS, *QMATMUL_LOWERINGS,
+                             *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())
 
 #: the lowering of groups with nothing to compute

@@ -310,6 +310,11 @@ class KernelBuilder:
             raise ValueError("again() takes a pointer that ptr(), weight() or scratch() returned")
         return self._slot_ptr(j)
 
+    def here(self, ptr: ir.Value) -> ir.Value:
+        """``ptr`` in the function being built now: ``again`` for a slot pointer (from ``ptr``, ``weight``
+        or ``scratch``), else ``ptr`` itself (a value of this function)."""
+        return self.again(ptr) if id(ptr) in self._slot_of_ptr else ptr
+
     def ptr(self, value: Value) -> ir.Value:
         """The buffer of an input or output value of the group (dense row-major)."""
         if all(value is not v for v in self.group.inputs + self.group.outputs) and \

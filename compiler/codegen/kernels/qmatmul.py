@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import math
 
-from llvmlite import ir
-
 from ...ir.ops import quant as qn
 from ...ir.types import DType
-from ..gemm.int8 import VEC, Int8Emitter, Int8Tiling, pack_b
 from ..loops import Kernel, KernelForm
-from ..loops.expr import INDEX, Const, Var, cast, op
-from ..loops.llvm import MEMORY_TYPES, expr_llvm
-from .base import I8, I32, FormLowering, KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
+from ..loops.expr import INDEX, Const, cast, op
+from .base import KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
+from .int8_tiles import Int8Job, Int8Lowering, emit_int8_tiles
 
 _INT8 = (DType.i8, DType.u8)
 
@@ -66,7 +63,7 @@ def _param_layout(p, length: int) -> str | None:
     return None
 
 
-class _IntegerMatMul(FormLowering):
+class _IntegerMatMul(Int8Lowering):
     """What MatMulInteger and QLinearMatMul share: operands, their layouts, the accumulation."""
 
     def operands(self, n):
@@ -147,14 +144,6 @@ class _IntegerMatMul(FormLowering):
         return s
 
     # -- the packed VNNI path (CPU) ----------------------------------------------------------------
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
-        why = self.packed_reason(k, group)
-        if why is None:
-            self.emit_packed(k, group)
-        else:
-            k.note(f"portable int8 loop ({why})")
-            super().emit(k, group)
-
     def packed_reason(self, k: KernelBuilder, group: KernelGroup) -> str | None:
         """Why the VNNI kernel does not run this node (None: it does)."""
         a, sa, za, b, sb, zb, sy, zy = self.operands(group.node)
@@ -175,76 +164,16 @@ class _IntegerMatMul(FormLowering):
         y = group.node.outputs[0]
         K, N = (int(d) for d in b.shape)
         R = a.type.numel // max(K, 1) if K else math.prod(int(d) for d in a.shape[:-1])
-        tiling = Int8Tiling.for_shape(R, N)
-        packed = pack_b(b.const, zb.const if zb is not None else 0, tiling)
-        MR, NR = tiling.MR, tiling.NR
-        panels, K4 = packed.words.shape[:2]
-        blocks = -(-R // MR)
-        a_signed = a.type.dtype is DType.i8
-        k.note(f"VNNI int8 tiles of {MR}x{NR}: {blocks} row blocks x {panels} panels, K={K}"
-               + (", rows summed for B's zero point" if packed.needs_rowsum else ""))
-        emitter = Int8Emitter(k.module, tiling)
-        out_t = MEMORY_TYPES[y.type.dtype]
-        s_var, m_var, j_var = Var("s", DType.i32), Var("m", INDEX), Var("j", INDEX)
-        work = 2 * MR * NR * max(K, 1)
-        with k.parallel_for(blocks * panels, min_per_task=par_grain(work, 1 << 17)) as (lo, hi):
-            b_ = k.b
-            tile = k.f.alloca(I32, NR, name="tile")  # a finished row of the tile
-            # the finishing expression on this task's pointers
-            kf = KernelForm("finish")
-            bufs = {}
-            for what, p, length in (("a_scale", sa, R), ("a_zero_point", za, R), ("b_scale", sb, N),
-                                    ("b_zero_point", zb, N), ("y_scale", sy, N), ("y_zero_point", zy, N)):
-                if p is not None:
-                    vector = _param_layout(p, length) == "vector"
-                    bufs[what] = (kf.buffer(what, p.type.dtype, (length if vector else 1,), value=k.ptr(p)), vector)
-
-            def param(what, i, dt):
-                if what not in bufs:
-                    return None
-                buf, vector = bufs[what]
-                return cast(buf[(i if vector else Const(0, INDEX),)], dt)
-
-            finish = self.finish_value(s_var, m_var, j_var, param, y.type.dtype)
-            ap, yp = k.ptr(a), k.ptr(y)
-            words, colsum, zbp = k.weight(packed.words), k.weight(packed.colsum), k.weight(packed.zb)
-            za_of = None
-            if za is not None:
-                zap = k.ptr(za)
-                vector = _param_layout(za, R) == "vector"
-                za_of = lambda m: b_.sext(b_.load(k.at(zap, m if vector else c64(0), I8), typ=I8), I32) \
-                    if a_signed else b_.zext(b_.load(k.at(zap, m if vector else c64(0), I8), typ=I8), I32)  # noqa: E731
-            with k.loop(b_.sub(hi, lo), "t") as i:
-                t = b_.add(lo, i)
-                rb, pn = b_.udiv(t, c64(panels)), b_.urem(t, c64(panels))
-                m0 = b_.mul(rb, c64(MR))
-                ms = [k.f.min(b_.add(m0, c64(r)), c64(R - 1)) for r in range(MR)]
-                rows = [k.at(ap, b_.mul(m, c64(K)), I8) for m in ms]
-                grid, rowsums = emitter.tile(k.f, rows, K, a_signed, k.at(words, b_.mul(pn, c64(K4 * NR)), I32),
-                                             packed.needs_rowsum)
-                n0 = b_.mul(pn, c64(NR))
-                cols = k.f.min(b_.sub(c64(N), n0), c64(NR))
-                vload = lambda p, v: b_.load(b_.bitcast(k.at(p, b_.add(n0, c64(v * 16)), I32), VEC.as_pointer()), typ=VEC, align=4)  # noqa: E731
-                for r in range(MR):
-                    m = ms[r]
-                    zap_ = ir.Constant(I32, 128 if a_signed else 0)
-                    if za_of is not None:
-                        zap_ = b_.add(za_of(m), zap_)
-                    zsplat = emitter.splat(b_, zap_)
-                    for v in range(tiling.NV):
-                        val = b_.sub(grid[r][v], b_.mul(zsplat, vload(colsum, v)))
-                        if rowsums is not None:
-                            zbv = vload(zbp, v)
-                            rs = emitter.splat(b_, b_.extract_element(rowsums[r], ir.Constant(I32, 0)))
-                            val = b_.add(b_.sub(val, b_.mul(zbv, rs)),
-                                         b_.mul(b_.mul(zsplat, ir.Constant(VEC, [K] * 16)), zbv))
-                        b_.store(val, b_.bitcast(k.at(tile, c64(v * 16), I32), VEC.as_pointer()), align=4)
-                    with k.f.if_(b_.icmp_signed("<", b_.add(m0, c64(r)), c64(R))):
-                        with k.loop(cols, "c") as c:
-                            s_val = b_.load(k.at(tile, c, I32), typ=I32)
-                            n = b_.add(n0, c)
-                            res = expr_llvm(b_, k.math, finish, {id(s_var): s_val, id(m_var): m, id(j_var): n})
-                            b_.store(res, k.at(yp, b_.add(b_.mul(m, c64(N)), n), out_t))
+        params = [(what, p, _param_layout(p, length) == "vector")
+                  for what, p, length in (("a_scale", sa, R), ("a_zero_point", za, R), ("b_scale", sb, N),
+                                          ("b_zero_point", zb, N), ("y_scale", sy, N), ("y_zero_point", zy, N))
+                  if p is not None]
+        emit_int8_tiles(k, Int8Job(
+            R=R, K=K, N=N, weights=b.const, weights_zero_point=zb.const if zb is not None else 0,
+            a_signed=a.type.dtype is DType.i8, rows=lambda: k.ptr(a), a_zero_point=za,
+            a_zero_point_per_row=za is not None and _param_layout(za, R) == "vector", params=params,
+            finish=lambda s, m, j, param: self.finish_value(s, m, j, param, y.type.dtype), out=y,
+            out_index=lambda b_, m, n: b_.add(b_.mul(m, c64(N)), n)))
 
 
 class MatMulInteger(_IntegerMatMul):
@@ -266,11 +195,18 @@ class QLinearMatMul(_IntegerMatMul):
         f = DType.f64
         real = op("div", op("mul", cast(s, f), op("mul", param("a_scale", m, f), param("b_scale", j, f))),
                   param("y_scale", j, f))
-        v = op("add", op("round", real), param("y_zero_point", j, f))
-        lo, hi = (-128.0, 127.0) if out is DType.i8 else (0.0, 255.0)
-        return cast(op("min", op("max", v, Const(lo, f)), Const(hi, f)), out)
+        return requantized(real, param("y_zero_point", j, f), out)
+
+
+def requantized(real, zero_point, out: DType):
+    """``real`` (f64, already over the result's scale) rounded half to even, plus the zero point (f64),
+    saturated to ``out`` (int8 or uint8): the reference's ``_requantize``."""
+    f = DType.f64
+    v = op("add", op("round", real), zero_point)
+    lo, hi = (-128.0, 127.0) if out is DType.i8 else (0.0, 255.0)
+    return cast(op("min", op("max", v, Const(lo, f)), Const(hi, f)), out)
 
 
 LOWERINGS = (MatMulInteger(), QLinearMatMul())
 
-__all__ = ["LOWERINGS", "MatMulInteger", "QLinearMatMul"]
+__all__ = ["LOWERINGS", "MatMulInteger", "QLinearMatMul", "requantized"]

@@ -83,7 +83,8 @@ class _Printer:
         if isinstance(buf.value, np.ndarray):  # compile-time data, stored with the kernel
             return self.k.weight(buf.value)
         if isinstance(buf.value, ir.Value):  # a pointer of the function being built (a form inside a lowering's code)
-            return buf.value
+            here = getattr(self.k, "here", None)  # (a slot pointer is asked for again inside a parallel task)
+            return here(buf.value) if here is not None else buf.value
         return self.k.ptr(buf.value)
 
     def address(self, buf: Buffer, index) -> ir.Value:

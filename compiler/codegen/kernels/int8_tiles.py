@@ -1,0 +1,131 @@
+"""The int8 GEMM's tiles as a kernel's parallel tasks (``gemm/int8.py`` emits the tile itself):
+rows of uint8/int8 activations against constant int8 weights packed at compile time, the zero points
+paid back, and each finished row of a tile written through the lowering's finishing expression.
+
+MatMulInteger/QLinearMatMul (``qmatmul.py``) read A in place; the integer convolutions (``qconv.py``)
+read the columns their im2col wrote into scratch, and write the result transposed (NCHW).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from llvmlite import ir
+
+from ...ir.graph import Value
+from ...ir.types import DType
+from ..gemm.int8 import VEC, Int8Emitter, Int8Tiling, pack_b
+from ..loops import KernelForm
+from ..loops.expr import INDEX, Const, Var, cast
+from ..loops.llvm import MEMORY_TYPES, expr_llvm
+from .base import I8, I32, FormLowering, KernelBuilder, KernelGroup, c64, par_grain
+
+
+class Int8Lowering(FormLowering):
+    """An integer lowering with a portable loop form (``form``) and, where ``packed_reason`` says
+    nothing against it, the VNNI tiles on the CPU (``emit_packed``)."""
+
+    def packed_reason(self, k: KernelBuilder, group: KernelGroup) -> str | None:
+        raise NotImplementedError
+
+    def emit_packed(self, k: KernelBuilder, group: KernelGroup) -> None:
+        raise NotImplementedError
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        why = self.packed_reason(k, group)
+        if why is None:
+            self.emit_packed(k, group)
+        else:
+            k.note(f"portable int8 loop ({why})")
+            super().emit(k, group)
+
+
+@dataclass
+class Int8Job:
+    """``out[out_index(m, n)] = finish(sum_k (A[m, k] - za) (W[k, n] - zw[n]), m, n)`` for m < R, n < N."""
+
+    R: int
+    K: int
+    N: int
+    weights: Any                      # the constant [K, N] int8/uint8 weights
+    weights_zero_point: Any           # their zero point: a scalar or one per column
+    a_signed: bool                    # A is int8 (else uint8)
+    rows: Callable[[], ir.Value]      # A's pointer (R rows of K bytes), asked for inside the task
+    a_zero_point: Value | None        # A's zero point (None: 0)
+    a_zero_point_per_row: bool
+    params: list                      # (name, value, per row/column?) for the finishing expression
+    finish: Callable                  # (s: Var i32, m: Var, n: Var, param) -> the result's Expr
+    out: Value
+    out_index: Callable               # (builder, m, n) -> the element index in ``out``
+
+
+def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
+    R, K, N = job.R, job.K, job.N
+    tiling = Int8Tiling.for_shape(R, N)
+    packed = pack_b(job.weights, job.weights_zero_point, tiling)
+    MR, NR = tiling.MR, tiling.NR
+    panels, K4 = packed.words.shape[:2]
+    blocks = -(-R // MR)
+    k.note(f"VNNI int8 tiles of {MR}x{NR}: {blocks} row blocks x {panels} panels, K={K}"
+           + (", rows summed for the weights' zero point" if packed.needs_rowsum else ""))
+    emitter = Int8Emitter(k.module, tiling)
+    out_t = MEMORY_TYPES[job.out.type.dtype]
+    s_var, m_var, j_var = Var("s", DType.i32), Var("m", INDEX), Var("j", INDEX)
+    with k.parallel_for(blocks * panels, min_per_task=par_grain(2 * MR * NR * max(K, 1), 1 << 17)) as (lo, hi):
+        b = k.b
+        tile = k.f.alloca(I32, NR, name="tile")  # a finished row of the tile
+        kf = KernelForm("finish")  # the finishing expression, on this task's pointers
+        bufs = {what: (kf.buffer(what, p.type.dtype, (int(p.type.numel),), value=k.ptr(p)), vector)
+                for what, p, vector in job.params}
+
+        def param(what, i, dt):
+            if what not in bufs:
+                return None
+            buf, vector = bufs[what]
+            return cast(buf[(i if vector else Const(0, INDEX),)], dt)
+
+        finish = job.finish(s_var, m_var, j_var, param)
+        ap, yp = job.rows(), k.ptr(job.out)
+        words, colsum, zbp = k.weight(packed.words), k.weight(packed.colsum), k.weight(packed.zb)
+        zap = k.ptr(job.a_zero_point) if job.a_zero_point is not None else None
+
+        def za_of(m):  # A's zero point for row m, as i32, plus 128 for int8 A (its sign bit is flipped)
+            base = ir.Constant(I32, 128 if job.a_signed else 0)
+            if zap is None:
+                return base
+            z = b.load(k.at(zap, m if job.a_zero_point_per_row else c64(0), I8), typ=I8)
+            return b.add(b.sext(z, I32) if job.a_signed else b.zext(z, I32), base)
+
+        with k.loop(b.sub(hi, lo), "t") as i:
+            t = b.add(lo, i)
+            rb, pn = b.udiv(t, c64(panels)), b.urem(t, c64(panels))
+            m0 = b.mul(rb, c64(MR))
+            ms = [k.f.min(b.add(m0, c64(r)), c64(R - 1)) for r in range(MR)]  # rows past R: the last again
+            rows = [k.at(ap, b.mul(m, c64(K)), I8) for m in ms]
+            grid, rowsums = emitter.tile(k.f, rows, K, job.a_signed, k.at(words, b.mul(pn, c64(K4 * NR)), I32),
+                                         packed.needs_rowsum)
+            n0 = b.mul(pn, c64(NR))
+            cols = k.f.min(b.sub(c64(N), n0), c64(NR))
+
+            def vload(p, v):
+                return b.load(b.bitcast(k.at(p, b.add(n0, c64(v * 16)), I32), VEC.as_pointer()), typ=VEC, align=4)
+
+            for r in range(MR):
+                m = ms[r]
+                zsplat = emitter.splat(b, za_of(m))
+                for v in range(tiling.NV):  # sum a'b' - za' colsum(b') [- zb' rowsum(a') + K za' zb']
+                    val = b.sub(grid[r][v], b.mul(zsplat, vload(colsum, v)))
+                    if rowsums is not None:
+                        zbv = vload(zbp, v)
+                        rs = emitter.splat(b, b.extract_element(rowsums[r], ir.Constant(I32, 0)))
+                        val = b.add(b.sub(val, b.mul(zbv, rs)), b.mul(b.mul(zsplat, ir.Constant(VEC, [K] * 16)), zbv))
+                    b.store(val, b.bitcast(k.at(tile, c64(v * 16), I32), VEC.as_pointer()), align=4)
+                with k.f.if_(b.icmp_signed("<", b.add(m0, c64(r)), c64(R))):
+                    with k.loop(cols, "c") as c:
+                        n = b.add(n0, c)
+                        res = expr_llvm(b, k.math, finish, {id(s_var): b.load(k.at(tile, c, I32), typ=I32),
+                                                            id(m_var): m, id(j_var): n})
+                        b.store(res, k.at(yp, job.out_index(b, m, n), out_t))
+
+
+__all__ = ["Int8Job", "Int8Lowering", "emit_int8_tiles"]

@@ -1,0 +1,206 @@
+"""ConvInteger and QLinearConv (2-D, NCHW, any pads/strides/dilations/groups): int8/uint8 operands,
+int32 sums.
+
+The portable kernel (``form``, every printer): per image and output channel (the parallel axis), each
+output row's int32 sums in scratch; for each input channel of the group and each tap, the row of
+inputs under the tap (outside the image: the input's zero point, so it adds 0) less the zero point,
+times the weight less its own, added along the row (the vector axis). Then each row is finished:
+
+* ConvInteger: the int32 sums;
+* QLinearConv: ``(sum + B) * (x_scale * w_scale) / y_scale`` in f64 as the reference, ties to even,
+  plus y's zero point, saturated.
+
+On a CPU with AVX-512 VNNI, a convolution of one group with constant weights is an im2col into
+scratch (one row of K = C * kh * kw bytes per output pixel, the loop form, split among the threads)
+and the int8 GEMM's tiles (``int8_tiles.py``) against the weights packed at compile time, each
+finished value written to its NCHW place.
+"""
+from __future__ import annotations
+
+from ...ir.ops import conv as cv
+from ...ir.ops import quant as qn
+from ...ir.types import DType
+from ..loops import Kernel, KernelForm
+from ..loops.expr import INDEX, Const, cast, op, select
+from .base import KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
+from .int8_tiles import Int8Job, Int8Lowering, emit_int8_tiles
+from .qmatmul import requantized
+
+_INT8 = (DType.i8, DType.u8)
+
+
+def _geometry(n):
+    """(N, C, H, W), (M, C/group, kh, kw), (OH, OW), strides, dilations, pad begins."""
+    conv = n.op.conv()
+    x, w = n.inputs[0], n.inputs[3] if isinstance(n.op, qn.QLinearConv) else n.inputs[1]
+    strides, dilations, pads = cv.spatial_attrs(conv, 2, conv.strides, conv.dilations, conv.pads)
+    out, pb, _ = cv.resolve_geometry(conv, [int(d) for d in x.shape[2:]], [int(d) for d in w.shape[2:]],
+                                     strides, dilations, pads, conv.auto_pad)
+    return ([int(d) for d in x.shape], [int(d) for d in w.shape], [int(d) for d in out], strides, dilations,
+            [int(p) for p in pb])
+
+
+def _inside(i, lo: int, hi: int):
+    """(i within [lo, hi), i clamped into it): reads stay in bounds, the select drops them."""
+    ok = op("and", op("ge", i, Const(lo, INDEX)), op("lt", i, Const(hi, INDEX)))
+    return ok, op("min", op("max", i, Const(lo, INDEX)), Const(hi - 1, INDEX))
+
+
+class _IntegerConv(Int8Lowering):
+    def operands(self, n):
+        """(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)."""
+        raise NotImplementedError
+
+    def finish_value(self, s, co, param, out: DType):
+        return s
+
+    def check(self, group: KernelGroup) -> str | None:
+        n = group.node
+        x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
+        why = dtype_reason([x, zx, w, zw, zy], allowed=_INT8) or dtype_reason([sx, sw, sy], allowed=(DType.f32,)) \
+            or dtype_reason([bias], allowed=(DType.i32,))
+        if why:
+            return why
+        if x.type.rank != 4:
+            return "only 2-D convolutions are lowered"
+        if n.outputs[0].type.numel == 0:
+            return "empty results are left to the Empty lowering"
+        return self.form_reason(group)
+
+    def _params(self, kf, n, M):
+        x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
+        bufs = {}
+        for what, p in (("x_scale", sx), ("x_zero_point", zx), ("w_scale", sw), ("w_zero_point", zw),
+                        ("y_scale", sy), ("y_zero_point", zy), ("B", bias)):
+            if p is not None:
+                vector = int(p.type.numel) == M and p.type.rank == 1 and what in ("w_scale", "w_zero_point", "B")
+                bufs[what] = (kf.buffer(what, p.type.dtype, (int(p.type.numel),), value=p), vector)
+
+        def param(what, i, dt):
+            if what not in bufs:
+                return None
+            buf, vector = bufs[what]
+            return cast(buf[(i if vector else Const(0, INDEX),)], dt)
+
+        return param
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
+        y = n.outputs[0]
+        (N, C, H, W), (M, CG, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
+        groups = C // CG
+        MG = M // groups
+        kf = KernelForm(name)
+        xb = kf.buffer("x", x.type.dtype, (N, C, H, W), value=x)
+        wb = kf.buffer("w", w.type.dtype, (M, CG, KH, KW), value=w)
+        yb = kf.buffer("y", y.type.dtype, (N, M, OH, OW), "out", value=y)
+        acc = kf.buffer("acc", DType.i32, (N * M, OW), "scratch")
+        param = self._params(kf, n, M)
+        kf.note(f"{n.op.name} {KH}x{KW}, {groups} group(s): int32 sums per output row, then {y.type.dtype}")
+        with kf.loop(N * M, "parallel", grain=par_grain(OH * OW * CG * KH * KW), name="nm") as nm:
+            img = kf.let(op("div", nm, Const(M, INDEX)), name="img")
+            co = kf.let(op("rem", nm, Const(M, INDEX)), name="co")
+            c0 = kf.let(op("mul", op("div", co, Const(MG, INDEX)), Const(CG, INDEX)), name="c0")
+            zx_ = param("x_zero_point", None, DType.i32)
+            zw_ = param("w_zero_point", co, DType.i32)
+            with kf.loop(OH, name="oh") as oh:
+                with kf.loop(OW, "vector", name="ow") as ow:
+                    kf.store(acc, (nm, ow), Const(0, DType.i32))
+                with kf.loop(CG, name="ci") as ci, kf.loop(KH, name="r") as r:
+                    ih = op("add", op("mul", oh, Const(sh, INDEX)), Const(-ph, INDEX))
+                    ok_h, ihc = _inside(op("add", ih, op("mul", r, Const(dh, INDEX))), 0, H)
+                    ok_h, ihc = kf.let(ok_h, name="okh"), kf.let(ihc, name="ih")
+                    with kf.loop(KW, name="s") as s_:
+                        wv = cast(wb[co, ci, r, s_], DType.i32)
+                        wv = kf.let(wv if zw_ is None else op("sub", wv, zw_), name="wv")
+                        with kf.loop(OW, "vector", name="ow") as ow:
+                            iw = op("add", op("add", op("mul", ow, Const(sw_, INDEX)), Const(-pw, INDEX)),
+                                    op("mul", s_, Const(dw, INDEX)))
+                            ok_w, iwc = _inside(iw, 0, W)
+                            xv = cast(xb[img, op("add", c0, ci), ihc, iwc], DType.i32)
+                            xv = xv if zx_ is None else op("sub", xv, zx_)
+                            xv = select(op("and", ok_h, ok_w), xv, Const(0, DType.i32))
+                            kf.store(acc, (nm, ow), op("add", acc[nm, ow], op("mul", xv, wv)))
+                with kf.loop(OW, "vector", name="ow") as ow:
+                    kf.store(yb, (img, co, oh, ow), self.finish_value(acc[nm, ow], co, param, y.type.dtype))
+        return kf.finish()
+
+    # -- the VNNI path (CPU) ----------------------------------------------------------------------
+    def packed_reason(self, k: KernelBuilder, group: KernelGroup) -> str | None:
+        x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(group.node)
+        if not k.target.has("avx512vnni"):
+            return "the target has no AVX-512 VNNI"
+        if w.const is None or (zw is not None and zw.const is None):
+            return "the weights or their zero point are not constant"
+        if group.node.op.group != 1:
+            return "a grouped convolution"
+        return None
+
+    def emit_packed(self, k: KernelBuilder, group: KernelGroup) -> None:
+        from ..loops.llvm import print_llvm
+
+        n = group.node
+        x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
+        y = n.outputs[0]
+        (N, C, H, W), (M, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
+        P, K = OH * OW, C * KH * KW
+        cols = k.scratch(N * P * K)
+        # im2col: row (image, pixel), column (channel, tap); outside the image: x's zero point
+        kf = KernelForm(f"{k.name}.im2col")
+        xb = kf.buffer("x", x.type.dtype, (N, C, H, W), value=x)
+        cb = kf.buffer("cols", x.type.dtype, (N * OH, OW, C, KH, KW), "out", value=cols)
+        zb = kf.buffer("x_zero_point", zx.type.dtype, (1,), value=zx) if zx is not None else None
+        with kf.loop(N * OH, "parallel", grain=par_grain(OW * K, 1 << 15), name="row") as row:
+            img = kf.let(op("div", row, Const(OH, INDEX)), name="img")
+            oh = kf.let(op("rem", row, Const(OH, INDEX)), name="oh")
+            with kf.loop(OW, name="ow") as ow, kf.loop(C, name="c") as c, kf.loop(KH, name="r") as r:
+                ok_h, ihc = _inside(op("add", op("add", op("mul", oh, Const(sh, INDEX)), Const(-ph, INDEX)),
+                                       op("mul", r, Const(dh, INDEX))), 0, H)
+                with kf.loop(KW, "vector", name="s") as s_:
+                    ok_w, iwc = _inside(op("add", op("add", op("mul", ow, Const(sw_, INDEX)), Const(-pw, INDEX)),
+                                           op("mul", s_, Const(dw, INDEX))), 0, W)
+                    pad = zb[(Const(0, INDEX),)] if zb is not None else Const(0, x.type.dtype)
+                    kf.store(cb, (row, ow, c, r, s_), select(op("and", ok_h, ok_w), xb[img, c, ihc, iwc], pad))
+        print_llvm(k, kf.finish())
+        params = [(what, p, what in ("w_scale", "w_zero_point", "B") and p.type.rank == 1 and int(p.type.numel) == M)
+                  for what, p in (("x_scale", sx), ("x_zero_point", zx), ("w_scale", sw), ("w_zero_point", zw),
+                                  ("y_scale", sy), ("y_zero_point", zy), ("B", bias)) if p is not None]
+        emit_int8_tiles(k, Int8Job(
+            R=N * P, K=K, N=M, weights=w.const.reshape(M, K).T, weights_zero_point=zw.const if zw is not None else 0,
+            a_signed=x.type.dtype is DType.i8, rows=lambda: k.here(cols), a_zero_point=zx, a_zero_point_per_row=False,
+            params=params, finish=lambda s, m, j, param: self.finish_value(s, j, param, y.type.dtype), out=y,
+            # row m is (image, pixel): the result's NCHW place
+            out_index=lambda b, m, j: b.add(b.mul(b.add(b.mul(b.udiv(m, c64(P)), c64(M)), j), c64(P)),
+                                            b.urem(m, c64(P)))))
+
+
+class ConvInteger(_IntegerConv):
+    ops = (qn.ConvInteger,)
+
+    def operands(self, n):
+        x, w, zx, zw = (list(n.inputs) + [None, None])[:4]
+        return x, None, zx, w, None, zw, None, None, None
+
+
+class QLinearConv(_IntegerConv):
+    ops = (qn.QLinearConv,)
+
+    def operands(self, n):
+        x, sx, zx, w, sw, zw, sy, zy, bias = (list(n.inputs) + [None])[:9]
+        return x, sx, zx, w, sw, zw, sy, zy, bias
+
+    def finish_value(self, s, co, param, out: DType):
+        f = DType.f64
+        acc = cast(s, f)
+        b = param("B", co, f)
+        if b is not None:
+            acc = op("add", acc, b)
+        real = op("div", op("mul", acc, op("mul", param("x_scale", None, f), param("w_scale", co, f))),
+                  param("y_scale", None, f))
+        return requantized(real, param("y_zero_point", None, f), out)
+
+
+LOWERINGS = (ConvInteger(), QLinearConv())
+
+__all__ = ["ConvInteger", "LOWERINGS", "QLinearConv"]

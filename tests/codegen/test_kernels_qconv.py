@@ -1,0 +1,101 @@
+"""ConvInteger and QLinearConv (compiler/codegen/kernels/qconv.py): pads, strides, dilations, 1x1,
+groups (depthwise), u8/i8 operands, zero points per tensor and per output channel, QLinearConv's int32
+bias; bit-exact against the reference interpreter on the portable loop form (an AVX2 target and
+numba's CUDA simulator) and, for constant weights of one group on an AVX-512 VNNI target, on the
+im2col + VNNI tile kernel."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from compiler.codegen.kernels import KernelGroup, lowering_for
+from compiler.codegen.kernels.qconv import ConvInteger, QLinearConv
+from compiler.codegen.kernels.testing import build_kernels, run_cuda_forms, run_kernels
+from compiler.codegen.llvm.target import host_target, target_for
+from compiler.ir.graph import Graph
+from compiler.ir.interpreter import interpret
+from compiler.ir.ops import quant as qn
+from compiler.ir.types import DType, TensorType
+
+CASES = [((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1))), ((2, 5, 9, 8), (6, 5, 3, 3), dict(strides=(2, 2))),
+         ((1, 4, 6, 6), (8, 4, 1, 1), {}), ((1, 4, 9, 9), (4, 1, 3, 3), dict(group=4, pads=(1, 1, 1, 1))),
+         ((1, 2, 8, 8), (3, 2, 2, 3), dict(dilations=(2, 1), pads=(0, 1, 2, 0))),
+         ((1, 70, 5, 5), (20, 70, 3, 3), dict(pads=(1, 1, 1, 1)))]
+TYPES = [(DType.u8, DType.i8), (DType.i8, DType.i8), (DType.u8, DType.u8)]
+
+
+def _ints(rng, dt, shape):
+    lo, hi = (-128, 128) if dt is DType.i8 else (0, 256)
+    return rng.integers(lo, hi, shape).astype(dt.np)
+
+
+def _graph(cases=CASES, types=TYPES, constant_w=True, seed=0):
+    rng = np.random.default_rng(seed)
+    g = Graph("qconv")
+    feeds = {}
+    for xs, ws, attrs in cases:
+        for xdt, wdt in types:
+            x = g.add_input(f"x{len(feeds)}", TensorType(xdt, xs))
+            feeds[x.name] = _ints(rng, xdt, xs)
+            if constant_w:
+                w = g.add_constant(_ints(rng, wdt, ws))
+            else:
+                w = g.add_input(f"w{len(feeds)}", TensorType(wdt, ws))
+                feeds[w.name] = _ints(rng, wdt, ws)
+            zx = g.add_constant(_ints(rng, xdt, ()))
+            zw, zw0 = g.add_constant(_ints(rng, wdt, (ws[0],))), g.add_constant(np.array(0, wdt.np))
+            g.add(qn.ConvInteger(**attrs), x, w, zx, zw)
+            g.add(qn.ConvInteger(**attrs), x, w)
+            sx = g.add_constant(np.float32(0.02))
+            sw = g.add_constant((rng.random(ws[0]) * 0.01 + 0.001).astype(np.float32))
+            bias = g.add_constant(rng.integers(-1000, 1000, ws[0]).astype(np.int32))
+            g.add(qn.QLinearConv(**attrs), x, sx, zx, w, sw, zw0, g.add_constant(np.float32(0.3)),
+                  g.add_constant(_ints(rng, xdt, ())), bias)
+            g.add(qn.QLinearConv(**attrs), x, sx, zx, w, sw, zw, g.add_constant(np.float32(0.7)),
+                  g.add_constant(_ints(rng, wdt, ())))
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    return g, feeds
+
+
+def _check(g, got, want):
+    for n, name in zip(g.nodes, g.output_names):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
+
+
+def test_the_portable_loop():
+    g, feeds = _graph(constant_w=False)
+    for n in g.nodes:
+        assert isinstance(lowering_for(KernelGroup.of_node(n))[0], (ConvInteger, QLinearConv)), n.describe()
+    _check(g, run_kernels(g, feeds, target=target_for("x86-64-v3")), interpret(g, feeds))
+
+
+def test_constant_weights_take_the_vnni_kernel_on_a_vnni_target():
+    g, _ = _graph()
+    _, _, plan = build_kernels(g, target_for("icelake-server"))
+    for group, k in plan:
+        grouped = group.node.op.group > 1
+        assert any(x.startswith("VNNI int8 tiles") for x in k.notes) != grouped, (group.node.describe(), k.notes)
+        if grouped:
+            assert any("a grouped convolution" in x for x in k.notes)
+
+
+@pytest.mark.skipif(not host_target().has("avx512vnni"), reason="runs the VNNI kernel: this CPU has no AVX-512 VNNI "
+                    "(test_constant_weights_take_the_vnni_kernel_on_a_vnni_target checks it is built)")
+def test_vnni_kernel_numbers():
+    g, feeds = _graph(seed=1)
+    _check(g, run_kernels(g, feeds), interpret(g, feeds))
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
+def test_on_the_cuda_printer():
+    g, feeds = _graph(cases=[CASES[0], CASES[3]], types=TYPES[:2], constant_w=False, seed=2)
+    want = interpret(g, feeds)
+    for n, name in zip(g.nodes, g.output_names):
+        one = Graph("one")
+        ins = [None if v is None else one.add_constant(v.const) if v.const is not None else one.add_input(v.name, v.type)
+               for v in n.inputs]
+        one.set_outputs([one.add_node(n.op, ins).outputs[0]])
+        got = run_cuda_forms(one, {v.name: feeds[v.name] for v in one.inputs})
+        np.testing.assert_array_equal(got[one.output_names[0]], want[name], err_msg=n.describe())
