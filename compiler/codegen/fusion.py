@@ -4,7 +4,8 @@ The passes never import a backend: the backend hands them a ``FusionCapabilities
 (``compiler/passes/fuse.py``), and the driver and ``kiln dump`` pass this one to ``pipeline``:
 
 * ``fusable``: the float32 elementwise ops of ``SCALAR_OPS`` (those whose loop-form code
-  vectorizes: arithmetic and Kiln's own math functions), static shapes, one result;
+  vectorizes: arithmetic and Kiln's own math functions), static shapes, one result; and a Cast of
+  int32 to float32 (an int8 layer's sums, rescaled by the chain after it);
 * ``check``: the ``check`` of the lowering that runs each block kind (``BLOCK_LOWERINGS``), so a block
   is formed exactly where that lowering accepts it, and its reason is kept where it does not.
 """
@@ -40,7 +41,12 @@ _LOWERING: dict[str, Lowering] = {kind: next(low for low in ALL if type(low) is 
 
 
 def fusable(node: Node) -> bool:
-    """Elementwise float32 ops the CPU backend computes in a loop (its scalar op table)."""
+    """Elementwise float32 ops the CPU backend computes in a loop (its scalar op table), and the Cast
+    of int32 sums to float32 that starts an int8 layer's rescale (so the rescale is one pass)."""
+    if isinstance(node.op, ew.Cast):
+        x, y = node.inputs[0], node.outputs[0]
+        return (isinstance(x.type, TensorType) and x.type.dtype is DType.i32 and x.type.is_static
+                and y.type.dtype is DType.f32)
     return type(node.op) in SCALAR_OPS and not isinstance(node.op, Identity) and len(node.outputs) == 1 and all(
         v is None or (isinstance(v.type, TensorType) and v.type.dtype is DType.f32 and v.type.is_static)
         for v in list(node.inputs) + list(node.outputs))

@@ -16,7 +16,12 @@ RNG = np.random.default_rng(0)
 
 
 def _feeds(g):
-    return {v.name: RNG.standard_normal([int(d) for d in v.shape]).astype(np.float32) for v in g.inputs}
+    def one(v):
+        shape = [int(d) for d in v.shape]
+        if v.dtype.is_float:
+            return RNG.standard_normal(shape).astype(v.dtype.np)
+        return RNG.integers(0, 100, shape).astype(v.dtype.np)
+    return {v.name: one(v) for v in g.inputs}
 
 
 def _fuse(text, weights=None, **kw):
@@ -68,6 +73,24 @@ def test_elementwise_chain_and_multi_output():
     node = g.nodes[0]
     assert node.op.kind == "elementwise" and node.op.members() == ["Add", "Tanh", "Mul"]
     assert len(node.outputs) == 2  # %0 is needed outside too: a multi-output kernel
+
+
+def test_an_int8_layers_rescale_is_one_kernel():
+    """The Cast of int32 sums to float starts a chain (the quantize pass's rescale, bias, activation);
+    a Cast of anything else to float does not."""
+    g, p, _ = _fuse("""graph @g(%a: u8[4,8], %b: u8[8,3], %i: i64[4,3]) -> (y: f32[4,3], z: f32[4,3]) {
+  %s = const f32[3] dense<[0.5, 0.25, 2.0]>
+  %0 = MatMulInteger(%a, %b) : i32[4,3]
+  %1 = Cast(%0) {to=f32} : f32[4,3]
+  %2 = Mul(%1, %s) : f32[4,3]
+  %3 = Relu(%2) : f32[4,3]
+  %4 = Cast(%i) {to=f32} : f32[4,3]
+  %5 = Relu(%4) : f32[4,3]
+  return y=%3, z=%5
+}""")
+    kernels = [n.op for n in g.nodes if n.op.name == "Kernel"]
+    assert [k.members() for k in kernels] == [["Cast", "Mul", "Relu"]]
+    assert [n.op.name for n in g.nodes].count("Cast") == 1  # the i64 one stays alone
 
 
 def test_refuses_a_cycle():

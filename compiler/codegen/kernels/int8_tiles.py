@@ -42,7 +42,8 @@ class Int8Lowering(FormLowering):
 
 @dataclass
 class Int8Job:
-    """``out[out_index(m, n)] = finish(sum_k (A[m, k] - za) (W[k, n] - zw[n]), m, n)`` for m < R, n < N."""
+    """``out[row(m) + n * col_stride] = finish(sum_k (A[m, k] - za) (W[k, n] - zw[n]), m, n)`` for
+    m < R, n < N."""
 
     R: int
     K: int
@@ -56,7 +57,8 @@ class Int8Job:
     params: list                      # (name, value, per row/column?) for the finishing expression
     finish: Callable                  # (s: Var i32, m: Var, n: Var, param) -> the result's Expr
     out: Value
-    out_index: Callable               # (builder, m, n) -> the element index in ``out``
+    out_row: Callable                 # (builder, m) -> the index in ``out`` of row m's column 0
+    col_stride: int = 1               # elements between a row's columns in ``out`` (NCHW: the pixels)
 
 
 def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
@@ -73,7 +75,7 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
     s_var, m_var, j_var = Var("s", DType.i32), Var("m", INDEX), Var("j", INDEX)
     with k.parallel_for(blocks * panels, min_per_task=par_grain(2 * MR * NR * max(K, 1), 1 << 17)) as (lo, hi):
         b = k.b
-        tile = k.f.alloca(I32, NR, name="tile")  # a finished row of the tile
+        tile = k.f.alloca(I32, MR * NR, name="tile")  # the finished tile, row by row
         kf = KernelForm("finish")  # the finishing expression, on this task's pointers
         bufs = {what: (kf.buffer(what, p.type.dtype, (int(p.type.numel),), value=k.ptr(p)), vector)
                 for what, p, vector in job.params}
@@ -111,21 +113,37 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
                 return b.load(b.bitcast(k.at(p, b.add(n0, c64(v * 16)), I32), VEC.as_pointer()), typ=VEC, align=4)
 
             for r in range(MR):
-                m = ms[r]
-                zsplat = emitter.splat(b, za_of(m))
+                zsplat = emitter.splat(b, za_of(ms[r]))
                 for v in range(tiling.NV):  # sum a'b' - za' colsum(b') [- zb' rowsum(a') + K za' zb']
                     val = b.sub(grid[r][v], b.mul(zsplat, vload(colsum, v)))
                     if rowsums is not None:
                         zbv = vload(zbp, v)
                         rs = emitter.splat(b, b.extract_element(rowsums[r], ir.Constant(I32, 0)))
                         val = b.add(b.sub(val, b.mul(zbv, rs)), b.mul(b.mul(zsplat, ir.Constant(VEC, [K] * 16)), zbv))
-                    b.store(val, b.bitcast(k.at(tile, c64(v * 16), I32), VEC.as_pointer()), align=4)
-                with k.f.if_(b.icmp_signed("<", b.add(m0, c64(r)), c64(R))):
-                    with k.loop(cols, "c") as c:
-                        n = b.add(n0, c)
-                        res = expr_llvm(b, k.math, finish, {id(s_var): b.load(k.at(tile, c, I32), typ=I32),
-                                                            id(m_var): m, id(j_var): n})
-                        b.store(res, k.at(yp, job.out_index(b, m, n), out_t))
+                    b.store(val, b.bitcast(k.at(tile, c64(r * NR + v * 16), I32), VEC.as_pointer()), align=4)
+
+            def put(r, c):  # the finished value of the tile's row r, column c
+                n = b.add(n0, c)
+                s_ = b.load(k.at(tile, b.add(c64(r * NR), c), I32), typ=I32)
+                res = expr_llvm(b, k.math, finish, {id(s_var): s_, id(m_var): ms[r], id(j_var): n})
+                b.store(res, k.at(yp, b.add(bases[r], b.mul(n, c64(job.col_stride))), out_t))
+
+            bases = [job.out_row(b, m) for m in ms]
+            live = [b.icmp_signed("<", b.add(m0, c64(r)), c64(R)) for r in range(MR)]
+            if job.col_stride == 1:  # a row's columns are adjacent in out: row by row
+                for r in range(MR):
+                    with k.f.if_(live[r]), k.loop(cols, "c") as c:
+                        put(r, c)
+            else:  # the rows of a column are (mostly) adjacent: column by column
+                full = b.icmp_signed("<=", b.add(m0, c64(MR)), c64(R))
+                with k.f.if_else(full, "rows") as (then, otherwise):
+                    with then, k.loop(cols, "c") as c:
+                        for r in range(MR):
+                            put(r, c)
+                    with otherwise:
+                        for r in range(MR):
+                            with k.f.if_(live[r]), k.loop(cols, "c") as c:
+                                put(r, c)
 
 
 __all__ = ["Int8Job", "Int8Lowering", "emit_int8_tiles"]

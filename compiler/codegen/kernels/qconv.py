@@ -170,9 +170,8 @@ class _IntegerConv(Int8Lowering):
             R=N * P, K=K, N=M, weights=w.const.reshape(M, K).T, weights_zero_point=zw.const if zw is not None else 0,
             a_signed=x.type.dtype is DType.i8, rows=lambda: k.here(cols), a_zero_point=zx, a_zero_point_per_row=False,
             params=params, finish=lambda s, m, j, param: self.finish_value(s, j, param, y.type.dtype), out=y,
-            # row m is (image, pixel): the result's NCHW place
-            out_index=lambda b, m, j: b.add(b.mul(b.add(b.mul(b.udiv(m, c64(P)), c64(M)), j), c64(P)),
-                                            b.urem(m, c64(P)))))
+            # row m is (image, pixel): its NCHW place, the channels P apart
+            out_row=lambda b, m: b.add(b.mul(b.udiv(m, c64(P)), c64(M * P)), b.urem(m, c64(P))), col_stride=P))
 
 
 class ConvInteger(_IntegerConv):

@@ -173,7 +173,7 @@ class _IntegerMatMul(Int8Lowering):
             a_signed=a.type.dtype is DType.i8, rows=lambda: k.ptr(a), a_zero_point=za,
             a_zero_point_per_row=za is not None and _param_layout(za, R) == "vector", params=params,
             finish=lambda s, m, j, param: self.finish_value(s, m, j, param, y.type.dtype), out=y,
-            out_index=lambda b_, m, n: b_.add(b_.mul(m, c64(N)), n)))
+            out_row=lambda b_, m: b_.mul(m, c64(N))))
 
 
 class MatMulInteger(_IntegerMatMul):

@@ -110,12 +110,17 @@ class QuantizeLinear(FormLowering):
         yb = kf.buffer("y", out, shape, "out", value=y)
         kf.note(f"QuantizeLinear to {out}, the quotient in {prec}")
 
+        # rounding, the zero point and the clamp in f32 when the quotient is f32 and the result has
+        # at most 16 bits: exact (a rounded f32 is an integer; below 2^24 adding the zero point is
+        # exact, and past it both ways clamp to the same end), and twice the vector width of f64
+        work = DType.f32 if prec is DType.f32 and bits <= 16 else DType.f64
+
         def body(ix):
             q = op("div", _as(xb[ix], prec), _as(sb[at(ix)], prec))
-            v = op("round", _as(q, DType.f64))
+            v = op("round", _as(q, work))
             if zb is not None:
-                v = op("add", v, _as(zb[at(ix)], DType.f64))
-            v = op("min", op("max", v, Const(float(lo), DType.f64)), Const(float(hi), DType.f64))
+                v = op("add", v, _as(zb[at(ix)], work))
+            v = op("min", op("max", v, Const(float(lo), work)), Const(float(hi), work))
             kf.store(yb, ix, cast(v, out))
 
         _loops(kf, shape, body)
