@@ -2,10 +2,18 @@
 
 Data is a directory of samples (one ``.npz`` per sample holding an array per input name, or one
 ``.npy`` per sample for a model with one input), read in name order, or from Python any iterable of
-feed dicts. ``calibrator(samples)`` is the ``Calibrate`` callback of ``passes/quantize.py``: it
-copies the graph as the pipeline has it (so the observed values are the ones the pass rewrites),
-makes them outputs, compiles the copy as a float model, runs every sample and returns each value's
-smallest and largest element seen.
+feed dicts. ``calibrator(samples, method=...)`` is the ``Calibrate`` callback of
+``passes/quantize.py``: it copies the graph as the pipeline has it (so the observed values are the
+ones the pass rewrites), makes them outputs, compiles the copy as a float model and runs every
+sample. The range it returns per value:
+
+* ``minmax``: the smallest and largest element seen;
+* ``percentile``: from a histogram (``BINS`` bins over the min/max range, a second run of the
+  samples), the range holding all but ``100 - p`` percent of the elements (``p`` = 99.999 by
+  default), cut equally from both ends (from the top only when nothing is negative);
+* ``entropy``: the clipping threshold whose quantized distribution is closest to the histogram in
+  Kullback-Leibler divergence (the method TensorRT made standard): over ``|x|`` with 128 levels a
+  side, or over ``x`` with 255 levels when nothing is negative.
 """
 from __future__ import annotations
 
@@ -57,8 +65,54 @@ def _feeds(sample: dict, inputs: Sequence[str], index: int) -> dict[str, np.ndar
     return {n: sample[n] for n in inputs}
 
 
-def calibrator(samples: list[dict[str, np.ndarray]], target=None, nthreads: int | None = None):
-    """The ``Calibrate`` callback over ``samples`` (min/max per observed value)."""
+#: histogram bins of the percentile and entropy calibrators
+BINS = 2048
+
+
+def percentile_range(hist: np.ndarray, lo: float, hi: float, p: float) -> tuple[float, float]:
+    """The range over ``[lo, hi]`` (``hist``: counts in equal bins) holding ``p`` percent of the
+    elements: the rest cut from the top alone when ``lo >= 0``, else half from each end."""
+    edges = np.linspace(lo, hi, len(hist) + 1)
+    cum = np.cumsum(hist) / max(hist.sum(), 1)
+    cut = (100.0 - p) / 100.0
+    top = edges[min(int(np.searchsorted(cum, 1.0 - (cut if lo >= 0 else cut / 2))) + 1, len(hist))]
+    bottom = lo if lo >= 0 else edges[int(np.searchsorted(cum, cut / 2, side="right"))]
+    return float(min(bottom, 0.0) if lo < 0 else lo), float(max(top, 0.0))
+
+
+def entropy_threshold(hist: np.ndarray, levels: int, stride: int = 8) -> int:
+    """The number of leading bins of ``hist`` (counts of |x| or of a non-negative x from 0) to keep:
+    the one whose ``levels``-level quantization (outliers clipped into the last kept bin) is closest
+    to the histogram in KL divergence."""
+    hist = hist.astype(np.float64)
+    best, best_kl = len(hist), np.inf
+    for i in list(range(levels, len(hist), stride)) + [len(hist)]:
+        kept = hist[:i]
+        p = kept.copy()
+        p[-1] += hist[i:].sum()  # the reference: the clipped elements in the last bin
+        nonzero = kept > 0
+        # the candidate: the kept bins (without the clipped ones) merged into ``levels`` buckets, each
+        # bucket's count spread over its nonzero bins
+        idx = np.minimum((np.arange(i) * levels) // i, levels - 1)
+        sums = np.bincount(idx, weights=kept, minlength=levels)
+        counts = np.bincount(idx, weights=nonzero, minlength=levels)
+        q = np.where(nonzero, sums[idx] / np.maximum(counts[idx], 1), 0.0)
+        ps, qs = p.sum(), q.sum()
+        if ps == 0 or qs == 0:
+            continue
+        pn, qn = p / ps, q / qs
+        m = pn > 0
+        kl = float(np.sum(pn[m] * np.log(pn[m] / np.maximum(qn[m], 1e-12))))
+        if kl < best_kl:
+            best, best_kl = i, kl
+    return best
+
+
+def calibrator(samples: list[dict[str, np.ndarray]], target=None, nthreads: int | None = None,
+               method: str = "minmax", percentile: float = 99.999):
+    """The ``Calibrate`` callback over ``samples`` (the range per observed value by ``method``)."""
+    if method not in ("minmax", "percentile", "entropy"):
+        raise CalibrationError(f"unknown calibrator {method!r} (minmax, percentile, entropy)")
 
     def calibrate(graph, values):
         from .driver import compile as kiln_compile
@@ -81,10 +135,37 @@ def calibrator(samples: list[dict[str, np.ndarray]], target=None, nthreads: int 
                 if o.size:
                     lo[j] = min(lo[j], float(np.nanmin(o)))
                     hi[j] = max(hi[j], float(np.nanmax(o)))
-        return {id(v): (lo[j] if np.isfinite(lo[j]) else 0.0, hi[j] if np.isfinite(hi[j]) else 0.0)
-                for j, v in enumerate(values)}
+        lo = np.where(np.isfinite(lo), lo, 0.0)
+        hi = np.where(np.isfinite(hi), hi, 0.0)
+        if method == "minmax":
+            return {id(v): (float(lo[j]), float(hi[j])) for j, v in enumerate(values)}
+        # a second run: histograms over the ranges (of |x| where x has negative values, for entropy)
+        signed = lo < 0
+        top = np.where(signed & (method == "entropy"), np.maximum(-lo, hi), hi)
+        bottom = np.where(signed & (method == "entropy"), 0.0, lo)
+        hists = np.zeros((len(values), BINS))
+        for i, sample in enumerate(samples):
+            outs = exe.run(_feeds(sample, inputs, i))
+            for j in range(len(values)):
+                o = outs[f"observed{j}"].ravel()
+                o = o[np.isfinite(o)]
+                if method == "entropy" and signed[j]:
+                    o = np.abs(o)
+                if o.size and top[j] > bottom[j]:
+                    hists[j] += np.histogram(o, BINS, (bottom[j], top[j]))[0]
+        ranges = {}
+        for j, v in enumerate(values):
+            if top[j] <= bottom[j]:
+                ranges[id(v)] = (float(lo[j]), float(hi[j]))
+            elif method == "percentile":
+                ranges[id(v)] = percentile_range(hists[j], float(lo[j]), float(hi[j]), percentile)
+            else:
+                keep = entropy_threshold(hists[j], 128 if signed[j] else 255)
+                t = float(bottom[j] + (top[j] - bottom[j]) * keep / BINS)
+                ranges[id(v)] = (max(float(lo[j]), -t), min(float(hi[j]), t)) if signed[j] else (float(lo[j]), t)
+        return ranges
 
     return calibrate
 
 
-__all__ = ["CalibrationError", "calibrator", "read_samples"]
+__all__ = ["BINS", "CalibrationError", "calibrator", "entropy_threshold", "percentile_range", "read_samples"]

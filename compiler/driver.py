@@ -81,7 +81,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             raise OptionError("calibration data is given, but no static int8 quantization (quantize='int8') "
                               "or accuracy budget")
         samples = read_samples(calibration)
-        calibrate = calibrator(samples, target=target, nthreads=nthreads)
+        calibrate = calibrator(samples, target=target, nthreads=nthreads, method=opts.quantize.calibrator,
+                               percentile=opts.quantize.percentile)
         if opts.quantize.accuracy_budget is not None:
             budget = _keep_within_budget(model, samples, opts, target, nthreads)
             opts = dataclasses.replace(opts, quantize=dataclasses.replace(

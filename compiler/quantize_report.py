@@ -115,7 +115,8 @@ class _Session:
                 p = product_of(n)
                 if not isinstance(p, str):
                     xs[id(p.x)] = p.x
-            measured = calibrator(samples, target, nthreads)(self.graph, list(xs.values())) if xs else {}
+            measure = calibrator(samples, target, nthreads, method=options.calibrator, percentile=options.percentile)
+            measured = measure(self.graph, list(xs.values())) if xs else {}
             self.ranges = {self._key(self.graph, v): r for v_id, r in measured.items() for v in [xs[v_id]]}
 
     @staticmethod

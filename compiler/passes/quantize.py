@@ -34,7 +34,7 @@ from .manager import Pass
 from .options import OptionError
 
 MODES = ("int8", "int8-dynamic")
-CALIBRATORS = ("minmax",)
+CALIBRATORS = ("minmax", "percentile", "entropy")
 #: ops that could be quantized but have no int8 path yet, and why (listed as refusals)
 NOT_YET = {"ConvTranspose": "int8 ConvTranspose is not built", "Attention": "int8 attention is not built"}
 QUANTIZED_OPS = ("MatMul", "Gemm", "Conv")
@@ -50,8 +50,12 @@ class QuantizeOptions:
     #: "int8": activations quantized with ranges measured on calibration data; "int8-dynamic": at
     #: run time from each input's own range (no calibration data; the usual choice for transformers)
     mode: str = "int8"
-    #: how a range is measured from the calibration data ("minmax": the extremes seen)
+    #: how a range is measured from the calibration data ("minmax": the extremes seen; "percentile":
+    #: all but the outer ``100 - percentile`` percent; "entropy": the KL-closest clipping), see
+    #: ``compiler/calibration.py``
     calibrator: str = "minmax"
+    #: the percentile calibrator's share of elements kept, in percent
+    percentile: float = 99.999
     #: one weight scale per output column instead of one per tensor
     per_channel: bool = False
     #: activations as int8 with zero point 0 (range symmetric about 0) instead of uint8
@@ -67,8 +71,9 @@ class QuantizeOptions:
         if self.mode not in MODES:
             raise OptionError(f"quantize mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.calibrator not in CALIBRATORS:
-            raise OptionError(f"calibrator must be one of {', '.join(CALIBRATORS)}, got {self.calibrator!r} "
-                              f"(entropy and percentile are not built yet)")
+            raise OptionError(f"calibrator must be one of {', '.join(CALIBRATORS)}, got {self.calibrator!r}")
+        if not 50 < self.percentile <= 100:
+            raise OptionError(f"percentile must be in (50, 100], got {self.percentile}")
         if self.mode == "int8-dynamic" and self.symmetric:
             raise OptionError("int8-dynamic quantizes activations as uint8 (DynamicQuantizeLinear); "
                               "symmetric is for int8")

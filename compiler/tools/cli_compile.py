@@ -67,8 +67,11 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     q.add_argument("--calibration", metavar="DIR", default=None,
                    help="samples for --quantize int8: a directory of .npz files (an array per input name) or, "
                         "for a one-input model, .npy files; one sample per file")
-    q.add_argument("--calibrator", choices=["minmax"], default="minmax",
-                   help="how a range is measured from the samples (default minmax: the extremes seen)")
+    q.add_argument("--calibrator", choices=["minmax", "percentile", "entropy"], default="minmax",
+                   help="how a range is measured from the samples: minmax (default) the extremes seen; percentile "
+                        "all but the outer (100 - P) percent; entropy the clipping closest in KL divergence")
+    q.add_argument("--percentile", type=float, default=99.999, metavar="P",
+                   help="the percentile calibrator's share of elements kept, in percent (default 99.999)")
     q.add_argument("--per-channel", action="store_true", help="one weight scale per output column (default: per tensor)")
     q.add_argument("--symmetric", action="store_true",
                    help="activations as int8 with zero point 0 (default: uint8 with a zero point)")
@@ -93,6 +96,10 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     qr.add_argument("--calibration", metavar="DIR", required=True,
                     help="samples (a directory of .npz/.npy files, as `kiln compile --calibration`)")
     qr.add_argument("--quantize", choices=["int8", "int8-dynamic"], default="int8", help="the mode (default int8)")
+    qr.add_argument("--calibrator", choices=["minmax", "percentile", "entropy"], default="minmax",
+                    help="how a range is measured from the samples (as `kiln compile --calibrator`)")
+    qr.add_argument("--percentile", type=float, default=99.999, metavar="P",
+                    help="the percentile calibrator's share of elements kept (default 99.999)")
     qr.add_argument("--per-channel", action="store_true", help="one weight scale per output column")
     qr.add_argument("--symmetric", action="store_true", help="activations as int8 with zero point 0")
     qr.add_argument("--exclude", action="append", default=[], metavar="NODE|OP", help="keep in float (repeatable)")
@@ -176,7 +183,8 @@ def cmd_compile(args) -> int:
     if args.quantize:
         from ..passes.quantize import QuantizeOptions
 
-        quantize = QuantizeOptions(mode=args.quantize, calibrator=args.calibrator, per_channel=args.per_channel,
+        quantize = QuantizeOptions(mode=args.quantize, calibrator=args.calibrator, percentile=args.percentile,
+                                   per_channel=args.per_channel,
                                    symmetric=args.symmetric, exclude=tuple(args.exclude),
                                    accuracy_budget=args.accuracy_budget)
     elif args.calibration or args.per_channel or args.symmetric or args.exclude or args.accuracy_budget is not None:
@@ -220,8 +228,8 @@ def cmd_quantize_report(args) -> int:
     from .zoo import model_of
 
     _refuse_directory(args.model)
-    options = QuantizeOptions(mode=args.quantize, per_channel=args.per_channel, symmetric=args.symmetric,
-                              exclude=tuple(args.exclude))
+    options = QuantizeOptions(mode=args.quantize, calibrator=args.calibrator, percentile=args.percentile,
+                              per_channel=args.per_channel, symmetric=args.symmetric, exclude=tuple(args.exclude))
     report = quantize_report(model_of(args.model), args.calibration, options, opt_level=args.opt_level,
                              input_shapes=_shapes(args.input_shape), budget=args.accuracy_budget)
     print(json.dumps(report.to_json(), indent=1) if args.json else report.text())

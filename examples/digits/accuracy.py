@@ -36,6 +36,9 @@ def main() -> None:
     for label, q in (("float", None), ("int8 minmax", QuantizeOptions()),
                      ("int8 minmax per-channel", QuantizeOptions(per_channel=True)),
                      ("int8 minmax symmetric", QuantizeOptions(symmetric=True)),
+                     ("int8 percentile (99.999)", QuantizeOptions(calibrator="percentile")),
+                     ("int8 entropy", QuantizeOptions(calibrator="entropy")),
+                     ("int8 entropy per-channel", QuantizeOptions(calibrator="entropy", per_channel=True)),
                      ("int8-dynamic", QuantizeOptions(mode="int8-dynamic"))):
         exe = compiler.compile(model, 2, {"x": [BATCH, 1, 8, 8]}, quantize=q,
                                calibration=samples if q is not None and q.needs_calibration else None)

@@ -179,8 +179,10 @@ def test_scales_and_zero_points():
 def test_options_are_checked():
     with pytest.raises(OptionError, match="quantize mode must be one of int8, int8-dynamic"):
         QuantizeOptions(mode="int4")
-    with pytest.raises(OptionError, match="entropy and percentile are not built yet"):
-        QuantizeOptions(calibrator="entropy")
+    with pytest.raises(OptionError, match="calibrator must be one of minmax, percentile, entropy"):
+        QuantizeOptions(calibrator="kl")
+    with pytest.raises(OptionError, match="percentile must be in"):
+        QuantizeOptions(calibrator="percentile", percentile=30)
     with pytest.raises(OptionError, match="needs calibration data"):
         Quantize(QuantizeOptions())
     assert CompileOptions(quantize="int8-dynamic").quantize == QuantizeOptions(mode="int8-dynamic")
