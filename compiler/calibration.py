@@ -52,7 +52,8 @@ def read_samples(data: "str | os.PathLike | Iterable[Mapping[str, np.ndarray]]")
     return samples
 
 
-def _feeds(sample: dict, inputs: Sequence[str], index: int) -> dict[str, np.ndarray]:
+def feeds_for(sample: dict, inputs: Sequence[str], index: int) -> dict[str, np.ndarray]:
+    """Sample ``index``'s arrays for a model taking ``inputs`` (a lone .npy array: its only input)."""
     if set(sample) == {""}:
         if len(inputs) != 1:
             raise CalibrationError(f"calibration sample {index} is one .npy array, but the model takes "
@@ -125,7 +126,7 @@ def calibrator(samples: list[dict[str, np.ndarray]], target=None, nthreads: int 
         hi = np.full(len(values), -np.inf)
         inputs = exe.input_names
         for i, sample in enumerate(samples):
-            feeds = _feeds(sample, inputs, i)
+            feeds = feeds_for(sample, inputs, i)
             try:
                 outs = exe.run(feeds)
             except KilnError as e:
@@ -145,7 +146,7 @@ def calibrator(samples: list[dict[str, np.ndarray]], target=None, nthreads: int 
         bottom = np.where(signed & (method == "entropy"), 0.0, lo)
         hists = np.zeros((len(values), BINS))
         for i, sample in enumerate(samples):
-            outs = exe.run(_feeds(sample, inputs, i))
+            outs = exe.run(feeds_for(sample, inputs, i))
             for j in range(len(values)):
                 o = outs[f"observed{j}"].ravel()
                 o = o[np.isfinite(o)]
@@ -168,4 +169,5 @@ def calibrator(samples: list[dict[str, np.ndarray]], target=None, nthreads: int 
     return calibrate
 
 
-__all__ = ["BINS", "CalibrationError", "calibrator", "entropy_threshold", "percentile_range", "read_samples"]
+__all__ = ["BINS", "CalibrationError", "calibrator", "entropy_threshold", "feeds_for", "percentile_range",
+           "read_samples"]

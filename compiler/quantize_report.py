@@ -147,11 +147,11 @@ class _Session:
         names, outs = list(g.output_names), list(g.outputs)  # (the pass may have replaced an output)
         g.set_outputs(outs + list(layers.values()), names + [f"layer{i}" for i in range(len(layers))])
         exe = kiln_compile(g, 2, target=self.target, nthreads=self.nthreads)
-        from .calibration import _feeds
+        from .calibration import feeds_for
 
         model_out, per_layer = [], {name: [] for name in layers}
         for i, sample in enumerate(self.samples):
-            r = exe.run(_feeds(sample, exe.input_names, i))
+            r = exe.run(feeds_for(sample, exe.input_names, i))
             model_out.append([r[n] for n in names])
             for j, name in enumerate(layers):
                 per_layer[name].append(r[f"layer{j}"])

@@ -1,4 +1,5 @@
-"""ConvInteger and QLinearConv (compiler/codegen/kernels/qconv.py): pads, strides, dilations, 1x1,
+"""ConvInteger and QLinearConv (compiler/codegen/kernels/qconv.py): pads, strides, dilations, 1x1, no input
+channels,
 groups (depthwise), u8/i8 operands, zero points per tensor and per output channel, QLinearConv's int32
 bias; bit-exact against the reference interpreter on the portable loop form (an AVX2 target and
 numba's CUDA simulator) and, for constant weights of one group on an AVX-512 VNNI target, on the
@@ -22,7 +23,8 @@ from compiler.ir.types import DType, TensorType
 CASES = [((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1))), ((2, 5, 9, 8), (6, 5, 3, 3), dict(strides=(2, 2))),
          ((1, 4, 6, 6), (8, 4, 1, 1), {}), ((1, 4, 9, 9), (4, 1, 3, 3), dict(group=4, pads=(1, 1, 1, 1))),
          ((1, 2, 8, 8), (3, 2, 2, 3), dict(dilations=(2, 1), pads=(0, 1, 2, 0))),
-         ((1, 70, 5, 5), (20, 70, 3, 3), dict(pads=(1, 1, 1, 1)))]
+         ((1, 70, 5, 5), (20, 70, 3, 3), dict(pads=(1, 1, 1, 1))),
+         ((2, 0, 4, 4), (3, 0, 3, 3), {})]  # no input channels: K = 0
 TYPES = [(DType.u8, DType.i8), (DType.i8, DType.i8), (DType.u8, DType.u8)]
 
 

@@ -80,39 +80,35 @@ def _dynamic_cases():
             "negative": -(rng.random((2, 2, 5)) * 3 + 0.5).astype(np.float32),
             "zeros": np.zeros((4, 4), np.float32),
             "ties": np.array([0.0, 2.55, 1.275, -1.275, 5.1, 0.005, 0.015], np.float32),
+            "size-1 axes": (rng.standard_normal((1, 5, 1)) * 2).astype(np.float32),
             "large": (rng.standard_normal(70_001) * 10).astype(np.float32)}  # past a vector loop's unrolled body
 
 
 def _dynamic_graph(shape):
+    from compiler.codegen.kernels.quant import DynamicQuantizeLinear
+
     g = Graph("dq")
     x = g.add_input("x", TensorType(DType.f32, shape))
     n = g.add_node(qn.DynamicQuantizeLinear(), [x])
     g.set_outputs(list(n.outputs))
-    return g, n
+    assert isinstance(lowering_for(KernelGroup.of_node(n))[0], DynamicQuantizeLinear)
+    return g
 
 
 @pytest.mark.parametrize("case", sorted(_dynamic_cases()))
 def test_dynamic_quantize_on_the_llvm_printer(case):
     x = _dynamic_cases()[case]
-    g, n = _graph_and_check_lowering(x.shape)
+    g = _dynamic_graph(x.shape)
     want, got = interpret(g, {"x": x}), run_kernels(g, {"x": x})
     for name in g.output_names:
         np.testing.assert_array_equal(got[name], want[name], err_msg=f"{case} {name}")
-
-
-def _graph_and_check_lowering(shape):
-    from compiler.codegen.kernels.quant import DynamicQuantizeLinear
-
-    g, n = _dynamic_graph(shape)
-    assert isinstance(lowering_for(KernelGroup.of_node(n))[0], DynamicQuantizeLinear)
-    return g, n
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
 @pytest.mark.parametrize("case", ["mixed", "zeros", "ties"])
 def test_dynamic_quantize_on_the_cuda_printer(case):
     x = _dynamic_cases()[case]
-    g, _ = _dynamic_graph(x.shape)
+    g = _dynamic_graph(x.shape)
     want, got = interpret(g, {"x": x}), run_cuda_forms(g, {"x": x})
     for name in g.output_names:
         np.testing.assert_array_equal(got[name], want[name], err_msg=f"{case} {name}")

@@ -83,18 +83,12 @@ def pack_b(b: np.ndarray, zero_point: np.ndarray | int, tiling: Int8Tiling) -> P
     return PackedB(words, colsum, zb, K, N)
 
 
-def reference_sums(a: np.ndarray, za, packed_b: PackedB, b: np.ndarray, zb) -> np.ndarray:
-    """What the kernel computes, in NumPy (tests): ``(a - za) @ (b - zb)`` in int32, wrapping."""
-    acc = (a.astype(np.int64) - np.asarray(za, np.int64).reshape(-1, 1)) @ (b.astype(np.int64) - np.asarray(zb, np.int64))
-    return acc.astype(np.int32)
-
-
 class Int8Emitter:
     """Emits the tile loop of one task inside a kernel: the caller gives the builder, the pointers
     and the tile's place; ``tile`` returns the ``MR`` rows of corrected int32 sums as vectors."""
 
     def __init__(self, module: ir.Module, tiling: Int8Tiling):
-        self.module, self.t = module, tiling
+        self.t = tiling
         name = "llvm.x86.avx512.vpdpbusd.512"
         fn = module.globals.get(name)
         if fn is None:
@@ -173,4 +167,4 @@ class Int8Emitter:
         return grid, (accs[n_acc:] if rowsum else None)
 
 
-__all__ = ["Int8Emitter", "Int8Tiling", "LANES", "PackedB", "pack_b", "reference_sums"]
+__all__ = ["Int8Emitter", "Int8Tiling", "LANES", "PackedB", "pack_b"]

@@ -61,6 +61,22 @@ class Int8Job:
     col_stride: int = 1               # elements between a row's columns in ``out`` (NCHW: the pixels)
 
 
+def param_reader(kf: KernelForm, specs, bind=lambda p: p):
+    """``param(name, i, dtype)``: the expression reading the parameter ``name`` of ``specs`` ((name,
+    value, one per row/column?) triples; buffers of ``kf`` bound to ``bind(value)``) at row/column
+    ``i`` (its only element when per tensor) as ``dtype``; None for a parameter the op lacks."""
+    bufs = {what: (kf.buffer(what, p.type.dtype, (int(p.type.numel),), value=bind(p)), vector)
+            for what, p, vector in specs}
+
+    def param(what, i, dt):
+        if what not in bufs:
+            return None
+        buf, vector = bufs[what]
+        return cast(buf[(i if vector else Const(0, INDEX),)], dt)
+
+    return param
+
+
 def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
     R, K, N = job.R, job.K, job.N
     tiling = Int8Tiling.for_shape(R, N)
@@ -76,17 +92,8 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
     with k.parallel_for(blocks * panels, min_per_task=par_grain(2 * MR * NR * max(K, 1), 1 << 17)) as (lo, hi):
         b = k.b
         tile = k.f.alloca(I32, MR * NR, name="tile")  # the finished tile, row by row
-        kf = KernelForm("finish")  # the finishing expression, on this task's pointers
-        bufs = {what: (kf.buffer(what, p.type.dtype, (int(p.type.numel),), value=k.ptr(p)), vector)
-                for what, p, vector in job.params}
-
-        def param(what, i, dt):
-            if what not in bufs:
-                return None
-            buf, vector = bufs[what]
-            return cast(buf[(i if vector else Const(0, INDEX),)], dt)
-
-        finish = job.finish(s_var, m_var, j_var, param)
+        # the finishing expression, on this task's pointers
+        finish = job.finish(s_var, m_var, j_var, param_reader(KernelForm("finish"), job.params, k.ptr))
         ap, yp = job.rows(), k.ptr(job.out)
         words, colsum, zbp = k.weight(packed.words), k.weight(packed.colsum), k.weight(packed.zb)
         zap = k.ptr(job.a_zero_point) if job.a_zero_point is not None else None
@@ -146,4 +153,4 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
                                 put(r, c)
 
 
-__all__ = ["Int8Job", "Int8Lowering", "emit_int8_tiles"]
+__all__ = ["Int8Job", "Int8Lowering", "emit_int8_tiles", "param_reader"]

@@ -22,8 +22,9 @@ from ...ir.ops import quant as qn
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm
 from ..loops.expr import INDEX, Const, cast, op, select
+from ..loops.llvm import print_llvm
 from .base import KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
-from .int8_tiles import Int8Job, Int8Lowering, emit_int8_tiles
+from .int8_tiles import Int8Job, Int8Lowering, emit_int8_tiles, param_reader
 from .qmatmul import requantized
 
 _INT8 = (DType.i8, DType.u8)
@@ -67,36 +68,27 @@ class _IntegerConv(Int8Lowering):
             return "empty results are left to the Empty lowering"
         return self.form_reason(group)
 
-    def _params(self, kf, n, M):
+    def param_specs(self, n, M: int) -> list:
+        """(name, value, one per output channel?) of the op's scales, zero points and bias
+        (``param_reader``): the weights' and the bias per channel, the others per tensor."""
         x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
-        bufs = {}
-        for what, p in (("x_scale", sx), ("x_zero_point", zx), ("w_scale", sw), ("w_zero_point", zw),
-                        ("y_scale", sy), ("y_zero_point", zy), ("B", bias)):
-            if p is not None:
-                vector = int(p.type.numel) == M and p.type.rank == 1 and what in ("w_scale", "w_zero_point", "B")
-                bufs[what] = (kf.buffer(what, p.type.dtype, (int(p.type.numel),), value=p), vector)
-
-        def param(what, i, dt):
-            if what not in bufs:
-                return None
-            buf, vector = bufs[what]
-            return cast(buf[(i if vector else Const(0, INDEX),)], dt)
-
-        return param
+        return [(what, p, what in ("w_scale", "w_zero_point", "B") and p.type.rank == 1 and int(p.type.numel) == M)
+                for what, p in (("x_scale", sx), ("x_zero_point", zx), ("w_scale", sw), ("w_zero_point", zw),
+                                ("y_scale", sy), ("y_zero_point", zy), ("B", bias)) if p is not None]
 
     def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
         x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
         y = n.outputs[0]
         (N, C, H, W), (M, CG, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
-        groups = C // CG
+        groups = n.op.group  # (not C // CG: C may be 0)
         MG = M // groups
         kf = KernelForm(name)
         xb = kf.buffer("x", x.type.dtype, (N, C, H, W), value=x)
         wb = kf.buffer("w", w.type.dtype, (M, CG, KH, KW), value=w)
         yb = kf.buffer("y", y.type.dtype, (N, M, OH, OW), "out", value=y)
         acc = kf.buffer("acc", DType.i32, (N * M, OW), "scratch")
-        param = self._params(kf, n, M)
+        param = param_reader(kf, self.param_specs(n, M))
         kf.note(f"{n.op.name} {KH}x{KW}, {groups} group(s): int32 sums per output row, then {y.type.dtype}")
         with kf.loop(N * M, "parallel", grain=par_grain(OH * OW * CG * KH * KW), name="nm") as nm:
             img = kf.let(op("div", nm, Const(M, INDEX)), name="img")
@@ -138,8 +130,6 @@ class _IntegerConv(Int8Lowering):
         return None
 
     def emit_packed(self, k: KernelBuilder, group: KernelGroup) -> None:
-        from ..loops.llvm import print_llvm
-
         n = group.node
         x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
         y = n.outputs[0]
@@ -163,9 +153,7 @@ class _IntegerConv(Int8Lowering):
                     pad = zb[(Const(0, INDEX),)] if zb is not None else Const(0, x.type.dtype)
                     kf.store(cb, (row, ow, c, r, s_), select(op("and", ok_h, ok_w), xb[img, c, ihc, iwc], pad))
         print_llvm(k, kf.finish())
-        params = [(what, p, what in ("w_scale", "w_zero_point", "B") and p.type.rank == 1 and int(p.type.numel) == M)
-                  for what, p in (("x_scale", sx), ("x_zero_point", zx), ("w_scale", sw), ("w_zero_point", zw),
-                                  ("y_scale", sy), ("y_zero_point", zy), ("B", bias)) if p is not None]
+        params = self.param_specs(n, M)
         emit_int8_tiles(k, Int8Job(
             R=N * P, K=K, N=M, weights=w.const.reshape(M, K).T, weights_zero_point=zw.const if zw is not None else 0,
             a_signed=x.type.dtype is DType.i8, rows=lambda: k.here(cols), a_zero_point=zx, a_zero_point_per_row=False,

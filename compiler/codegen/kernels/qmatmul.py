@@ -26,7 +26,7 @@ from ...ir.types import DType
 from ..loops import Kernel, KernelForm
 from ..loops.expr import INDEX, Const, cast, op
 from .base import KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
-from .int8_tiles import Int8Job, Int8Lowering, emit_int8_tiles
+from .int8_tiles import Int8Job, Int8Lowering, emit_int8_tiles, param_reader
 
 _INT8 = (DType.i8, DType.u8)
 
@@ -71,6 +71,14 @@ class _IntegerMatMul(Int8Lowering):
         what the op does not have."""
         raise NotImplementedError
 
+    def param_specs(self, n, rows: int, cols: int) -> list:
+        """(name, value, one per row/column?) of the op's scales and zero points (``param_reader``)."""
+        a, sa, za, b, sb, zb, sy, zy = self.operands(n)
+        return [(what, p, _param_layout(p, length) == "vector")
+                for what, p, length in (("a_scale", sa, rows), ("a_zero_point", za, rows), ("b_scale", sb, cols),
+                                        ("b_zero_point", zb, cols), ("y_scale", sy, cols), ("y_zero_point", zy, cols))
+                if p is not None]
+
     def check(self, group: KernelGroup) -> str | None:
         n = group.node
         a, sa, za, b, sb, zb, sy, zy = self.operands(n)
@@ -102,20 +110,7 @@ class _IntegerMatMul(Int8Lowering):
         bb = kf.buffer("b", b.type.dtype, batch + [K, N], strides=_broadcast_strides(bsh, batch), value=b)
         yb = kf.buffer("y", y.type.dtype, batch + [M, N], "out", value=y)
         acc = kf.buffer("acc", DType.i32, (T * M, N), "scratch")
-        params = {}
-        for what, p, length in (("a_scale", sa, M), ("a_zero_point", za, M), ("b_scale", sb, N),
-                                ("b_zero_point", zb, N), ("y_scale", sy, N), ("y_zero_point", zy, N)):
-            if p is not None:
-                vector = _param_layout(p, length) == "vector"
-                params[what] = (kf.buffer(what, p.type.dtype, (length if vector else 1,), value=p), vector)
-
-        def param(what, i, dt):
-            """The parameter at row/column ``i`` as ``dt`` (None when the op has none)."""
-            if what not in params:
-                return None
-            buf, vector = params[what]
-            return cast(buf[(i if vector else Const(0, INDEX),)], dt)
-
+        param = param_reader(kf, self.param_specs(n, M, N))
         kf.note(f"{n.op.name}: {a.type.dtype} x {b.type.dtype} -> int32 sums over K={K}, then {y.type.dtype}")
         with kf.loop(T * M, "parallel", grain=par_grain(K * N), name="r") as r:
             if T == 1:
@@ -164,10 +159,7 @@ class _IntegerMatMul(Int8Lowering):
         y = group.node.outputs[0]
         K, N = (int(d) for d in b.shape)
         R = a.type.numel // max(K, 1) if K else math.prod(int(d) for d in a.shape[:-1])
-        params = [(what, p, _param_layout(p, length) == "vector")
-                  for what, p, length in (("a_scale", sa, R), ("a_zero_point", za, R), ("b_scale", sb, N),
-                                          ("b_zero_point", zb, N), ("y_scale", sy, N), ("y_zero_point", zy, N))
-                  if p is not None]
+        params = self.param_specs(group.node, R, N)
         emit_int8_tiles(k, Int8Job(
             R=R, K=K, N=N, weights=b.const, weights_zero_point=zb.const if zb is not None else 0,
             a_signed=a.type.dtype is DType.i8, rows=lambda: k.ptr(a), a_zero_point=za,
