@@ -15,7 +15,6 @@ import time
 import warnings
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 
 from . import __version__, limits
 from .codegen.llvm.target import Target, host_target
@@ -23,7 +22,7 @@ from .codegen.program import Program, build_program, value_key
 from .errors import KilnError
 from .ir.graph import Graph
 from .ir.types import TensorType
-from .runtime.artifact import IR_TEXT, LIBRARY, WEIGHTS, finish_manifest, staging
+from .runtime.artifact import LIBRARY, finish_manifest, staging, write_weights_and_ir
 from .runtime.executable import Executable, load
 from .runtime.format import (LAYOUT_SYMBOL, BufferRef, ConstRef, FallbackStep, InputRef, Manifest, NativeStep,
                              PythonRef, Target as TargetRecord, Tensor, native_layout)
@@ -34,13 +33,14 @@ class FallbackWarning(UserWarning):
 
 
 def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
-            output: str | os.PathLike | None = None, target: Target | None = None, fallback: bool = True,
+            output: str | os.PathLike | None = None, target: Target | str | None = None, fallback: bool = True,
             nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),
             timings: dict | None = None, profile: bool = False, memory_limit: int | None = None,
             model_name: str | None = None, input_values: Mapping[str, Any] | None = None,
             quantize: Any = None, calibration: Any = None) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
-    this CPU (or ``target``) and return it loaded.
+    this CPU (or ``target``: a ``Target``, an LLVM CPU name, or "cuda" for an NVIDIA GPU through
+    numba.cuda, docs/cuda.md) and return it loaded.
 
     ``input_shapes`` fixes symbolic input dimensions (native code needs static shapes; ops on
     non-static values run in the interpreter). ``input_values`` binds inputs to values: they become
@@ -74,6 +74,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
                                disabled_passes=tuple(disabled_passes), verify=verify,
                                memory_limit_bytes=memory_limit, quantize=quantize)
     calibrate, budget = None, None
+    host = None if _is_cuda(target) else target  # calibration runs the float model on this CPU
     if calibration is not None:
         from .calibration import calibrator, read_samples
 
@@ -81,27 +82,36 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             raise OptionError("calibration data is given, but no static int8 quantization (quantize='int8') "
                               "or accuracy budget")
         samples = read_samples(calibration)
-        calibrate = calibrator(samples, target=target, nthreads=nthreads, method=opts.quantize.calibrator,
+        calibrate = calibrator(samples, target=host, nthreads=nthreads, method=opts.quantize.calibrator,
                                percentile=opts.quantize.percentile)
         if opts.quantize.accuracy_budget is not None:
-            budget = _keep_within_budget(model, samples, opts, target, nthreads)
+            budget = _keep_within_budget(model, samples, opts, host, nthreads)
             opts = dataclasses.replace(opts, quantize=dataclasses.replace(
                 opts.quantize, exclude=opts.quantize.exclude + tuple(budget.kept_in_float), accuracy_budget=None))
     elif opts.quantize is not None and opts.quantize.accuracy_budget is not None:
         raise OptionError("an accuracy budget needs calibration data to measure the error on")
     graph = load_graph(model, opts.input_shapes)
-    if isinstance(model, Graph) and opts.input_shapes:
-        pass  # InferShapes applies them
     t1 = time.perf_counter()
     from .passes.pipeline import all_pass_names
 
     opts.check_pass_names(all_pass_names())
-    passes = [p for p in pipeline(opts, CPU_FUSION, calibrate) if p.name not in opts.disabled_passes]
+    on_gpu = _is_cuda(target)
+    if on_gpu:
+        from .codegen.cuda import CUDA_FUSION as fusion
+    else:
+        fusion = CPU_FUSION
+    passes = [p for p in pipeline(opts, fusion, calibrate) if p.name not in opts.disabled_passes]
     PassManager(passes, [Verify()] if verify else []).run(graph)
     t2 = time.perf_counter()
     limit = opts.memory_limit_bytes or limits.machine_memory()
     limits.check_values(graph, limit)
-    target = target or host_target()
+    if on_gpu:
+        exe = _compile_cuda(graph, model, output, fallback, model_name, opt_level, {"load": t1 - t0, "passes": t2 - t1})
+        exe.quantization = None
+        if timings is not None:
+            timings.update(exe.manifest["compile_seconds"], total=time.perf_counter() - t0)
+        return exe
+    target = target if isinstance(target, Target) else host_target() if target in (None, "cpu") else _cpu(target)
     prog = build_program(graph, target, fallback=fallback, profile=profile, verify_shared=verify)
     limits.check_program(prog.arena_bytes, prog.weights_bytes, prog.buffers, limit)
     t3 = time.perf_counter()
@@ -109,12 +119,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
         ops = sorted({s.node.op.name for s in prog.fallback_steps})
         warnings.warn(f"{len(prog.fallback_steps)} node(s) run in the reference interpreter (no native code): "
                       f"{', '.join(ops)}; `kiln inspect` lists them with reasons", FallbackWarning, stacklevel=3)
-    owner = None
-    if output is None:
-        owner = tempfile.TemporaryDirectory(prefix="kiln-")
-        dest = os.path.join(owner.name, "model.kiln")
-    else:
-        dest = os.fspath(output)
+    dest, owner = _destination(output)
     name = model_name or (model if isinstance(model, str) else getattr(graph, "name", "model"))
     times = {"load": t1 - t0, "passes": t2 - t1, "codegen": t3 - t2}
     exe = write_artifact(prog, dest, target, model_name=str(name), opt_level=opt_level, times=times,
@@ -131,6 +136,48 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     times.update(llvm_and_link=t4 - t3, total=time.perf_counter() - t0)
     if timings is not None:
         timings.update(times)
+    return exe
+
+
+def _destination(output):
+    """(where the artifact goes, the temporary directory holding it when ``output`` is None)."""
+    if output is not None:
+        return os.fspath(output), None
+    owner = tempfile.TemporaryDirectory(prefix="kiln-")
+    return os.path.join(owner.name, "model.kiln"), owner
+
+
+def _cpu(name: str) -> Target:
+    from .codegen.llvm.target import target_for
+
+    return target_for(name)
+
+
+def _is_cuda(target) -> bool:
+    """Whether ``target`` names the CUDA backend ("cuda"); a CPU name or a ``Target`` is the CPU's."""
+    return isinstance(target, str) and target.lower() == "cuda"
+
+
+def _compile_cuda(graph: Graph, model, output, fallback: bool, model_name, opt_level: int, times: dict):
+    """The CUDA half of ``compile``: GPU launches (``codegen/cuda``) into a CUDA artifact, loaded."""
+    from .codegen.cuda import build_cuda_program
+    from .runtime.cuda import write_cuda_artifact
+
+    t0 = time.perf_counter()
+    prog = build_cuda_program(graph, fallback=fallback)
+    times["codegen"] = time.perf_counter() - t0
+    if prog.fallback_steps:
+        ops = sorted({s.node.op.name for s in prog.fallback_steps})
+        warnings.warn(f"{len(prog.fallback_steps)} node(s) have no CUDA kernel and run on the host in the reference "
+                      f"interpreter: {', '.join(ops)}; `kiln inspect` lists them with reasons", FallbackWarning,
+                      stacklevel=4)
+    dest, owner = _destination(output)
+    name = model_name or (model if isinstance(model, str) else getattr(graph, "name", "model"))
+    t1 = time.perf_counter()
+    exe = write_cuda_artifact(prog, dest, __version__, model_name=str(name), opt_level=opt_level, times=times)
+    times["write_and_load"] = time.perf_counter() - t1
+    exe.manifest["compile_seconds"] = {k: round(v, 4) for k, v in times.items()}
+    exe._owner = owner
     return exe
 
 
@@ -156,7 +203,6 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
     loaded. It is loaded from the staging directory, before the swap: another process writing the
     same path at once cannot hand this one its model (the loaded artifact keeps nothing open there)."""
     from .codegen.llvm import toolchain
-    from .ir.printer import print_graph, save_text
 
     graph = prog.graph
     with staging(dest) as tmp:
@@ -175,16 +221,7 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
                 objects.append(support_object())
             toolchain.link_shared(objects, os.path.join(tmp, LIBRARY), extra_args=["-lpthread"])
         t_llvm = time.perf_counter() - t0
-        with open(os.path.join(tmp, WEIGHTS), "wb") as f:
-            for off, arr in prog.weights:
-                f.seek(off)
-                f.write(np.ascontiguousarray(arr).tobytes())
-            f.truncate(prog.weights_bytes)
-        if prog.fallback_steps:
-            save_text(graph, os.path.join(tmp, IR_TEXT))  # the interpreter needs the constants too
-        else:
-            with open(os.path.join(tmp, IR_TEXT), "w", encoding="utf-8") as f:
-                f.write(print_graph(graph))
+        write_weights_and_ir(tmp, prog.weights, prog.weights_bytes, graph, bool(prog.fallback_steps))
         manifest.compile_seconds["llvm"] = round(t_llvm, 4)
         finish_manifest(tmp, manifest)
         exe = Executable(tmp, _read(tmp), nthreads)

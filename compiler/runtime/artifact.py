@@ -287,6 +287,25 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
+def write_weights_and_ir(directory: str, weights, weights_bytes: int, graph, interpreted: bool) -> None:
+    """``weights.bin`` (each (offset, array) at its offset, ``weights_bytes`` in all) and the final IR
+    (``model.kir``; with ``interpreted``, the interpreter's constants too, beside it)."""
+    import numpy as np
+
+    from ..ir.printer import print_graph, save_text
+
+    with open(os.path.join(directory, WEIGHTS), "wb") as f:
+        for off, arr in weights:
+            f.seek(off)
+            f.write(np.ascontiguousarray(arr).tobytes())
+        f.truncate(weights_bytes)
+    if interpreted:
+        save_text(graph, os.path.join(directory, IR_TEXT))  # the interpreter needs the constants too
+    else:
+        with open(os.path.join(directory, IR_TEXT), "w", encoding="utf-8") as f:
+            f.write(print_graph(graph))
+
+
 def finish_manifest(directory: str, manifest: Manifest) -> None:
     """Write ``manifest`` into ``directory`` with the checksum of every file there (but the manifest)
     and of the manifest itself."""
@@ -414,4 +433,4 @@ class staging:
 
 
 __all__ = ["ArtifactDir", "ArtifactError", "FORMAT", "FORMAT_VERSION", "IR_TEXT", "LIBRARY", "MANIFEST",
-           "WEIGHTS", "finish_manifest", "library_function", "read_manifest", "staging"]
+           "WEIGHTS", "finish_manifest", "write_weights_and_ir", "library_function", "read_manifest", "staging"]

@@ -334,9 +334,13 @@ class Executable:
 def load(path: str | os.PathLike, nthreads: int | None = None) -> Executable:
     """Open a compiled artifact (a ``model.kiln`` directory); compiles nothing. Refuses an artifact
     that is corrupt or tampered with, newer than this Kiln, or built for CPU features this machine
-    lacks (``ArtifactError``)."""
+    lacks (``ArtifactError``). A CUDA artifact (``--target cuda``) loads as a ``runtime.cuda.CudaExecutable``."""
     path = os.fspath(path)
     with ArtifactDir(path) as d:  # one directory for the manifest and the files it names
+        from .cuda import is_cuda_artifact, load_cuda
+
+        if is_cuda_artifact(d):
+            return load_cuda(path)
         manifest = read_manifest(d, check_files=False)  # the Executable verifies each file as it reads it
         return Executable(path, manifest, nthreads, _dir=d)
 

@@ -48,9 +48,9 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
                    help="optimization level (default 2)")
     c.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
                    help="give the symbolic dimensions of an input sizes (repeat per input)")
-    c.add_argument("--target", metavar="CPU", default=None,
-                   help="generate code for another CPU (LLVM name: znver3, x86-64-v3, haswell, ...); "
-                        "default: this machine's CPU")
+    c.add_argument("--target", metavar="CPU|cuda", default=None,
+                   help="generate code for another CPU (LLVM name: znver3, x86-64-v3, haswell, ...), or "
+                        "'cuda' for an NVIDIA GPU through numba.cuda (docs/cuda.md); default: this machine's CPU")
     c.add_argument("--strict", action="store_true",
                    help="fail if any node has no native code instead of running it in the interpreter")
     c.add_argument("--verify", action="store_true", help="run the IR verifier after every pass, and emit every kernel to check that kernels sharing one function are equal")
@@ -141,12 +141,16 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     i.add_argument("artifact", metavar="ARTIFACT")
     i.add_argument("--json", action="store_true", help="print it as JSON")
     i.add_argument("--kernels", action="store_true", help="list every kernel (default: a summary by op)")
+    i.add_argument("--gpu-times", action="store_true",
+                   help="(CUDA artifacts) run it on random inputs and show each step's GPU time from CUDA events")
     i.set_defaults(func=cmd_inspect)
 
 
 def _target(name):
     if not name:
         return None
+    if name.lower() == "cuda":
+        return "cuda"
     from ..codegen.llvm.target import target_for
 
     try:
@@ -196,6 +200,8 @@ def cmd_compile(args) -> int:
                       target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings,
                       disabled_passes=args.disable_pass, memory_limit=args.memory_limit, model_name=args.model,
                       quantize=quantize, calibration=args.calibration)
+    if not hasattr(exe.manifest, "kernels"):  # a CUDA artifact
+        return _report_cuda_compile(args, exe, caught, timings)
     summary = summarize(exe.manifest, args.output)
     summary["compile_seconds"] = {k: round(v, 3) for k, v in timings.items()}
     if exe.quantization is not None:
@@ -219,6 +225,23 @@ def cmd_compile(args) -> int:
             if b is not None:
                 print(f"  accuracy budget {b['budget']:g}: kept {len(b['kept_in_float'])} layer(s) in float, "
                       f"output cosine {b['output_cosine']:.6f} on the calibration data")
+    return 0
+
+
+def _report_cuda_compile(args, exe, caught, timings) -> int:
+    m = exe.manifest
+    summary = {"artifact": args.output, "model": m["model"], "target": m["target"], "launches": exe.launch_count,
+               "kernels": len({k["kernel"] for k in m["kernels"]}), "fallback": m["fallback"], "memory": m["memory"],
+               "compile_seconds": {k: round(v, 3) for k, v in timings.items()}}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return 0
+    for w in caught:
+        print(f"kiln: warning: {w.message}", file=sys.stderr)
+    print(f"compiled {args.model} -> {args.output} for CUDA in {timings['total']:.2f} s (numba compiles each "
+          f"kernel on the GPU at its first launch)")
+    print(f"  {exe.launch_count} launch(es) of {summary['kernels']} kernel(s), {len(m['fallback'])} node(s) on the "
+          f"host; weights {_mib(m['memory']['weights_bytes'])}, arena {_mib(m['memory']['arena_bytes'])}")
     return 0
 
 
@@ -263,7 +286,8 @@ def _mib(n: int) -> str:
 
 def _is_artifact(path: str) -> bool:
     """A directory with a manifest (whether it loads is for ``read_manifest`` to say)."""
-    return os.path.isdir(path) and os.path.lexists(os.path.join(path, "manifest.json"))
+    return os.path.isdir(path) and (os.path.lexists(os.path.join(path, "manifest.json"))
+                                    or os.path.lexists(os.path.join(path, "cuda.json")))
 
 
 def _refuse_directory(path: str) -> None:
@@ -371,8 +395,56 @@ def _feeds_for(exe, given: dict, seed: int) -> dict:
     return _feeds(g, given, seed)
 
 
+def _inspect_cuda(args) -> int:
+    from ..runtime.cuda import load_cuda
+
+    exe = load_cuda(args.artifact)
+    m = exe.manifest
+    if args.json:
+        print(json.dumps({k: m[k] for k in ("model", "kiln_version", "format_version", "opt_level", "target", "inputs",
+                                            "outputs", "kernels", "fallback", "memory", "compile_seconds", "nodes")},
+                         indent=1))
+        return 0
+    cc = m["target"].get("compute_capability")
+    print(f"artifact {args.artifact}: {m['model']} at -O{m['opt_level']}, Kiln {m['kiln_version']} "
+          f"(CUDA format {m['format_version']})")
+    print(f"target   cuda (numba.cuda){f', built on compute capability {cc}' if cc else ''}")
+    for i in m["inputs"]:
+        print(f"input    {i['name']}: {i['type']}")
+    for o in m["outputs"]:
+        print(f"output   {o['name']}: {o['type']}")
+    print(f"memory   weights {_mib(m['memory']['weights_bytes'])} (uploaded once), arena "
+          f"{_mib(m['memory']['arena_bytes'])} on the GPU")
+    ks = m["kernels"]
+    print(f"launches {len(ks)} of {len({k['kernel'] for k in ks})} distinct kernel(s)")
+    times: dict = {}
+    if args.gpu_times:
+        feeds = _feeds_for(exe, {}, 0)
+        for s, t in exe.time_launches(feeds):
+            times.setdefault(s["step"], []).append(t)
+    if args.kernels or args.gpu_times:
+        seen: dict = {}
+        for k in ks:
+            j = seen[k["step"]] = seen.get(k["step"], -1) + 1  # the step's j-th launch
+            t = f"{times[k['step']][j] * 1e3:8.3f} ms" if k["step"] in times else ""
+            print(f"  step {k['step']:>4}  {'+'.join(k['ops'])[:40]:<40} {k['kernel']:<22} {t}")
+            for note in k["notes"]:
+                print(f"             {note}")
+    fb = m["fallback"]
+    if fb:
+        print(f"fallback {len(fb)} node(s) run on the host in the reference interpreter:")
+        for f in fb:
+            print(f"  {f['op']} node {f['node']!r} (#{f['index']}): {f['reason']}")
+    else:
+        print("fallback none: every node runs on the GPU")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from ..runtime.artifact import read_manifest
+
+    if os.path.isdir(args.artifact) and os.path.lexists(os.path.join(args.artifact, "cuda.json")):
+        return _inspect_cuda(args)
 
     m = read_manifest(args.artifact).to_json()  # printed as the document it is
     if args.json:

@@ -45,6 +45,7 @@ PARAMS: dict[str, dict] = {
     "bert": {"batch": 1, "seq": 128, "vocab": 1000, "hidden": 256, "heads": 4, "layers": 4},
     "mobilenetv2": {"resolution": 224, "width": 1.0, "classes": 1000},
     "efficientnet_block": {"resolution": 64, "cin": 16, "cout": 24, "expand": 4, "blocks": 2},
+    "resnet": {"resolution": 224, "layers": (3, 4, 6, 3), "width": 64, "classes": 1000},
 }
 DEFAULT_OPSET = 17
 
@@ -190,6 +191,38 @@ class EfficientNetBlock(nn.Module):
         return self.head(self.body(self.stem(x)))
 
 
+class Bottleneck(nn.Module):
+    """ResNet's bottleneck block: 1x1 reduce, 3x3 (the stride), 1x1 expand (x4), plus the shortcut."""
+
+    def __init__(self, cin, mid, stride):
+        super().__init__()
+        self.body = nn.Sequential(conv_bn(cin, mid, 1, act=nn.ReLU), conv_bn(mid, mid, 3, stride, act=nn.ReLU),
+                                  conv_bn(mid, mid * 4, 1, act=None))
+        self.short = conv_bn(cin, mid * 4, 1, stride, act=None) if stride != 1 or cin != mid * 4 else nn.Identity()
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.short(x))
+
+
+class ResNet(nn.Module):
+    """ResNet (He et al. 2016) with bottleneck blocks: ``layers=(3, 4, 6, 3)`` is ResNet-50."""
+
+    def __init__(self, layers=(3, 4, 6, 3), width=64, classes=1000):
+        super().__init__()
+        stem = [nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+        blocks, cin = [], width
+        for i, n in enumerate(layers):
+            mid = width * 2 ** i
+            for j in range(n):
+                blocks.append(Bottleneck(cin, mid, 2 if j == 0 and i > 0 else 1))
+                cin = mid * 4
+        self.features = nn.Sequential(*stem, *blocks)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+
 def build(name: str, **size):
     """(module, example inputs as numpy arrays, input names)."""
     require_torch()
@@ -212,6 +245,10 @@ def build(name: str, **size):
     if name == "mobilenetv2":
         res = size.pop("resolution", 224)
         m = MobileNetV2(**size)
+        return m, [rng.standard_normal((1, 3, res, res)).astype(np.float32)], ["x"]
+    if name == "resnet":
+        res = size.pop("resolution", 224)
+        m = ResNet(**size)
         return m, [rng.standard_normal((1, 3, res, res)).astype(np.float32)], ["x"]
     if name == "efficientnet_block":
         res = size.pop("resolution", 64)

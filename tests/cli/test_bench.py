@@ -94,7 +94,7 @@ def test_unknown_engine_is_a_clear_error():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("zoo:resnet", r"no zoo model 'resnet'; zoo models: mlp, bert"),
+    ("zoo:vgg", r"no zoo model 'vgg'; zoo models: mlp, bert"),
     ("zoo:mlp?depth=3", r"zoo:mlp has no size 'depth'; it takes batch"),
     ("zoo:mlp?batch=big", r"batch='big' is not a number"),
     ("light:nosuchnet", r"no light model 'nosuchnet'"),

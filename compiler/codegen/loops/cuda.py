@@ -170,6 +170,8 @@ class _Printer:
         #: one parameter per array: buffers bound to the same value (views of one array) share it
         self.params: list[Buffer] = []
         self.args: dict[int, str] = {}
+        #: id(index variable) -> (lo, hi): loop indices and integer lets, for ``natural``
+        self.ranges: dict[int, tuple] = {}
         first: dict[int, str] = {}
         for b in kernel.buffers:
             key = id(b.value) if b.value is not None else id(b)
@@ -237,6 +239,8 @@ class _Printer:
             return f"{t}(-{xs[0]})"
         if p in ("min", "max"):
             return f"_f{p}({xs[0]}, {xs[1]})" if dt.is_float else f"{t}({p}({xs[0]}, {xs[1]}))"
+        if p in ("div", "rem") and not dt.is_float and self.natural(e):
+            return f"{t}({xs[0]} {'//' if p == 'div' else '%'} {xs[1]})"  # a constant divisor: a multiply
         if p == "div":
             return f"{t}({xs[0]} / {xs[1]})" if dt.is_float else f"{t}(_idiv({xs[0]}, {xs[1]}))"
         if p == "rem":
@@ -253,16 +257,34 @@ class _Printer:
             return f"{t}(math.{_MATH[p]}({xs[0]}))"
         raise FormError(f"the numba.cuda printer has no {p} for {dt}")
 
+    def natural(self, e: Op) -> bool:
+        """An integer division or remainder of a value known non-negative by a positive constant:
+        Python's floor semantics are the primitive's truncating ones, and the compiler turns the
+        division into a multiply (``_idiv``'s tests for signs and 0 would stay)."""
+        from .verify import bounds
+
+        d = e.args[1]
+        return isinstance(d, Const) and d.value > 0 and bounds(e.args[0], self.ranges)[0] >= 0
+
+    def bind(self, var: Var, lo, hi) -> None:
+        """What the printer knows of an index variable's range (for ``natural``)."""
+        self.ranges[id(var)] = (lo, hi)
+
     # -- statements --------------------------------------------------------------------------------
     def block(self, stmts, depth: int) -> None:
+        from .verify import bounds
+
         if not stmts:
             self.emit(depth, "pass")
         for s in stmts:
             if isinstance(s, Loop):
                 extent = s.extent.name if isinstance(s.extent, Var) else s.extent
+                self.bind(s.var, 0, (s.extent - 1) if isinstance(s.extent, int) else float("inf"))
                 self.emit(depth, f"for {s.var.name} in range({extent}):")
                 self.block(s.body, depth + 1)
             elif isinstance(s, (Let, Acc)):
+                if isinstance(s, Let) and s.var.dtype.is_int:
+                    self.bind(s.var, *bounds(s.value, self.ranges))
                 self.emit(depth, f"{s.var.name} = {self.expr(s.value if isinstance(s, Let) else s.init)}")
             elif isinstance(s, Update):
                 v, x, t = s.var.name, self.expr(s.value), TYPES[s.var.dtype]
@@ -284,6 +306,70 @@ class _Printer:
                 raise FormError(f"not a statement: {s!r}")
 
 
+def _collapsed(loop: Loop) -> tuple[list[Loop], list]:
+    """The parallel loop and the loops nested alone inside it whose iterations are independent (a
+    vector loop, or one storing to no buffer it reads), and the innermost body: a GPU runs their
+    iterations as threads (a CPU form splits only its outer loop among a few threads)."""
+    nest, body = [loop], loop.body
+    while len(body) == 1 and isinstance(body[0], Loop) and isinstance(body[0].extent, int) and \
+            (body[0].kind == "vector" or not _reads_what_it_stores(body[0])):
+        nest.append(body[0])
+        body = body[0].body
+    return nest, body
+
+
+def _reads_what_it_stores(loop: Loop) -> bool:
+    from .expr import walk
+
+    stored, loaded = set(), set()
+    stack = list(loop.body)
+    while stack:
+        s = stack.pop()
+        if isinstance(s, Loop):
+            stack.extend(s.body)
+            continue
+        if isinstance(s, (Update, Acc)):
+            return True  # an accumulator across the loop's iterations
+        if isinstance(s, Store):
+            stored.add(id(s.buf.value) if s.buf.value is not None else id(s.buf))
+        for e in _exprs(s):
+            for x in walk(e):
+                if isinstance(x, Load):
+                    loaded.add(id(x.buf.value) if x.buf.value is not None else id(x.buf))
+    return bool(stored & loaded)
+
+
+def _exprs(s) -> list:
+    if isinstance(s, Let):
+        return [s.value]
+    if isinstance(s, Store):
+        return [s.value, *s.index]
+    if isinstance(s, Check):
+        return [s.bad, s.value]
+    return []
+
+
+def _print_parallel(p: "_Printer", loop: Loop) -> int:
+    """The parallel loop (collapsed with the loops nested alone in it) as a grid-stride loop over
+    their iterations; returns how many there are."""
+    nest, body = _collapsed(loop)
+    extents = [int(lp.extent) for lp in nest]
+    total = math.prod(extents)
+    for lp, n in zip(nest, extents):
+        p.bind(lp.var, 0, n - 1)
+    if len(nest) == 1:
+        p.emit(1, f"for {loop.var.name} in range(tid, {loop.extent}, cuda.gridsize(1)):")
+    else:
+        p.emit(1, f"for _flat in range(tid, {total}, cuda.gridsize(1)):")
+        inner = 1
+        for lp, n in reversed(list(zip(nest, extents))):
+            rest = f"_flat // {inner}" if inner > 1 else "_flat"
+            p.emit(2, f"{lp.var.name} = {rest} % {n}" if lp is not loop else f"{lp.var.name} = {rest}")
+            inner *= n
+    p.block(body, 2)
+    return total
+
+
 def _ident(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)
 
@@ -302,14 +388,14 @@ def print_cuda(kernel: Kernel) -> CudaKernel:
     if parallel is None:  # one thread's work
         p.emit(1, "if tid == 0:")
         p.block(kernel.body, 2)
+    total = 0
     for s in kernel.body if parallel is not None else ():
         if s is parallel:
-            p.emit(1, f"for {s.var.name} in range(tid, {s.extent}, cuda.gridsize(1)):")
-            p.block(s.body, 2)
+            total = _print_parallel(p, s)
         elif isinstance(s, Let):
             p.block([s], 1)
         else:
             raise FormError(f"kernel {kernel.name}: only lets may stand beside the parallel loop at the top "
                             f"level (a {type(s).__name__.lower()} does)")
-    return CudaKernel(name, "\n".join(p.lines) + "\n", list(p.params), parallel.extent if parallel else 0,
+    return CudaKernel(name, "\n".join(p.lines) + "\n", list(p.params), total,
                       kernel.checks, [(v.name, bound) for v, bound in kernel.sizes])
