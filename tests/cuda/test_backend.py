@@ -172,3 +172,63 @@ def test_pooling_a_thread_per_output(op, extra, shape):
     exe = compiler.compile(parse(text), target="cuda")
     assert any("a thread per output element" in n for k in exe.kernels for n in k["notes"])
     np.testing.assert_allclose(exe.run({"x": x})["y"], interpret(parse(text), {"x": x})["y"], rtol=1e-5)
+
+
+SPLIT = """graph @g(%x: f32[16,2048], %y: f32[2048,6]) -> (g: f32[16,8], m: f32[16,6]) {
+  %w = const f32[8,2048] dense<@W@>
+  %b = const f32[8] dense<@B@>
+  %0 = Gemm(%x, %w, %b) {transB=1, alpha=0.5, beta=2.0} : f32[16,8]
+  %1 = Relu(%0) : f32[16,8]
+  %2 = MatMul(%x, %y) : f32[16,6]
+  return g=%1, m=%2
+}"""
+
+
+@pytest.mark.slow
+def test_a_long_k_is_split_across_blocks():
+    """Products too small for the GPU in M x N but long in K: slices of K as a batch into scratch, then a
+    kernel adding them with the bias (broadcast) and the ReLU."""
+    from compiler.codegen.cuda.gemm import GemmCall, split_k
+
+    rng = np.random.default_rng(5)
+    text = SPLIT.replace("@W@", str(rng.standard_normal((8, 2048)).round(2).tolist())) \
+        .replace("@B@", str(rng.standard_normal(8).round(2).tolist()))
+    exe = compiler.compile(parse(text), target="cuda")
+    notes = [n for k in exe.kernels for n in k["notes"]]
+    assert sum("split K in 8" in n for n in notes) == 2 and "the 8 slices of K added, the bias, ReLU" in notes
+    feeds = {"x": rng.standard_normal((16, 2048)).astype(np.float32),
+             "y": rng.standard_normal((2048, 6)).astype(np.float32)}
+    got, want = exe.run(feeds), interpret(parse(text), feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-3)
+    # the decision: only where M x N leaves the GPU idle, K is long and divides evenly
+    assert split_k(GemmCall(512, 49, 4608, (4608, 1), (49, 1), (49, 1))) == 8
+    assert split_k(GemmCall(4096, 4096, 4096, (4096, 1), (4096, 1), (4096, 1))) == 1
+    assert split_k(GemmCall(16, 8, 2047, (2047, 1), (8, 1), (8, 1))) == 1
+    assert split_k(GemmCall(2, 8, 4096, (4096, 1), (8, 1), (8, 1))) == 1  # the GEMV kernel's
+
+
+ROWS = """graph @g(%x: f32[3,5,33], %s: f32[5,33], %b: f32[5,33], %l: f32[33]) -> (sm: f32[3,5,33], ln: f32[3,5,33], lo: f32[3,5,33], m: f32[3,5,33]) {
+  %0 = Softmax(%x) : f32[3,5,33]
+  %1 = LayerNormalization(%x, %s, %b) {axis=1, epsilon=0.001} : f32[3,5,33]
+  %2 = LayerNormalization(%x, %l) {axis=-1} : f32[3,5,33]
+  %3 = Softmax(%x) {axis=1} : f32[3,5,33]
+  return sm=%0, ln=%1, lo=%2, m=%3
+}"""
+
+
+@pytest.mark.slow
+def test_rows_a_block_of_threads_each():
+    """Softmax and LayerNormalization over trailing axes run a block per row (rows longer than the block,
+    normalized over two axes, without a bias); Softmax along a middle axis keeps the loop-form kernel."""
+    exe = compiler.compile(parse(ROWS), target="cuda")
+    notes = [n for k in exe.kernels for n in k["notes"]]
+    assert sum("threads per row" in n for n in notes) == 3, notes
+    rng = np.random.default_rng(7)
+    feeds = {"x": rng.standard_normal((3, 5, 33)).astype(np.float32) * 3,
+             "s": rng.standard_normal((5, 33)).astype(np.float32), "b": rng.standard_normal((5, 33)).astype(np.float32),
+             "l": rng.standard_normal(33).astype(np.float32)}
+    feeds["x"][1, 2, 4] = np.nan  # the rows that hold it are NaN everywhere, as in the reference
+    got, want = exe.run(feeds), interpret(parse(ROWS), feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)

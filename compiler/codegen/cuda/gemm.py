@@ -30,7 +30,9 @@ TILES = {"s32": (32, 32, 16), "s64": (64, 64, 16), "s128": (128, 128, 8)}
 THREADS = 16
 #: the product of a few rows (M at most ``GEMV_ROWS``): a block of 32 columns x ``GEMV_SLICES`` slices of K
 GEMV_ROWS = 4
-GEMV_SLICES = 16
+GEMV_SLICES = 8
+#: loads of B each GEMV thread has in flight (its K loop unrolled this many times)
+GEMV_UNROLL = 4
 
 
 def gemm_source(tile: str) -> str:
@@ -108,9 +110,10 @@ def gemm_source(tile: str) -> str:
 def gemv_source() -> str:
     """``kiln_sgemm_gemv``: the same contract for at most ``GEMV_ROWS`` rows of A (a batch-1 linear
     layer). A block holds 32 columns (x, so a warp reads 32 consecutive elements of a B row) by
-    ``GEMV_SLICES`` interleaved slices of K (y); each thread sums its slice for every row, the slices
-    are added in shared memory, and the first slice's threads finish and store. Grid: (column blocks,
-    1, batch)."""
+    ``GEMV_SLICES`` interleaved slices of K (y); each thread sums its slice for every row (its loop
+    unrolled ``GEMV_UNROLL`` times, so that many loads are in flight: the kernel is bound by memory
+    latency, not bandwidth), the slices are added in shared memory, and the first slice's threads
+    finish and store. Grid: (column blocks, 1, batch)."""
     r, sl = GEMV_ROWS, GEMV_SLICES
     e = [
         "@cuda.jit",
@@ -126,11 +129,22 @@ def gemv_source() -> str:
         "    co = coff[z]",
     ]
     e.append("    " + " = ".join(f"s{i}" for i in range(r)) + " = float32(0.0)")
+    u = GEMV_UNROLL
     e += ["    if n < N:",
-          f"        for k in range(ty, K, {sl}):",
+          "        k = ty",
+          f"        while k + {(u - 1) * sl} < K:"]  # unrolled: loads in flight
+    for j in range(u):
+        e.append(f"            bv{j} = b[bo + (k + {j * sl}) * sbk + n * sbn]")
+    for i in range(r):
+        e.append(f"            if {i} < M:")
+        for j in range(u):
+            e.append(f"                s{i} += a[ao + {i} * sam + (k + {j * sl}) * sak] * bv{j}")
+    e += [f"            k += {u * sl}",
+          "        while k < K:",
           "            bv = b[bo + k * sbk + n * sbn]"]
     for i in range(r):
         e += [f"            if {i} < M:", f"                s{i} += a[ao + {i} * sam + k * sak] * bv"]
+    e.append(f"            k += {sl}")
     for i in range(r):
         e.append(f"    part[{i}, ty, tx] = s{i}")
     e += ["    cuda.syncthreads()",
@@ -189,6 +203,22 @@ def choose_tile(M: int, N: int, batch: int, sms: int = 132) -> str:
     return "s32"
 
 
+def split_k(call: GemmCall, sms: int = 132) -> int:
+    """Into how many slices of K to split a product that gives the GPU too few blocks (a long K and
+    a small M x N: ResNet's last 3x3 convolutions, 512 x 49 x 4608): 1, or a power of two up to 16
+    that divides K, keeps each slice at least 256 long and the blocks within two per multiprocessor.
+    The slices' partial products go to scratch memory and a second kernel adds them and finishes."""
+    if call.batch != 1 or call.M <= GEMV_ROWS:
+        return 1
+    bm, bn, _ = TILES[choose_tile(call.M, call.N, 1, sms)]
+    blocks = -(-call.M // bm) * -(-call.N // bn)
+    best = 1
+    for s in (2, 4, 8, 16):
+        if blocks * s <= 2 * sms and call.K % s == 0 and call.K // s >= 256:
+            best = s
+    return best if blocks < sms else 1
+
+
 def grid(call: GemmCall, tile: str) -> tuple[tuple[int, int, int], tuple[int, int]]:
     """(blocks (x: column tiles, y: row tiles, z: batch), threads)."""
     if tile == "gemv":
@@ -211,4 +241,4 @@ def reference(call: GemmCall, a: np.ndarray, b: np.ndarray, c: np.ndarray, bias:
         c[call.c_offsets[z] + mi * call.c_strides[0] + ni * call.c_strides[1]] = v.astype(np.float32)
 
 
-__all__ = ["GemmCall", "TILES", "choose_tile", "gemm_source", "grid", "reference"]
+__all__ = ["GemmCall", "TILES", "choose_tile", "gemm_source", "grid", "reference", "split_k"]

@@ -8,6 +8,8 @@ The group's CPU lowering (``kernels.lowering_for``) decides what the group is; t
 * Gemm and MatMul as Kiln's tiled CUDA GEMM (``gemm.py``), batch dimensions broadcast through
   per-batch offset tables, Gemm's C as the GEMM's bias;
 * MaxPool and AveragePool (float32) with a thread per output element (``conv.pool_form``);
+* Softmax and LayerNormalization (float32, trailing axes) with a block of threads per row
+  (``rows.py``; the loop form gives a row to one thread);
 * Conv (2-D, float32): one group as the GEMM on the image itself (1x1, stride 1, no padding) or on a
   column matrix (``conv.im2col_form``) in the step's scratch memory, the bias in the GEMM; grouped
   and depthwise convolutions as ``conv.direct_form``;
@@ -40,11 +42,13 @@ from ..kernels.conv import Conv
 from ..kernels.elementwise import Elementwise
 from ..kernels.epilogue import Epilogue
 from ..kernels.linalg import Gemm, MatMul
+from ..kernels.norm import LayerNorm, Softmax
 from ..kernels.pool import Pool
 from ..loops.cuda import PRELUDE, print_cuda
-from ..loops.expr import FormError
+from ..loops import Kernel, KernelForm
+from ..loops.expr import Const, FormError, op
 from . import conv as cconv
-from .gemm import GemmCall, choose_tile, grid
+from .gemm import GemmCall, choose_tile, grid, split_k
 
 #: threads per block of a loop-form kernel, and the most blocks (the parallel loop is grid-stride)
 FORM_THREADS = 256
@@ -153,8 +157,48 @@ class StepBinder:
         return Launch(name, args, [], (blocks,), (FORM_THREADS if cu.parallel else 1,), cu.checks,
                       list(kernel.notes))
 
-    def gemm(self, call: GemmCall, a, b, c, bias=None) -> Launch:
-        """A GEMM launch; ``a``, ``b``, ``c``, ``bias``: what each operand is bound to."""
+    def gemm(self, call: GemmCall, a, b, c, bias=None) -> list[Launch]:
+        """The launches of a GEMM; ``a``, ``b``, ``c``, ``bias``: what each operand is bound to. A
+        product with too few blocks for the GPU is split along K (``gemm.split_k``): the slices as a
+        batch into scratch, then a loop-form kernel adding them with the bias and activation."""
+        slices = split_k(call)
+        if slices == 1:
+            return [self._gemm(call, a, b, c, bias)]
+        M, N, K = call.M, call.N, call.K // slices
+        part = Scratch(slices * M * N * 4)
+        sliced = GemmCall(M, N, K, call.a_strides, call.b_strides, (N, 1),
+                          call.a_offsets + np.arange(slices, dtype=np.int64) * K * call.a_strides[1],
+                          call.b_offsets + np.arange(slices, dtype=np.int64) * K * call.b_strides[0],
+                          np.arange(slices, dtype=np.int64) * M * N, alpha=call.alpha)
+        first = self._gemm(sliced, a, b, part)
+        first.notes = [f"split K in {slices}: " + first.notes[0]]
+        return [first, self.form(_sum_slices(call, slices, part, c, bias))]
+
+    def rows(self, node) -> Launch:
+        """Softmax or LayerNormalization over trailing axes: a block of threads per row (``rows.py``)."""
+        from ...ir.ops import norm as nm
+        from .rows import THREADS, layernorm_source, softmax_source
+
+        x, y = node.inputs[0], node.outputs[0]
+        rank = x.type.rank
+        a = node.op.axis % rank
+        L = math.prod(int(d) for d in x.shape[a:])
+        R = x.type.numel // L
+        blocks = (max(1, min(R, 65535)),)
+        if isinstance(node.op, nm.Softmax):
+            self.sources.setdefault("kiln_softmax_rows", softmax_source())
+            return Launch("kiln_softmax_rows", [self.arg(x, DType.f32), self.arg(y, DType.f32)],
+                          [("int64", R), ("int64", L)], blocks, (THREADS,), False,
+                          [f"Softmax: a block of {THREADS} threads per row ({R} rows of {L})"])
+        self.sources.setdefault("kiln_layernorm_rows", layernorm_source())
+        scale, bias = node.inputs[1], node.inputs[2] if len(node.inputs) > 2 else None
+        args = [self.arg(x, DType.f32), self.arg(scale, DType.f32),
+                self.arg(bias if bias is not None else np.zeros(1, np.float32), DType.f32), self.arg(y, DType.f32)]
+        return Launch("kiln_layernorm_rows", args, [("int64", R), ("int64", L), ("float32", float(node.op.epsilon)),
+                                                    ("int64", int(bias is not None))], blocks, (THREADS,), False,
+                      [f"LayerNormalization: a block of {THREADS} threads per row ({R} rows of {L})"])
+
+    def _gemm(self, call: GemmCall, a, b, c, bias=None) -> Launch:
         from .gemm import gemm_source
 
         tile = choose_tile(call.M, call.N, call.batch)
@@ -169,6 +213,51 @@ class StepBinder:
         act = " + ReLU" if call.act else ""
         note = f"GEMM kernel {tile} ({call.batch} x {call.M}x{call.N}x{call.K}){act}"
         return Launch(name, args, scalars, blocks, threads, False, [note])
+
+
+def _rows_reason(node) -> str | None:
+    """Why a Softmax or LayerNormalization is not a row kernel's (None: it is): float32, the trailing
+    axes, LayerNorm's scale and bias over the whole normalized shape, its other results unused."""
+    from ...ir.ops import norm as nm
+
+    x, y = node.inputs[0], node.outputs[0]
+    why = _static_f32([x, y])
+    if why:
+        return why
+    rank = x.type.rank
+    a = node.op.axis % rank if rank else 0
+    if isinstance(node.op, nm.Softmax):
+        return None if a == rank - 1 and x.type.numel else "not along the last axis"
+    if isinstance(node.op, nm.LayerNormalization):
+        if any(v.uses for v in node.outputs[1:]) or getattr(node.op, "stash_type", 1) != 1:
+            return "Mean/InvStdDev used, or statistics in float64"
+        trailing = tuple(int(d) for d in x.shape[a:])
+        params = [v for v in node.inputs[1:] if v is not None]
+        if any(_static_f32([v]) or tuple(int(d) for d in v.shape) != trailing for v in params):
+            return "a scale or bias that broadcasts"
+        return None if x.type.numel else "empty"
+    return "not a row op"
+
+
+def _sum_slices(call: GemmCall, slices: int, part: Scratch, c, bias) -> Kernel:
+    """``c[m, n] = act(sum_z part[z, m, n] + beta * bias[m, n])``, a thread per element of C."""
+    kf = KernelForm("splitk")
+    M, N = call.M, call.N
+    pb = kf.buffer("part", DType.f32, (slices, M, N), value=part)
+    cb = kf.buffer("c", DType.f32, (M, N), "out", strides=call.c_strides, value=c)
+    bb = kf.buffer("bias", DType.f32, (M, N), strides=call.bias_strides, value=bias) \
+        if bias is not None and call.beta != 0.0 else None
+    kf.note(f"the {slices} slices of K added" + (", the bias" if bb is not None else "") +
+            (", ReLU" if call.act else ""))
+    with kf.loop(M, "parallel") as m, kf.loop(N) as n:
+        acc = kf.acc(Const(0.0, DType.f32))
+        with kf.loop(slices) as z:
+            kf.update(acc, "add", pb[z, m, n])
+        v = acc if bb is None else op("add", acc, op("mul", Const(float(call.beta), DType.f32), bb[m, n]))
+        if call.act:
+            v = op("max", v, Const(0.0, DType.f32))
+        kf.store(cb, (m, n), v)
+    return kf.finish()
 
 
 def _static_f32(values) -> str | None:
@@ -206,7 +295,7 @@ def _matmul(node, binder: StepBinder, out: Value, act: int) -> list[Launch]:
 
     call = GemmCall(M, N, K, (K, 1), (N, 1), (N, 1), offsets(tuple(ash[:-2]), M * K),
                     offsets(tuple(bsh[:-2]), K * N), np.arange(count, dtype=np.int64) * (M * N), act=act)
-    return [binder.gemm(call, a, b, out)]
+    return binder.gemm(call, a, b, out)
 
 
 def _gemm(node, binder: StepBinder, out: Value, act: int) -> list[Launch]:
@@ -228,7 +317,7 @@ def _gemm(node, binder: StepBinder, out: Value, act: int) -> list[Launch]:
         bstr = (dense[0] if full[0] != 1 else 0, 1 if full[1] != 1 else 0)
         beta = float(node.op.beta)
     call = GemmCall(M, N, K, sa, sb, (N, 1), alpha=float(node.op.alpha), beta=beta, bias_strides=bstr, act=act)
-    return [binder.gemm(call, a, b, out, c if beta != 0.0 else None)]
+    return binder.gemm(call, a, b, out, c if beta != 0.0 else None)
 
 
 def _conv(node, binder: StepBinder, out: Value, act: int) -> list[Launch]:
@@ -257,7 +346,7 @@ def _conv(node, binder: StepBinder, out: Value, act: int) -> list[Launch]:
     call = GemmCall(g.M, P, K, (K, 1), (P, 1), (P, 1), np.zeros(g.N, np.int64), sb,
                     np.arange(g.N, dtype=np.int64) * (g.M * P), beta=1.0 if bias is not None else 0.0,
                     bias_strides=(1, 0), act=act)
-    launches.append(binder.gemm(call, w, src, out, bias))
+    launches += binder.gemm(call, w, src, out, bias)
     return launches
 
 
@@ -275,6 +364,8 @@ def cuda_launches(group: KernelGroup, low, binder: StepBinder) -> list[Launch]:
         return _epilogue(group, low, binder)
     if isinstance(low, Pool) and group.node.inputs[0].type.dtype is DType.f32:
         return [binder.form(cconv.pool_form(group.node, "pool"))]
+    if isinstance(low, (Softmax, LayerNorm)) and _rows_reason(group.node) is None:
+        return [binder.rows(group.node)]
     if hasattr(low, "form"):
         try:
             kernel = low.form(group, "k")

@@ -308,8 +308,9 @@ class _Printer:
 
 def _collapsed(loop: Loop) -> tuple[list[Loop], list]:
     """The parallel loop and the loops nested alone inside it whose iterations are independent (a
-    vector loop, or one storing to no buffer it reads), and the innermost body: a GPU runs their
-    iterations as threads (a CPU form splits only its outer loop among a few threads)."""
+    vector loop, or one storing to no buffer it reads: with nothing else in its parent's body, no
+    accumulator or let outside it can carry a value between iterations), and the innermost body: a
+    GPU runs their iterations as threads (a CPU form splits only its outer loop among a few threads)."""
     nest, body = [loop], loop.body
     while len(body) == 1 and isinstance(body[0], Loop) and isinstance(body[0].extent, int) and \
             (body[0].kind == "vector" or not _reads_what_it_stores(body[0])):
@@ -328,8 +329,8 @@ def _reads_what_it_stores(loop: Loop) -> bool:
         if isinstance(s, Loop):
             stack.extend(s.body)
             continue
-        if isinstance(s, (Update, Acc)):
-            return True  # an accumulator across the loop's iterations
+        # (an accumulator is private to one iteration: the loop stands alone in its parent's body,
+        # so every accumulator it updates is declared inside it)
         if isinstance(s, Store):
             stored.add(id(s.buf.value) if s.buf.value is not None else id(s.buf))
         for e in _exprs(s):
