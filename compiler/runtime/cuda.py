@@ -208,6 +208,9 @@ class CudaExecutable:
                 self._landing[o["name"]] = (self._view("arena", ref[2], dt, n), cuda.pinned_array(max(n, 1), dt),
                                             n, tuple(ref[4]))
         self._steps = [self._decode(s) for s in manifest["plan"]["steps"]]
+        #: whether runs may be captured and replayed as one CUDA graph (``_Graph``); None: not tried
+        self.graphs = True
+        self._graph_run = None
         self.launch_count = sum(len(s[1]) for s in self._steps if s[0] == "launch")
 
     # -- decoding the plan once ----------------------------------------------------------------
@@ -301,43 +304,106 @@ class CudaExecutable:
     def run(self, inputs: Mapping[str, Any], device_outputs: bool = False) -> dict:
         arrays = self._check(inputs)
         with self._lock:  # one arena: one caller at a time
-            s = self.stream
-            for staged, a in zip(self._staging, arrays):
-                if staged is None or not a.size:
-                    continue
-                flat, pinned = staged
-                if isinstance(a, np.ndarray):
-                    pinned[:a.size] = a.reshape(-1)
-                    flat[:a.size].copy_to_device(pinned[:a.size], stream=s)
-                else:
-                    if not a.is_c_contiguous():
-                        raise InputError("a device array input must be C-contiguous")
-                    flat[:a.size].copy_to_device(a.reshape(a.size), stream=s)
-            env: dict = {}
-            for step in self._steps:
-                if step[0] == "launch":
-                    for launch in step[1]:
-                        launch()
-                        if launch.status:
-                            self._raise_reported(step[2])
-                else:
-                    self._run_fallback(step[1], arrays, env)
-            result = {}
-            for o in self.manifest["outputs"]:
-                name = o["name"]
-                if name in self._landing and not device_outputs:
-                    view, pinned, n, shape = self._landing[name]
-                    if n:
-                        view.copy_to_host(pinned, stream=s)
-                    result[name] = pinned  # copied out below, once the stream is done
-                else:
-                    result[name] = self._output(o["ref"], arrays, env, device_outputs)
-            s.synchronize()
-            for name in self._landing:
-                if name in result and not device_outputs:
-                    view, pinned, n, shape = self._landing[name]
-                    result[name] = pinned[:n].reshape(shape).copy()  # results never alias Kiln's memory
+            if self._graph_run and not device_outputs and \
+                    all(isinstance(a, np.ndarray) for a in arrays):
+                return self._replay(arrays)
+            result = self._run(arrays, device_outputs)
+            if self._graph_run is None and not device_outputs and self._graphable(arrays):
+                self._graph_run = self._capture(arrays, result) or False
             return result
+
+    def _graphable(self, arrays) -> bool:
+        return (all(isinstance(a, np.ndarray) for a in arrays) and not self.manifest["fallback"]
+                and set(self._landing) == {o["name"] for o in self.manifest["outputs"]}
+                and all(s[0] == "launch" for s in self._steps)
+                and all(ln.fast and not ln.status for s in self._steps for ln in s[1]))
+
+    def _enqueue(self, arrays) -> None:
+        """The copies in, the launches and the copies out, on the stream (the graph's body)."""
+        s = self.stream
+        for staged, a in zip(self._staging, arrays):
+            if staged is not None and a.size:
+                staged[0][:a.size].copy_to_device(staged[1][:a.size], stream=s)
+        for step in self._steps:
+            for launch in step[1]:
+                launch()
+        for view, pinned, n, shape in self._landing.values():
+            if n:
+                view.copy_to_host(pinned, stream=s)
+
+    def _stage(self, arrays) -> None:
+        for staged, a in zip(self._staging, arrays):
+            if staged is not None and a.size:
+                staged[1][:a.size] = a.reshape(-1)
+
+    def _replay(self, arrays) -> dict:
+        self._stage(arrays)
+        self._graph_run.launch()
+        self.stream.synchronize()
+        return {name: pinned[:n].reshape(shape).copy() for name, (view, pinned, n, shape) in self._landing.items()}
+
+    def _capture(self, arrays, result: dict):
+        """The run as a CUDA graph (``_Graph``), checked against ``result``; None where not possible."""
+        import numba
+
+        if numba.config.ENABLE_CUDASIM or not self.graphs:
+            return None
+        graph = _Graph.capture(self.stream, lambda: self._enqueue(arrays))
+        if graph is None:
+            return None
+        self._graph_run = graph
+        try:
+            again = self._replay(arrays)
+        except Exception:
+            return None
+        finally:
+            self._graph_run = None
+        same = all(np.array_equal(again[k], result[k], equal_nan=True) for k in result)
+        return graph if same else None
+
+    @property
+    def uses_graph(self) -> bool:
+        """Whether runs replay one CUDA graph (``_Graph``) instead of launching from Python."""
+        return bool(self._graph_run)
+
+    def _run(self, arrays, device_outputs: bool) -> dict:
+        s = self.stream
+        for staged, a in zip(self._staging, arrays):
+            if staged is None or not a.size:
+                continue
+            flat, pinned = staged
+            if isinstance(a, np.ndarray):
+                pinned[:a.size] = a.reshape(-1)
+                flat[:a.size].copy_to_device(pinned[:a.size], stream=s)
+            else:
+                if not a.is_c_contiguous():
+                    raise InputError("a device array input must be C-contiguous")
+                flat[:a.size].copy_to_device(a.reshape(a.size), stream=s)
+        env: dict = {}
+        for step in self._steps:
+            if step[0] == "launch":
+                for launch in step[1]:
+                    launch()
+                    if launch.status:
+                        self._raise_reported(step[2])
+            else:
+                self._run_fallback(step[1], arrays, env)
+        result = {}
+        for o in self.manifest["outputs"]:
+            name = o["name"]
+            if name in self._landing and not device_outputs:
+                view, pinned, n, shape = self._landing[name]
+                if n:
+                    view.copy_to_host(pinned, stream=s)
+                result[name] = pinned  # copied out below, once the stream is done
+            else:
+                result[name] = self._output(o["ref"], arrays, env, device_outputs)
+        s.synchronize()
+        for name in self._landing:
+            if name in result and not device_outputs:
+                view, pinned, n, shape = self._landing[name]
+                result[name] = pinned[:n].reshape(shape).copy()  # results never alias Kiln's memory
+        return result
 
     def _raise_reported(self, step: dict) -> None:
         st = self._status.copy_to_host(stream=self.stream)
@@ -447,6 +513,51 @@ class CudaExecutable:
             for name in [CUDA_MANIFEST, *self.manifest["files"]]:
                 d.copy(name, os.path.join(tmp, name))
         return dest
+
+
+class _Graph:
+    """A whole run (input copies, every launch, output copies) captured once as a CUDA graph and
+    replayed with one launch: Python launches cost tens of microseconds each (numba passes each
+    array as seven parameters), which for a small model is most of the run. Captured after a run
+    has marshalled every launch (``_Launch``), for plans with no host step and no status check,
+    through ``cuda.bindings.driver`` (cuda-python, which numba-cuda itself uses); where that is
+    missing or capture fails, runs keep launching from Python. The first replay is checked against
+    the run it was captured from (bit for bit) before it is used."""
+
+    def __init__(self, cu, exec_, stream):
+        self.cu, self.exec_, self.stream = cu, exec_, stream
+
+    def launch(self) -> None:
+        (err,) = self.cu.cuGraphLaunch(self.exec_, self.stream)
+        if err != self.cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuGraphLaunch: {err}")
+
+    @staticmethod
+    def capture(stream, body) -> "_Graph | None":
+        """The graph of what ``body()`` enqueues on ``stream`` (None where it cannot be made)."""
+        try:
+            from cuda.bindings import driver as cu
+        except ImportError:
+            try:
+                from cuda import cuda as cu  # cuda-python before 12.6
+            except ImportError:
+                return None
+        h = stream.handle
+        h = h if isinstance(h, cu.CUstream) else cu.CUstream(int(getattr(h, "value", h) or 0))
+        ok = cu.CUresult.CUDA_SUCCESS
+        (err,) = cu.cuStreamBeginCapture(h, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+        if err != ok:
+            return None
+        failed = False
+        try:
+            body()
+        except Exception:
+            failed = True
+        err, graph = cu.cuStreamEndCapture(h)  # always ends the capture, whatever body() did
+        if failed or err != ok:
+            return None
+        err, exec_ = cu.cuGraphInstantiate(graph, 0)
+        return _Graph(cu, exec_, h) if err == ok else None
 
 
 class _Launch:
