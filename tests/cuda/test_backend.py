@@ -232,3 +232,11 @@ def test_rows_a_block_of_threads_each():
     got, want = exe.run(feeds), interpret(parse(ROWS), feeds)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["light:resnet50", "light:squeezenet", "light:shufflenet", "light:inception_v1",
+                                   "light:densenet121"])
+def test_the_suite_models_compile_for_cuda_with_every_node_on_the_gpu(model):
+    """(Compiled only: at 224 x 224 the simulator would take hours; benchmarks/gpu_check.py runs models on a GPU.)"""
+    exe = compiler.compile(model, target="cuda", fallback=False)
+    assert exe.launch_count > 40 and exe.fallback == []
