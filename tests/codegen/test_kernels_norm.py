@@ -1,4 +1,4 @@
-"""Native Softmax/LogSoftmax, LayerNormalization, LRN (compiler/codegen/kernels/norm.py: every float type, on
+"""Native Softmax/LogSoftmax, LayerNormalization, InstanceNormalization, LRN (compiler/codegen/kernels/norm.py: every float type, on
 the LLVM printer and in numba's CUDA simulator) and float32 Reduce* kernels (reduction.py; every type and op:
 test_kernels_reduce.py) against the reference interpreter."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
-from compiler.codegen.kernels.norm import LayerNorm, Lrn, Softmax
+from compiler.codegen.kernels.norm import InstanceNorm, LayerNorm, Lrn, Softmax
 from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import interpret
@@ -225,9 +225,18 @@ def _typed_graph(dt: DType):
     h = _input(g, "h", (2, 7, 3, 5), dt)
     outs += [g.add(cv.LRN(size=5, alpha=1e-4, beta=0.75, bias=1.0), h),
              g.add(cv.LRN(size=2, alpha=0.5, beta=0.6, bias=2.0), h)]
+    # InstanceNormalization: planes of images (rank 4), of sequences (rank 3: x seen as 3 x 5 x 37),
+    # of one element (rank 2: the output is the bias), scale and bias fed
+    s7, b7 = _input(g, "s7", (7,), dt), _input(g, "b7", (7,), dt)
+    s5, b5 = _input(g, "s5", (5,), dt), _input(g, "b5", (5,), dt)
+    outs += [g.add(nm.InstanceNormalization(epsilon=1e-3), h, s7, b7), g.add(nm.InstanceNormalization(), x, s5, b5),
+             g.add(nm.InstanceNormalization(), _input(g, "p", (4, 5), dt), s5, b5)]
     g.set_outputs(outs, [f"y{i}" for i in range(len(outs))])
     ins = {"x": (RNG.standard_normal((3, 5, 37)) * 3).astype(dt.np),
-           "h": (RNG.standard_normal((2, 7, 3, 5)) * 2).astype(dt.np)}
+           "h": (RNG.standard_normal((2, 7, 3, 5)) * 2).astype(dt.np),
+           "p": RNG.standard_normal((4, 5)).astype(dt.np)}
+    for name, n in (("s7", 7), ("b7", 7), ("s5", 5), ("b5", 5)):
+        ins[name] = RNG.standard_normal(n).astype(dt.np)
     return g, ins
 
 
@@ -244,7 +253,8 @@ def _close(got: dict, ref: dict, dt: DType) -> None:
 def test_every_float_type_on_the_llvm_printer(dt):
     g, ins = _typed_graph(dt)
     for n in g.nodes:
-        assert isinstance(lowering_for(KernelGroup.of_node(n))[0], (Softmax, LayerNorm, Lrn)), n.describe()
+        assert isinstance(lowering_for(KernelGroup.of_node(n))[0], (Softmax, LayerNorm, InstanceNorm, Lrn)), \
+            n.describe()
     _close(run_kernels(g, ins), interpret(g, ins), dt)
 
 
@@ -253,3 +263,23 @@ def test_every_float_type_on_the_llvm_printer(dt):
 def test_on_the_cuda_printer(dt):
     g, ins = _typed_graph(dt)
     _close(run_cuda_forms(g, ins, threads=2), interpret(g, ins), dt)
+
+
+def test_instance_normalization_against_onnxruntime():
+    """A PoolFormer-style InstanceNormalization (channels of 64 x 56 x 56 planes, a model's scale and
+    bias) compiled whole, against ONNX Runtime."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    import compiler
+
+    scale, bias = RNG.standard_normal(64).astype(np.float32), RNG.standard_normal(64).astype(np.float32)
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 56, 56])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 56, 56])],
+                              [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = (RNG.standard_normal((1, 64, 56, 56)) * 3 + 1).astype(np.float32)
+    exe = compiler.compile(model, fallback=False)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)

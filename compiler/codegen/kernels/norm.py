@@ -255,23 +255,26 @@ class ScaleBias:
         return out
 
 
-def layernorm_row(kf: KernelForm, D: int, row: Row, y: Buffer, r: Expr, scale: Buffer | None,
-                  bias: Buffer | None, epsilon: float, stash: DType) -> tuple[Expr, Expr]:
+def layernorm_row(kf: KernelForm, D: int, row: Row, y: Buffer, r: Expr, scale: Buffer | Expr | None,
+                  bias: Buffer | Expr | None, epsilon: float, stash: DType,
+                  round_first: bool = True) -> tuple[Expr, Expr]:
     """Normalize ``row`` (elements read in ``stash``) into row ``r`` of the ``[rows, D]`` buffer
-    ``y``, times ``scale``, plus ``bias`` (``[D]`` buffers or None); returns (mean, 1 / std)."""
+    ``y``, times ``scale``, plus ``bias`` (``[D]`` buffers, one value for the whole row, or None);
+    returns (mean, 1 / std). ``round_first``: a float16 result is rounded to float16 before the
+    scale (LayerNormalization), else only at the end (InstanceNormalization)."""
     mean = kf.let(op("div", row_sum(kf, D, row.first, stash), float(D)), "mean")
     var = op("div", row_sum(kf, D, lambda i: (lambda d: d * d)(row.again(i) - mean), stash), float(D))
     inv = kf.let(op("div", Const(1.0, stash), op("sqrt", var + float(epsilon))), "inv")
     out = compute_type(y.dtype)
     with kf.loop(D, "vector") as i:
         v = (row.again(i) - mean) * inv
-        if y.dtype is DType.f16:
+        if y.dtype is DType.f16 and round_first:
             v = op("to_f16", v)  # the normalized value is rounded to X's type first
         v = cast(v, out)
         if scale is not None:
-            v = v * cast(scale[i], out)
+            v = v * cast(scale[i] if isinstance(scale, Buffer) else scale, out)
         if bias is not None:
-            v = v + cast(bias[i], out)
+            v = v + cast(bias[i] if isinstance(bias, Buffer) else bias, out)
         kf.store(y, (r, i), v)
     return mean, inv
 
@@ -307,6 +310,34 @@ class LayerNorm(FormLowering):
             for buf, v in zip(stats, got):
                 if buf is not None:
                     kf.store(buf, r, cast(v, compute_type(buf.dtype)))
+        return kf.finish()
+
+
+class InstanceNorm(FormLowering):
+    """InstanceNormalization, every float type: each (image, channel) plane a row of LayerNorm's
+    program (statistics in float32, float64 for float64), times the channel's scale plus its bias."""
+
+    ops = (nm.InstanceNormalization,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        return float_reason(group, list(group.node.inputs) + [group.node.outputs[0]])
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, scale, bias = n.inputs
+        y = n.outputs[0]
+        shape = [int(d) for d in x.shape]
+        C = shape[1]
+        R, D = shape[0] * C, math.prod(shape[2:])
+        stash = DType.f64 if x.type.dtype is DType.f64 else DType.f32
+        kf = KernelForm(name)
+        xb = kf.buffer("x", x.type.dtype, (R, D), value=x)
+        yb = kf.buffer("y", y.type.dtype, (R, D), "out", value=y)
+        sb = kf.buffer("scale", scale.type.dtype, (C,), value=scale)
+        bb = kf.buffer("B", bias.type.dtype, (C,), value=bias)
+        with kf.loop(R, "parallel", grain=par_grain(LAYERNORM_COST * D), name="r") as r:
+            c = kf.let(op("rem", r, Const(C, r.dtype)), "c")
+            layernorm_row(kf, D, Row.of(xb, r, stash), yb, r, sb[c], bb[c], n.op.epsilon, stash, round_first=False)
         return kf.finish()
 
 
