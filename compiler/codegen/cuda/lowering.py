@@ -381,12 +381,17 @@ def _epilogue(group: KernelGroup, low: Epilogue, binder: StepBinder) -> list[Lau
         raise NoCuda("a prologue (the chain before a convolution) is not fused on the GPU")
     anchor = head.node
     make = _ANCHORS.get(type(anchor.op))
+    if make is None and hasattr(anchor_low, "form"):  # a loop-form anchor (ConvTranspose) writes its result
+        def make(node, binder, out, act):
+            if act:
+                raise NoCuda("(a loop-form anchor takes no activation)")
+            return [binder.form(anchor_low.form(head, "anchor"))]
     if make is None:
         raise NoCuda(f"{anchor.op.name} takes no epilogue on the GPU")
     own = any(v is a_out for v in group.outputs)
     final = group.nodes[-1].outputs[0]
     if tail is not None and len(tail.nodes) == 1 and isinstance(tail.nodes[0].op, ew.Relu) and not own \
-            and not (isinstance(anchor.op, cv.Conv) and anchor.op.group != 1):
+            and type(anchor.op) in _ANCHORS and not (isinstance(anchor.op, cv.Conv) and anchor.op.group != 1):
         return make(anchor, binder, final, 1)  # the ReLU inside the GEMM
     if tail is None:
         return make(anchor, binder, a_out, 0)

@@ -21,18 +21,19 @@ from .qconv import LOWERINGS as QCONV_LOWERINGS
 from .qmatmul import LOWERINGS as QMATMUL_LOWERINGS
 from .quant import LOWERINGS as QUANT_LOWERINGS
 from .resize import LOWERINGS as RESIZE_LOWERINGS
+from .conv_transpose import ConvTranspose
 from .reduction import ArgReduce, Hardmax, LpNormalization, Reduce
 from .row_reduce import RowReduce
 from .scan import LOWERINGS as SCAN_LOWERINGS
 from .shuffle import ShuffledDepthwise
 
 #: every lowering, in the order they are consulted
-_GEMM, _MATMUL, _CONV = Gemm(), MatMul(), Conv()
+_GEMM, _MATMUL, _CONV, _CONVT = Gemm(), MatMul(), Conv(), ConvTranspose()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
                              Hardmax(), LpNormalization(), *ONEHOT_LOWERINGS,
                              Softmax(), LayerNorm(), InstanceNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
-                             *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS,
-                             Epilogue((_GEMM, _MATMUL, _CONV)), RowReduce(), Attention(), ShuffledDepthwise())
+                             *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS, _CONVT,
+                             Epilogue((_GEMM, _MATMUL, _CONV, _CONVT)), RowReduce(), Attention(), ShuffledDepthwise())
 
 #: the lowering of groups with nothing to compute
 EMPTY = Empty()
