@@ -1,7 +1,15 @@
-"""ConvTranspose on the loop form (1-D and 2-D, float32 and float64; any strides, dilations, pads,
-output padding or output_shape, groups, bias).
+"""ConvTranspose (1-D and 2-D, float32 and float64; any strides, dilations, pads, output padding or
+output_shape, groups, bias).
 
-Written as a gather: output ``(oh, ow)`` takes tap ``(r, s)`` of input channel ``ci`` from input
+**float32** (``emit``): as the reference computes it, a GEMM then the taps gathered back. Per image and
+group, Kiln's sgemm computes the column matrix ``cols = W[g]^T x[n, g]`` (``MG * KH * KW`` rows of
+``H * W``: what each tap of each output channel receives from each input position) into scratch;
+then a loop-form kernel (``col2im_form``) gives each output element the bias plus the column entries
+of the taps that land on it (the same exact-division test as below, ``KH * KW`` taps, no channel
+loop). The heavy part runs at GEMM speed.
+
+**Otherwise** (float64, many images and groups; and the GPU, where a thread per output is what it
+wants: ``form``), a gather: output ``(oh, ow)`` takes tap ``(r, s)`` of input channel ``ci`` from input
 ``((oh + ph - r * dh) / sh, (ow + pw - s * dw) / sw)`` where both divisions are exact and inside the
 input. Per image and output channel (the parallel loop) and output row, the row starts as the bias;
 then for each input channel of the group and each tap whose input row exists (one test per row), a
@@ -13,9 +21,13 @@ from __future__ import annotations
 
 from ...ir.ops import conv as cv
 from ...ir.types import DType
-from ..loops import Kernel, KernelForm
+from ..loops import Kernel, KernelForm, print_llvm
 from ..loops.expr import INDEX, Const, op, select
 from .base import FormLowering, KernelGroup, dtype_reason, par_grain
+from .linalg import call_sgemm
+
+#: the most GEMMs (images x groups) the float32 path calls one after another
+MAX_GEMMS = 64
 
 
 def _geometry(node):
@@ -49,9 +61,23 @@ class ConvTranspose(FormLowering):
     ops = (cv.ConvTranspose,)
 
     def emit(self, k, group: KernelGroup, epilogue=None) -> bool:
-        """The kernel; as an epilogue group's anchor (``epilogue.py``) the chain after it is not taken
-        inside (False: the chain runs over the result in place)."""
-        super().emit(k, group)
+        """The kernel (see the module docstring); as an epilogue group's anchor (``epilogue.py``) the
+        chain after it is not taken inside (False: the chain runs over the result in place)."""
+        n = group.node
+        (N, C, H, W), (M, CG, MG, KH, KW), _, _, _, _ = _geometry(n)
+        G = n.op.group
+        if n.outputs[0].type.dtype is not DType.f32 or N * G > MAX_GEMMS:
+            super().emit(k, group)
+            return False
+        kn, P = KH * KW, H * W
+        cols = k.scratch(N * M * kn * P * 4)
+        xp, wp = k.ptr(n.inputs[0]), k.ptr(n.inputs[1])
+        for img in range(N):
+            for g in range(G):  # cols[img, g] (MG*kn x P) = W[g] (CG x MG*kn, transposed) x[img, g] (CG x P)
+                call_sgemm(k, 1, 0, MG * kn, P, CG, 1.0, k.at(wp, g * CG * MG * kn), MG * kn,
+                           k.at(xp, (img * C + g * CG) * P), P, 0.0, k.at(cols, (img * G + g) * MG * kn * P), P)
+        k.note(f"{N * G} GEMM(s) of {MG * kn}x{P}x{CG} into a column matrix, then its taps gathered")
+        print_llvm(k, col2im_form(group, f"{k.name}.col2im", cols))
         return False
 
     def check(self, group: KernelGroup) -> str | None:
@@ -100,4 +126,32 @@ class ConvTranspose(FormLowering):
         return kf.finish()
 
 
-__all__ = ["ConvTranspose"]
+def col2im_form(group: KernelGroup, name: str, cols) -> Kernel:
+    """``y[img, co, oh, ow] = bias[co] + sum over the taps (r, s) landing on (oh, ow) of
+    cols[img, co, r, s, ih, iw]`` (``cols`` bound to the column matrix: see the module docstring)."""
+    n = group.node
+    bias = n.inputs[2] if len(n.inputs) > 2 else None
+    y = n.outputs[0]
+    (N, C, H, W), (M, CG, MG, KH, KW), (OH, OW), (sh, sw), (dh, dw), (ph, pw) = _geometry(n)
+    kf = KernelForm(name)
+    cb = kf.buffer("cols", DType.f32, (N, M, KH, KW, H, W), value=cols)
+    bb = kf.buffer("b", DType.f32, (M,), value=bias) if bias is not None else None
+    yb = kf.buffer("y", DType.f32, (N, M, OH, OW), "inout", value=y)
+    zero = Const(0.0, DType.f32)
+    with kf.loop(N * M, "parallel", grain=par_grain(OH * OW * KH * KW), name="nm") as nm:
+        img = kf.let(op("div", nm, Const(M, INDEX)), name="img")
+        co = kf.let(op("rem", nm, Const(M, INDEX)), name="co")
+        with kf.loop(OH, name="oh") as oh:
+            with kf.loop(OW, "vector", name="ow") as ow:
+                kf.store(yb, (img, co, oh, ow), bb[co] if bb is not None else zero)
+            with kf.loop(KH, name="r") as r:
+                ok_h, ih = _tap(oh, ph, r, dh, sh, H)
+                ok_h, ih = kf.let(ok_h, name="okh"), kf.let(ih, name="ih")
+                with kf.loop(KW, name="s") as s, kf.loop(OW, "vector", name="ow") as ow:
+                    ok_w, iw = _tap(ow, pw, s, dw, sw, W)
+                    v = select(op("and", ok_h, ok_w), cb[img, co, r, s, ih, iw], zero)
+                    kf.store(yb, (img, co, oh, ow), op("add", yb[img, co, oh, ow], v))
+    return kf.finish()
+
+
+__all__ = ["ConvTranspose", "col2im_form"]
