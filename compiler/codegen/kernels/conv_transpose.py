@@ -5,8 +5,8 @@ output_shape, groups, bias).
 group, Kiln's sgemm computes the column matrix ``cols = W[g]^T x[n, g]`` (``MG * KH * KW`` rows of
 ``H * W``: what each tap of each output channel receives from each input position) into scratch;
 then a loop-form kernel (``col2im_form``) gives each output element the bias plus the column entries
-of the taps that land on it (the same exact-division test as below, ``KH * KW`` taps, no channel
-loop). The heavy part runs at GEMM speed.
+of the taps that land on it, phase by phase along each axis so that each tap's loop covers exactly
+the outputs it reaches (no test, no division). The heavy part runs at GEMM speed.
 
 **Otherwise** (float64, many images and groups; and the GPU, where a thread per output is what it
 wants: ``form``), a gather: output ``(oh, ow)`` takes tap ``(r, s)`` of input channel ``ci`` from input
@@ -18,6 +18,8 @@ vector pass along the row adds ``x * w`` where the column's division is exact an
 reference's scatter (float rounding only).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ...ir.ops import conv as cv
 from ...ir.types import DType
@@ -71,10 +73,16 @@ class ConvTranspose(FormLowering):
             return False
         kn, P = KH * KW, H * W
         cols = k.scratch(N * M * kn * P * 4)
-        xp, wp = k.ptr(n.inputs[0]), k.ptr(n.inputs[1])
+        xp, w = k.ptr(n.inputs[0]), n.inputs[1]
+        if w.const is not None:  # constant weights: each group's A packed when compiling
+            wc = np.asarray(w.const, np.float32).reshape(G, CG, MG * kn)
+            packed = [k.weight(k.services.pack_a(np.ascontiguousarray(wc[g].T))) for g in range(G)]
+        else:
+            wp = k.ptr(w)
         for img in range(N):
             for g in range(G):  # cols[img, g] (MG*kn x P) = W[g] (CG x MG*kn, transposed) x[img, g] (CG x P)
-                call_sgemm(k, 1, 0, MG * kn, P, CG, 1.0, k.at(wp, g * CG * MG * kn), MG * kn,
+                a, ta, lda = (packed[g], 2, CG) if w.const is not None else (k.at(wp, g * CG * MG * kn), 1, MG * kn)
+                call_sgemm(k, ta, 0, MG * kn, P, CG, 1.0, a, lda,
                            k.at(xp, (img * C + g * CG) * P), P, 0.0, k.at(cols, (img * G + g) * MG * kn * P), P)
         k.note(f"{N * G} GEMM(s) of {MG * kn}x{P}x{CG} into a column matrix, then its taps gathered")
         print_llvm(k, col2im_form(group, f"{k.name}.col2im", cols))
@@ -126,31 +134,60 @@ class ConvTranspose(FormLowering):
         return kf.finish()
 
 
+def _phases(out: int, size: int, s: int, d: int, pad: int, k: int) -> list[tuple[int, list]]:
+    """Per phase ``p`` of an output axis (outputs ``p + s * q``): the taps landing there, each as
+    (tap, input offset, first q, end q): output ``p + s * q`` takes input ``offset + q`` through the
+    tap for q in [first, end) (the input inside). All known when compiling: no test at run time."""
+    phases = []
+    for p in range(min(s, out)):
+        nq = -(-(out - p) // s)
+        taps = []
+        for r in range(k):
+            t = p + pad - r * d
+            if t % s:
+                continue
+            off = t // s
+            lo, hi = max(0, -off), min(nq, size - off)
+            if lo < hi:
+                taps.append((r, off, lo, hi))
+        phases.append((p, taps))
+    return phases
+
+
 def col2im_form(group: KernelGroup, name: str, cols) -> Kernel:
     """``y[img, co, oh, ow] = bias[co] + sum over the taps (r, s) landing on (oh, ow) of
-    cols[img, co, r, s, ih, iw]`` (``cols`` bound to the column matrix: see the module docstring)."""
+    cols[img, co, r, s, ih, iw]`` (``cols`` bound to the column matrix: see the module docstring).
+    The outputs are taken phase by phase along each axis (``_phases``), so each tap's loop runs over
+    exactly the outputs it reaches: no division, no test, no wasted tap."""
     n = group.node
     bias = n.inputs[2] if len(n.inputs) > 2 else None
     y = n.outputs[0]
     (N, C, H, W), (M, CG, MG, KH, KW), (OH, OW), (sh, sw), (dh, dw), (ph, pw) = _geometry(n)
+    rows, columns = _phases(OH, H, sh, dh, ph, KH), _phases(OW, W, sw, dw, pw, KW)
     kf = KernelForm(name)
     cb = kf.buffer("cols", DType.f32, (N, M, KH, KW, H, W), value=cols)
     bb = kf.buffer("b", DType.f32, (M,), value=bias) if bias is not None else None
     yb = kf.buffer("y", DType.f32, (N, M, OH, OW), "inout", value=y)
-    zero = Const(0.0, DType.f32)
+    i64 = lambda v: Const(v, INDEX)  # noqa: E731
     with kf.loop(N * M, "parallel", grain=par_grain(OH * OW * KH * KW), name="nm") as nm:
-        img = kf.let(op("div", nm, Const(M, INDEX)), name="img")
-        co = kf.let(op("rem", nm, Const(M, INDEX)), name="co")
-        with kf.loop(OH, name="oh") as oh:
-            with kf.loop(OW, "vector", name="ow") as ow:
-                kf.store(yb, (img, co, oh, ow), bb[co] if bb is not None else zero)
-            with kf.loop(KH, name="r") as r:
-                ok_h, ih = _tap(oh, ph, r, dh, sh, H)
-                ok_h, ih = kf.let(ok_h, name="okh"), kf.let(ih, name="ih")
-                with kf.loop(KW, name="s") as s, kf.loop(OW, "vector", name="ow") as ow:
-                    ok_w, iw = _tap(ow, pw, s, dw, sw, W)
-                    v = select(op("and", ok_h, ok_w), cb[img, co, r, s, ih, iw], zero)
-                    kf.store(yb, (img, co, oh, ow), op("add", yb[img, co, oh, ow], v))
+        img = kf.let(op("div", nm, i64(M)), name="img")
+        co = kf.let(op("rem", nm, i64(M)), name="co")
+        with kf.loop(OH, name="oh") as oh, kf.loop(OW, "vector", name="ow") as ow:
+            kf.store(yb, (img, co, oh, ow), bb[co] if bb is not None else Const(0.0, DType.f32))
+        for p, taps in rows:
+            for r, off, lo, hi in taps:
+                with kf.loop(hi - lo, name="qh") as qh:
+                    q = op("add", qh, i64(lo))
+                    oh = kf.let(op("add", op("mul", q, i64(sh)), i64(p)), name="oh")
+                    ih = kf.let(op("add", q, i64(off)), name="ih")
+                    for pc, ctaps in columns:
+                        for s_, offc, loc, hic in ctaps:
+                            with kf.loop(hic - loc, "vector", name="qw") as qw:
+                                qc = op("add", qw, i64(loc))
+                                ow = op("add", op("mul", qc, i64(sw)), i64(pc))
+                                at = (img, co, oh, ow)
+                                kf.store(yb, at, op("add", yb[at], cb[img, co, i64(r), i64(s_), ih,
+                                                                     op("add", qc, i64(offc))]))
     return kf.finish()
 
 
