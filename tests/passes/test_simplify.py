@@ -442,3 +442,72 @@ def test_fold_scale_bias_into_gemm_only_with_a_per_column_c(cshape, folds):
             "t": rng.standard_normal(7).astype(np.float32)})
     assert run_pass(FoldScaleBias(), g) == folds
     assert ("Add" in g.op_counts()) != folds
+
+
+@pytest.mark.parametrize("eq, a, b, out, counts", [
+    ("bhqd,bhkd->bhqk", "2,3,4,5", "2,3,6,5", "2,3,4,6", {"Reshape": 3, "Transpose": 1, "MatMul": 1}),
+    ("bij,bjk->bik", "2,3,4", "2,4,5", "2,3,5", {"MatMul": 1}),
+    ("ij,jk->ki", "3,4", "4,5", "5,3", {"MatMul": 1, "Transpose": 1}),
+    ("i,j->ij", "3", "4", "3,4", {"MatMul": 1, "Reshape": 2}),
+    ("abc,cd->dba", "2,3,4", "4,5", "5,3,2", {"MatMul": 1, "Reshape": 2, "Transpose": 1}),
+])
+def test_einsum_becomes_a_matmul(eq, a, b, out, counts):
+    g = ir(f"""
+    graph @t(%a: f32[{a}], %b: f32[{b}]) -> (y: f32[{out}]) {{
+      %0 = Einsum(%a, %b) {{equation="{eq}"}} : f32[{out}]
+      return y=%0
+    }}""")
+    assert run_pass(Canonicalize(), g)
+    assert g.op_counts() == counts
+
+
+def test_einsum_to_matmul_structure():
+    g = ir("""
+    graph @t(%q: f32[2,3,4,5], %k: f32[2,3,6,5]) -> (y: f32[2,3,4,6]) {
+      %0 = Einsum(%q, %k) {equation="bhqd,bhkd->bhqk"} : f32[2,3,4,6]
+      return y=%0
+    }""")
+    assert run_pass(Canonicalize(), g)
+    same_ir(g, """
+    graph @t(%q: f32[2,3,4,5], %k: f32[2,3,6,5]) -> (y: f32[2,3,4,6]) {
+      %Reshape.shape = const i64[3] dense<[6, 4, 5]>
+      %Reshape.shape_1 = const i64[3] dense<[6, 5, 6]>
+      %Reshape.shape_2 = const i64[4] dense<[2, 3, 4, 6]>
+      %0 = Reshape(%q, %Reshape.shape) : f32[6,4,5]
+      %1 = Transpose(%k) {perm=[0, 1, 3, 2]} : f32[2,3,5,6]
+      %2 = Reshape(%1, %Reshape.shape_1) : f32[6,5,6]
+      %3 = MatMul(%0, %2) : f32[6,4,6]
+      %4 = Reshape(%3, %Reshape.shape_2) : f32[2,3,4,6]
+      return y=%4
+    }""")
+
+
+@pytest.mark.parametrize("eq, a, b, out, why", [
+    ("ii,i->i", "3,3", "3", "3", "repeats within an operand"),
+    ("ij,jk->i", "3,4", "4,5", "3", "summed within one operand"),
+    ("ij,jk->ik", "3,1", "4,5", "3,5", "broadcast"),
+])
+def test_einsum_refusals(eq, a, b, out, why):
+    g = ir(f"""
+    graph @t(%a: f32[{a}], %b: f32[{b}]) -> (y: f32[{out}]) {{
+      %0 = Einsum(%a, %b) {{equation="{eq}"}} : f32[{out}]
+      return y=%0
+    }}""")
+    assert any(why in r for r in refusals(g, "einsum-to-matmul"))
+
+
+def test_an_attention_einsum_runs_natively_and_matches_onnxruntime():
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    import compiler
+
+    node = helper.make_node("Einsum", ["q", "k"], ["y"], equation="bhqd,bhkd->bhqk")
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 16, 8]) for n in ("q", "k")]
+    graph = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal((1, 4, 16, 8)).astype(np.float32) for n in ("q", "k")}
+    exe = compiler.compile(model, fallback=False)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(exe.run(feeds)["y"], want, rtol=1e-5, atol=1e-5)

@@ -7,6 +7,8 @@
 * Transpose chains compose into one Transpose; an identity permutation disappears.
 * MatMul by a constant matrix followed by Add of a constant bias becomes Gemm (through a Reshape to
   2-D when the activation has more dimensions, as in transformer layers).
+* Einsum of two float32 operands whose labels are batch, row, column or contracted labels (each in
+  the places a matrix product puts it) becomes Transposes and Reshapes around one MatMul.
 """
 from __future__ import annotations
 
@@ -305,10 +307,78 @@ class MatMulAddToGemm(Rule):
         node.output.replace_all_uses_with(out)
 
 
+class EinsumToMatMul(Rule):
+    """``A, B -> Y`` where every label of the equation is a batch label (in A, B and Y), a row label
+    (A and Y), a column label (B and Y) or a contracted one (A and B): A transposed to [batch, rows,
+    contracted] and B to [batch, contracted, columns], each reshaped to 3-D (2-D without batch
+    labels), one MatMul, reshaped to [batch, rows, columns] and transposed to Y's label order.
+    Transposes and Reshapes that change nothing are left out."""
+
+    name = "einsum-to-matmul"
+    roots = ("Einsum",)
+
+    def _labels(self, node):
+        from ...ir.ops.linalg import _ELLIPSIS
+
+        if len(node.inputs) != 2:
+            return None, f"{len(node.inputs)} operands (only two become a MatMul)"
+        if not all(v.type.is_static and v.type.dtype is DType.f32 for v in node.inputs):
+            return None, "the operands are not float32 of static shape"
+        eq, _ = node.op.resolve([tuple(v.shape) for v in node.inputs])
+        lhs, out = eq.split("->")
+        a, b = lhs.split(",")
+        if _ELLIPSIS in eq or "." in eq:
+            return None, "an ellipsis"
+        if len(set(a)) != len(a) or len(set(b)) != len(b):
+            return None, "a label repeats within an operand (a diagonal)"
+        sizes = {}
+        for term, v in ((a, node.inputs[0]), (b, node.inputs[1])):
+            for label, d in zip(term, v.shape):
+                if sizes.setdefault(label, int(d)) != int(d):
+                    return None, f"label {label!r} has sizes {sizes[label]} and {int(d)} (broadcast)"
+        for label in set(a) | set(b):
+            if label not in out and not (label in a and label in b):
+                return None, f"label {label!r} is summed within one operand"
+        return (a, b, out, sizes), None
+
+    def check(self, node):
+        return self._labels(node)[1]
+
+    def rewrite(self, graph, node):
+        (a, b, out, sizes), _ = self._labels(node)
+        # labels in their operand's order: the operands move as little as they can, Y's order last
+        batch = [x for x in a if x in b and x in out]
+        rows = [x for x in a if x in out and x not in b]
+        cols = [x for x in b if x in out and x not in a]
+        red = [x for x in a if x in b and x not in out]
+        size = lambda labels: int(np.prod([sizes[x] for x in labels], dtype=np.int64))  # noqa: E731
+
+        def arrange(v, term, order, shape):
+            perm = [term.index(x) for x in order]
+            if perm != list(range(len(perm))):
+                v = graph.add_node(op("Transpose", perm=tuple(perm)), [v], before=node).output
+            if tuple(int(d) for d in v.shape) != tuple(shape):
+                v = reshape_to(graph, v, shape, node)
+            return v
+
+        lead = [size(batch)] if batch else []
+        x = arrange(node.inputs[0], a, batch + rows + red, lead + [size(rows), size(red)])
+        y = arrange(node.inputs[1], b, batch + red + cols, lead + [size(red), size(cols)])
+        z = graph.add_node(op("MatMul"), [x, y], name=node.name, before=node).output
+        grouped = batch + rows + cols
+        full = [sizes[x] for x in grouped]
+        if tuple(int(d) for d in z.shape) != tuple(full):
+            z = reshape_to(graph, z, full, node)
+        perm = [grouped.index(x) for x in out]
+        if perm != list(range(len(perm))):
+            z = graph.add_node(op("Transpose", perm=tuple(perm)), [z], before=node).output
+        node.output.replace_all_uses_with(z)
+
+
 RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), CastLikeToCast(),
                            SoftmaxCrossEntropyToNLL(), BlocksToTranspose(), BatchNormToElementwise(),
                            ReshapeLikeToReshape(), CollapseReshapes(), ComposeTransposes(),
-                           MatMulAddToGemm())
+                           MatMulAddToGemm(), EinsumToMatMul())
 
 
 class Canonicalize(Pass):
