@@ -23,6 +23,7 @@ from .quant import LOWERINGS as QUANT_LOWERINGS
 from .resize import LOWERINGS as RESIZE_LOWERINGS
 from .topk import LOWERINGS as TOPK_LOWERINGS
 from .gridsample import LOWERINGS as GRIDSAMPLE_LOWERINGS
+from .lppool import LOWERINGS as LPPOOL_LOWERINGS
 from .conv_transpose import ConvTranspose
 from .reduction import ArgReduce, Hardmax, LpNormalization, Reduce
 from .row_reduce import RowReduce
@@ -34,7 +35,7 @@ _GEMM, _MATMUL, _CONV, _CONVT = Gemm(), MatMul(), Conv(), ConvTranspose()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
                              Hardmax(), LpNormalization(), *ONEHOT_LOWERINGS,
                              Softmax(), LayerNorm(), InstanceNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
-                             *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS, *TOPK_LOWERINGS, *GRIDSAMPLE_LOWERINGS, _CONVT,
+                             *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS, *TOPK_LOWERINGS, *GRIDSAMPLE_LOWERINGS, *LPPOOL_LOWERINGS, _CONVT,
                              Epilogue((_GEMM, _MATMUL, _CONV, _CONVT)), RowReduce(), Attention(), ShuffledDepthwise())
 
 #: the lowering of groups with nothing to compute
