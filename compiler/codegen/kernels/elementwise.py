@@ -11,7 +11,7 @@ from ..loops import KernelForm, Kernel
 from ..loops.broadcast import merge_axes
 from ..loops.expr import STORAGE_TYPES, Const, compute_type
 from ..loops.scalar import SCALAR, scalar
-from .base import LLVM_TYPES, FormLowering, KernelGroup, Lowering, dtype_reason
+from .base import FormLowering, KernelGroup, Lowering, dtype_reason
 
 
 def inlined(v) -> bool:
@@ -106,7 +106,8 @@ class Elementwise(FormLowering):
 
 
 class View(Lowering):
-    """Reshape, Flatten, Squeeze, Unsqueeze, Identity: the result is the input's buffer (no code)."""
+    """Reshape, Flatten, Squeeze, Unsqueeze, Identity: the result is the input's buffer (no code), for
+    every element type a buffer holds (the bytes are not looked at)."""
 
     ops = (sh.Reshape, sh.Flatten, sh.Squeeze, sh.Unsqueeze, sh.Identity)
     alias = True
@@ -114,7 +115,7 @@ class View(Lowering):
     def check(self, group: KernelGroup) -> str | None:
         n = group.node
         x, y = n.inputs[0], n.outputs[0]
-        why = dtype_reason([x, y], allowed=tuple(LLVM_TYPES))
+        why = dtype_reason([x, y], allowed=tuple(STORAGE_TYPES))
         if why:
             return why
         if x.type.dtype is not y.type.dtype or x.type.numel != y.type.numel:
