@@ -511,3 +511,26 @@ def test_an_attention_einsum_runs_natively_and_matches_onnxruntime():
     exe = compiler.compile(model, fallback=False)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(exe.run(feeds)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_float16_matmul_becomes_a_float32_one_between_casts():
+    g = ir("""
+    graph @t(%a: f16[2,3,4], %b: f16[4,5]) -> (y: f16[2,3,5]) {
+      %0 = MatMul(%a, %b) : f16[2,3,5]
+      return y=%0
+    }""")
+    assert run_pass(Canonicalize(), g, rtol=1e-3)
+    same_ir(g, """
+    graph @t(%a: f16[2,3,4], %b: f16[4,5]) -> (y: f16[2,3,5]) {
+      %0 = Cast(%a) : f32[2,3,4]
+      %1 = Cast(%b) : f32[4,5]
+      %2 = MatMul(%0, %1) : f32[2,3,5]
+      %3 = Cast(%2) {to=f16} : f16[2,3,5]
+      return y=%3
+    }""")
+    f32 = ir("""
+    graph @t(%a: f32[2,3], %b: f32[3,5]) -> (y: f32[2,5]) {
+      %0 = MatMul(%a, %b) : f32[2,5]
+      return y=%0
+    }""")
+    assert "the operands are not float16" in refusals(f32, "narrow-matmul-to-f32")

@@ -7,6 +7,8 @@
 * Transpose chains compose into one Transpose; an identity permutation disappears.
 * MatMul by a constant matrix followed by Add of a constant bias becomes Gemm (through a Reshape to
   2-D when the activation has more dimensions, as in transformer layers).
+* MatMul of float16 operands becomes Casts to float32 around a float32 MatMul (what its reference
+  computes: the product of the widened operands, rounded once).
 * Einsum of two float32 operands whose labels are batch, row, column or contracted labels (each in
   the places a matrix product puts it) becomes Transposes and Reshapes around one MatMul.
 """
@@ -307,6 +309,25 @@ class MatMulAddToGemm(Rule):
         node.output.replace_all_uses_with(out)
 
 
+class NarrowMatMulToFloat32(Rule):
+    """MatMul of float16 operands: Cast both to float32, MatMul, Cast the product back. The op's
+    definition widens narrow floats and rounds the product once, so this is the same computation,
+    and the float32 GEMM runs natively."""
+
+    name = "narrow-matmul-to-f32"
+    roots = ("MatMul",)
+
+    def check(self, node):
+        if node.inputs[0].type.dtype is not DType.f16:
+            return "the operands are not float16"
+        return None
+
+    def rewrite(self, graph, node):
+        f32 = [graph.add_node(op("Cast", to=DType.f32), [v], before=node).output for v in node.inputs]
+        mm = graph.add_node(op("MatMul"), f32, name=node.name, before=node).output
+        node.output.replace_all_uses_with(graph.add_node(op("Cast", to=DType.f16), [mm], before=node).output)
+
+
 class EinsumToMatMul(Rule):
     """``A, B -> Y`` where every label of the equation is a batch label (in A, B and Y), a row label
     (A and Y), a column label (B and Y) or a contracted one (A and B): A transposed to [batch, rows,
@@ -378,7 +399,7 @@ class EinsumToMatMul(Rule):
 RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), CastLikeToCast(),
                            SoftmaxCrossEntropyToNLL(), BlocksToTranspose(), BatchNormToElementwise(),
                            ReshapeLikeToReshape(), CollapseReshapes(), ComposeTransposes(),
-                           MatMulAddToGemm(), EinsumToMatMul())
+                           MatMulAddToGemm(), EinsumToMatMul(), NarrowMatMulToFloat32())
 
 
 class Canonicalize(Pass):
