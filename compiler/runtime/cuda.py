@@ -162,22 +162,27 @@ class CudaExecutable:
         self._lock = threading.Lock()
         cuda = _cuda()
         self._cuda = cuda
-        files = manifest.get("files", {})
+        files = manifest.get("files")
+        read = {KERNELS, WEIGHTS} | ({IR_TEXT, IR_TEXT + ".npz"} if manifest["fallback"] else set())
+        if not isinstance(files, dict) or not {KERNELS, WEIGHTS, IR_TEXT} <= set(files):
+            raise ArtifactError(f"{path}: {CUDA_MANIFEST} does not give the checksums of {KERNELS}, {WEIGHTS} "
+                                f"and {IR_TEXT}")
         with ArtifactDir(path) as d:
             for name, digest in files.items():
-                d.verify(name, digest)
-            source = d.read(KERNELS, files.get(KERNELS), 1 << 30).decode("utf-8")
-            weights = np.frombuffer(d.read(WEIGHTS, files.get(WEIGHTS), machine_memory()), np.uint8)
+                if name not in read:  # the others are hashed as they are read
+                    d.verify(name, digest)
+            source = d.read(KERNELS, files[KERNELS], 1 << 30).decode("utf-8")
+            weights = np.frombuffer(d.read(WEIGHTS, files[WEIGHTS], machine_memory()), np.uint8)
             self._graph = None
             if manifest["fallback"]:
                 from ..ir.parser import parse
 
-                text = d.read(IR_TEXT, files.get(IR_TEXT), machine_memory()).decode("utf-8")
+                text = d.read(IR_TEXT, files[IR_TEXT], machine_memory()).decode("utf-8")
                 side = None
-                if d.has(IR_TEXT + ".npz"):
+                if IR_TEXT + ".npz" in files:
                     import io
 
-                    with np.load(io.BytesIO(d.read(IR_TEXT + ".npz", files.get(IR_TEXT + ".npz"),
+                    with np.load(io.BytesIO(d.read(IR_TEXT + ".npz", files[IR_TEXT + ".npz"],
                                                    machine_memory())), allow_pickle=False) as z:
                         side = {k: z[k] for k in z.files}
                 self._graph = parse(text, side, filename=os.path.join(path, IR_TEXT))
@@ -191,7 +196,7 @@ class CudaExecutable:
         self._signature_ = [(i["name"], np.dtype(_np(i["dtype"])) if i["dtype"] else None,
                              tuple(i["shape"]) if i["shape"] is not None else None, i["dtype"])
                             for i in manifest["inputs"]]
-        self._inputs = [cuda.device_array(max(int(np.prod(s, dtype=np.int64)) * dt.itemsize, 1), np.uint8)
+        self._inputs = [cuda.device_array(max(int(np.prod(s, dtype=np.int64)), 1) * dt.itemsize, np.uint8)
                         if dt is not None else None for _, dt, s, _ in self._signature_]
         self.outputs = [(o["name"], o["dtype"], o["shape"]) for o in manifest["outputs"]]
         # what each call copies, set up once: every input's device view and page-locked staging
@@ -277,29 +282,10 @@ class CudaExecutable:
         return vals[0] if len(vals) == 1 else vals
 
     def _check(self, inputs: Mapping[str, Any]) -> list:
-        if not isinstance(inputs, Mapping):
-            raise InputError("run() takes a dict of input name -> array")
-        names = self.input_names
-        missing = [n for n in names if n not in inputs]
-        extra = [n for n in inputs if n not in names]
-        if missing or extra:
-            raise InputError(f"missing input(s) {missing}, unknown input(s) {extra}; the model takes {names}")
-        out = []
-        for name, dtype, shape, tname in self._signature_:
-            a = inputs[name]
-            if dtype is None:
-                out.append(a)
-                continue
-            if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
-                a = self._cuda.as_cuda_array(a)
-            elif not isinstance(a, np.ndarray):
-                a = np.asarray(a)
-            if np.dtype(a.dtype) != dtype:
-                raise InputError(f"input {name!r} has element type {a.dtype}, the model takes {tname}{list(shape)}")
-            if tuple(a.shape) != shape:
-                raise InputError(f"input {name!r} has shape {list(a.shape)}, the model takes {tname}{list(shape)}")
-            out.append(a)
-        return out
+        from .executable import check_feeds
+
+        shown = "(" + ", ".join(f"{n}: {d}{list(s)}" if d else f"{n}: {s}" for n, _, s, d in self._signature_) + ")"
+        return check_feeds(self._signature_, inputs, shown, device_array=lambda a: self._cuda.as_cuda_array(a))
 
     def run(self, inputs: Mapping[str, Any], device_outputs: bool = False) -> dict:
         arrays = self._check(inputs)

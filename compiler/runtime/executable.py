@@ -19,7 +19,7 @@ import ctypes
 import io
 import os
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -192,36 +192,7 @@ class Executable:
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         """The inputs in signature order, each checked (and made contiguous); InputError otherwise."""
-        if not isinstance(inputs, Mapping):
-            raise InputError(f"run() takes a dict of input name -> array; the model takes {self._signature()}")
-        names = self.input_names
-        missing = [n for n in names if n not in inputs]
-        if missing:
-            raise InputError(f"missing input(s) {missing}; the model takes {self._signature()}")
-        extra = [n for n in inputs if n not in names]
-        if extra:
-            raise InputError(f"unknown input(s) {extra}; the model takes {self._signature()}")
-        out = []
-        for name, dtype, shape, tname in self._signature_:
-            a = inputs[name]
-            if dtype is None:
-                out.append(a)
-                continue
-            if not isinstance(a, np.ndarray):
-                a = np.asarray(a)
-                if a.dtype == np.float64 and tname == "f32":
-                    raise InputError(f"input {name!r}: got a Python sequence of float64, expected {tname}"
-                                     f"{list(shape)}: pass np.asarray(..., dtype=np.float32)")
-            if a.dtype != dtype:
-                raise InputError(f"input {name!r} has element type {a.dtype}, the model takes "
-                                 f"{tname}{list(shape)} ({dtype})")
-            if tuple(a.shape) != shape:
-                raise InputError(f"input {name!r} has shape {list(a.shape)}, the model takes {tname}{list(shape)}"
-                                 f" (compile with input_shapes / --input-shape for another shape)")
-            if not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a)
-            out.append(a)
-        return out
+        return check_feeds(self._signature_, inputs, self._signature())
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         arrays = self.check_inputs(inputs)
@@ -331,6 +302,45 @@ class Executable:
         return dest
 
 
+def check_feeds(signature, inputs: Mapping[str, Any], shown: str, device_array=None) -> list:
+    """The inputs in ``signature`` order ((name, NumPy dtype or None, shape, element type name) each),
+    checked against it (names, element type, shape) and NumPy ones made contiguous; ``InputError``
+    naming the input otherwise (``shown``: the signature as the messages print it). ``device_array``,
+    when given, turns an object with ``__cuda_array_interface__`` into a device array (a CUDA run)."""
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"run() takes a dict of input name -> array; the model takes {shown}")
+    names = [n for n, *_ in signature]
+    missing = [n for n in names if n not in inputs]
+    if missing:
+        raise InputError(f"missing input(s) {missing}; the model takes {shown}")
+    extra = [n for n in inputs if n not in names]
+    if extra:
+        raise InputError(f"unknown input(s) {extra}; the model takes {shown}")
+    out = []
+    for name, dtype, shape, tname in signature:
+        a = inputs[name]
+        if dtype is None:
+            out.append(a)
+            continue
+        if device_array is not None and hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
+            a = device_array(a)
+        elif not isinstance(a, np.ndarray):
+            a = np.asarray(a)
+            if a.dtype == np.float64 and tname == "f32":
+                raise InputError(f"input {name!r}: got a Python sequence of float64, expected {tname}"
+                                 f"{list(shape)}: pass np.asarray(..., dtype=np.float32)")
+        if np.dtype(a.dtype) != dtype:
+            raise InputError(f"input {name!r} has element type {a.dtype}, the model takes "
+                             f"{tname}{list(shape)} ({dtype})")
+        if tuple(a.shape) != shape:
+            raise InputError(f"input {name!r} has shape {list(a.shape)}, the model takes {tname}{list(shape)}"
+                             f" (compile with input_shapes / --input-shape for another shape)")
+        if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        out.append(a)
+    return out
+
+
 def load(path: str | os.PathLike, nthreads: int | None = None) -> Executable:
     """Open a compiled artifact (a ``model.kiln`` directory); compiles nothing. Refuses an artifact
     that is corrupt or tampered with, newer than this Kiln, or built for CPU features this machine
@@ -345,4 +355,4 @@ def load(path: str | os.PathLike, nthreads: int | None = None) -> Executable:
         return Executable(path, manifest, nthreads, _dir=d)
 
 
-__all__ = ["Executable", "default_threads", "load"]
+__all__ = ["Executable", "check_feeds", "default_threads", "load"]

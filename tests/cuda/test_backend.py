@@ -127,6 +127,14 @@ def test_artifact_round_trip_and_refusals(tmp_path):
         loaded.run({"x": np.zeros((2, 32), np.float32)})
     with pytest.raises(InputError, match="element type"):
         loaded.run({"x": feeds["x"].astype(np.float64)})
+    # a manifest that drops a checksum
+    m = json.load(open(os.path.join(copy, "cuda.json")))
+    digest = m["files"].pop("kernels.py")
+    json.dump(m, open(os.path.join(copy, "cuda.json"), "w"))
+    with pytest.raises(ArtifactError, match="checksums"):
+        compiler.load(copy)
+    m["files"]["kernels.py"] = digest
+    json.dump(m, open(os.path.join(copy, "cuda.json"), "w"))
     # a tampered kernel file
     with open(os.path.join(copy, "kernels.py"), "a") as f:
         f.write("\nimport os\n")
