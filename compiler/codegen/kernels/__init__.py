@@ -28,6 +28,7 @@ from .conv_transpose import ConvTranspose
 from .reduction import ArgReduce, Hardmax, LpNormalization, Reduce
 from .row_reduce import RowReduce
 from .scan import LOWERINGS as SCAN_LOWERINGS
+from .recurrent import LOWERINGS as RECURRENT_LOWERINGS
 from .shuffle import ShuffledDepthwise
 
 #: every lowering, in the order they are consulted
@@ -36,6 +37,7 @@ ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(
                              Hardmax(), LpNormalization(), *ONEHOT_LOWERINGS,
                              Softmax(), LayerNorm(), InstanceNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
                              *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS, *TOPK_LOWERINGS, *GRIDSAMPLE_LOWERINGS, *LPPOOL_LOWERINGS, _CONVT,
+                             *RECURRENT_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV, _CONVT)), RowReduce(), Attention(), ShuffledDepthwise())
 
 #: the lowering of groups with nothing to compute
