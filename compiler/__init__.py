@@ -19,7 +19,15 @@ def compile(model, opt_level: int = 2, input_shapes=None, **options):
 
 
 def load(path, nthreads=None):
-    """Load a compiled artifact; see ``compiler.runtime.executable.load``."""
-    from .runtime.executable import load as _load
+    """Load a compiled artifact; see ``compiler.runtime.executable.load``. An artifact of a model with
+    symbolic input dimensions loads as a ``compiler.specialize.Specializing`` executable."""
+    import os
 
-    return _load(path, nthreads)
+    from .runtime.executable import load as _load
+    from .specialize import is_specializing, load_specializing
+
+    exe = _load(path, nthreads)
+    manifest = getattr(exe, "manifest", None)
+    if manifest is not None and hasattr(manifest, "files") and is_specializing(manifest):
+        return load_specializing(os.fspath(path), exe, nthreads)
+    return exe

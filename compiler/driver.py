@@ -37,7 +37,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),
             timings: dict | None = None, profile: bool = False, memory_limit: int | None = None,
             model_name: str | None = None, input_values: Mapping[str, Any] | None = None,
-            quantize: Any = None, calibration: Any = None) -> Executable:
+            quantize: Any = None, calibration: Any = None, specialize: bool = True,
+            max_dims: Mapping[str, int] | None = None, specialize_cache: int | None = None) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
     this CPU (or ``target``: a ``Target``, an LLVM CPU name, or "cuda" for an NVIDIA GPU through
     numba.cuda, docs/cuda.md) and return it loaded.
@@ -57,6 +58,12 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     constant weights, a mode name ("int8", "int8-dynamic") or a ``passes.quantize.QuantizeOptions``;
     static "int8" measures activation ranges by running the float model on ``calibration`` (a
     directory of ``.npz``/``.npy`` samples or an iterable of feed dicts, see ``calibration.py``).
+
+    A model with symbolic input dimensions left (not fixed by ``input_shapes``) compiles, with
+    ``specialize`` (the default, CPU), to a ``specialize.Specializing`` executable: native code per
+    size, compiled when a size is first run and kept (``specialize_cache`` sizes, 8 by default);
+    ``max_dims`` ({"N": 64}) refuses larger sizes. ``specialize=False`` keeps one compile whose nodes
+    of symbolic shape run in the interpreter.
 
     The passes fuse what the CPU backend can run as one kernel: the driver hands its capabilities
     (``codegen.fusion.CPU_FUSION``) to the pipeline.
@@ -91,6 +98,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     elif opts.quantize is not None and opts.quantize.accuracy_budget is not None:
         raise OptionError("an accuracy budget needs calibration data to measure the error on")
     graph = load_graph(model, opts.input_shapes)
+    source = _specialization_source(graph, opts, specialize and not _is_cuda(target) and calibration is None,
+                                    max_dims)
     t1 = time.perf_counter()
     from .passes.pipeline import all_pass_names
 
@@ -115,11 +124,12 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     prog = build_program(graph, target, fallback=fallback, profile=profile, verify_shared=verify)
     limits.check_program(prog.arena_bytes, prog.weights_bytes, prog.buffers, limit)
     t3 = time.perf_counter()
-    if prog.fallback_steps:
+    if prog.fallback_steps and source is None:  # a specializing compile's sizes get their own compiles
         ops = sorted({s.node.op.name for s in prog.fallback_steps})
         warnings.warn(f"{len(prog.fallback_steps)} node(s) run in the reference interpreter (no native code): "
                       f"{', '.join(ops)}; `kiln inspect` lists them with reasons", FallbackWarning, stacklevel=3)
-    dest, owner = _destination(output)
+    # a specializing compile's artifact is the generic one plus its source: written whole below
+    dest, owner = _destination(None if source is not None else output)
     name = model_name or (model if isinstance(model, str) else getattr(graph, "name", "model"))
     times = {"load": t1 - t0, "passes": t2 - t1, "codegen": t3 - t2}
     exe = write_artifact(prog, dest, target, model_name=str(name), opt_level=opt_level, times=times,
@@ -136,7 +146,43 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     times.update(llvm_and_link=t4 - t3, total=time.perf_counter() - t0)
     if timings is not None:
         timings.update(times)
+    if source is not None:
+        from .specialize import DEFAULT_CACHE, Specializing
+
+        options = dict(opt_level=opt_level, target=target, fallback=fallback, nthreads=nthreads, verify=verify,
+                       disabled_passes=tuple(disabled_passes), memory_limit=memory_limit, model_name=str(name),
+                       quantize=quantize, profile=profile)
+        spec = Specializing(exe, source, options, max_dims or {}, specialize_cache or DEFAULT_CACHE)
+        spec.quantization = exe.quantization
+        if output is not None:
+            spec.generic = load(spec.save(output), nthreads)
+        return spec
     return exe
+
+
+def _specialization_source(graph: Graph, opts, wanted: bool, max_dims) -> Graph | None:
+    """A copy of the loaded graph, its inputs bound to ``input_values`` and shaped by ``input_shapes``,
+    when symbolic input dimensions are left and specializing is wanted; else None."""
+    from .specialize import check_max_dims, symbolic_dims
+
+    if not wanted:
+        if max_dims:
+            raise KilnError("max_dims applies to a model compiled with specialize=True on the CPU")
+        return None
+    from .ir.clone import clone
+    from .passes.simplify.infer_shapes import bind_inputs, specialize_inputs
+
+    source, _ = clone(graph)
+    specialize_inputs(source, opts.input_shapes)
+    if opts.input_values:
+        bind_inputs(source, opts.input_values)
+    dims = symbolic_dims(source)
+    if not dims:
+        if max_dims:
+            check_max_dims(max_dims, dims)  # names a dimension the model does not have
+        return None
+    check_max_dims(max_dims or {}, dims)
+    return source
 
 
 def _destination(output):

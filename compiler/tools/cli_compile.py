@@ -51,6 +51,12 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     c.add_argument("--target", metavar="CPU|cuda", default=None,
                    help="generate code for another CPU (LLVM name: znver3, x86-64-v3, haswell, ...), or "
                         "'cuda' for an NVIDIA GPU through numba.cuda (docs/cuda.md); default: this machine's CPU")
+    c.add_argument("--max-dim", action="append", type=parse_max_dim, default=[], metavar="NAME=N",
+                   help="the largest size a symbolic input dimension may take at run time (repeatable); a model "
+                        "with symbolic dimensions gets native code per size, compiled when the size is first run")
+    c.add_argument("--no-specialize", action="store_true",
+                   help="for a model with symbolic input dimensions: one compile, its nodes of symbolic shape "
+                        "run in the interpreter (default: native code per size, compiled at first run)")
     c.add_argument("--strict", action="store_true",
                    help="fail if any node has no native code instead of running it in the interpreter")
     c.add_argument("--verify", action="store_true", help="run the IR verifier after every pass, and emit every kernel to check that kernels sharing one function are equal")
@@ -176,6 +182,7 @@ def parse_size(text: str) -> int:
 
 def cmd_compile(args) -> int:
     from ..driver import FallbackWarning, compile
+    from ..specialize import Specializing
     from .zoo import model_of
 
     if _is_artifact(args.model):
@@ -199,11 +206,14 @@ def cmd_compile(args) -> int:
         exe = compile(model_of(args.model), args.opt_level, _shapes(args.input_shape), output=args.output,
                       target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings,
                       disabled_passes=args.disable_pass, memory_limit=args.memory_limit, model_name=args.model,
-                      quantize=quantize, calibration=args.calibration)
+                      quantize=quantize, calibration=args.calibration, specialize=not args.no_specialize,
+                      max_dims=dict(args.max_dim))
     if not hasattr(exe.manifest, "kernels"):  # a CUDA artifact
         return _report_cuda_compile(args, exe, caught, timings)
     summary = summarize(exe.manifest, args.output)
     summary["compile_seconds"] = {k: round(v, 3) for k, v in timings.items()}
+    if isinstance(exe, Specializing):
+        summary["specialize"] = exe.record()
     if exe.quantization is not None:
         summary["quantization"] = exe.quantization
     if args.json:
@@ -215,6 +225,10 @@ def cmd_compile(args) -> int:
         print(f"compiled {args.model} -> {args.output} in {timings['total']:.2f} s "
               f"(passes {timings['passes']:.2f}, codegen {timings['codegen']:.2f}, "
               f"LLVM + link {timings['llvm_and_link']:.2f})")
+        record = summary.get("specialize")
+        if record is not None:
+            print(f"  symbolic {_dims_line(record)}: native code is compiled per size when the size is first run "
+                  f"(the generic compile below runs the nodes of symbolic shape in the interpreter)")
         print(f"  {summary['kernels']} kernel(s), {summary['views']} view(s), {len(summary['fallback'])} fallback node(s)")
         print(f"  {memory_line(m)}")
         if exe.quantization is not None:
@@ -346,7 +360,11 @@ def cmd_run(args) -> int:
             if args.input_shape:
                 raise KilnError("--input-shape applies to models; an artifact has fixed input shapes")
             exe = load(args.model, args.threads)
-            feeds = _feeds_for(exe, given, args.seed)
+            from ..specialize import Specializing
+
+            # symbolic dimensions of a specializing artifact: random inputs of size 1 there
+            feeds = _feeds(exe.source, given, args.seed) if isinstance(exe, Specializing) else \
+                _feeds_for(exe, given, args.seed)
         else:
             _refuse_directory(args.model)
             # the inputs first (given, or random with symbolic dimensions 1), checked against the
@@ -393,6 +411,31 @@ def _feeds_for(exe, given: dict, seed: int) -> dict:
             continue
         g.add_input(name, TensorType(dtype, shape))
     return _feeds(g, given, seed)
+
+
+def _specialize_record(artifact: str) -> dict | None:
+    """A specializing artifact's record (``specialize.json``), else None."""
+    from ..runtime.artifact import ArtifactDir, read_manifest
+    from ..specialize import RECORD, is_specializing
+
+    m = read_manifest(artifact)
+    if not is_specializing(m):
+        return None
+    with ArtifactDir(artifact) as d:
+        return json.loads(d.read(RECORD, m.files[RECORD], 1 << 20))
+
+
+def _dims_line(record: dict) -> str:
+    mx = record.get("max_dims", {})
+    return ", ".join(f"{d} (at most {mx[d]})" if d in mx else d for d in record.get("dims", []))
+
+
+def parse_max_dim(text: str) -> tuple[str, int]:
+    """NAME=N for --max-dim."""
+    name, eq, value = text.partition("=")
+    if not eq or not name or not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=N with N a positive integer (e.g. N=64), got {text!r}")
+    return name, int(value)
 
 
 def _inspect_cuda(args) -> int:
@@ -451,6 +494,7 @@ def cmd_inspect(args) -> int:
         out = {k: m[k] for k in ("model", "kiln_version", "format_version", "opt_level", "target", "inputs",
                                  "outputs", "kernels", "views", "fallback", "memory", "compile_seconds", "nodes")}
         out["concats_in_place"] = m.get("concats_in_place", [])
+        out["specialize"] = _specialize_record(args.artifact)
         print(json.dumps(out, indent=1))
         return 0
     t = m["target"]
@@ -486,6 +530,10 @@ def cmd_inspect(args) -> int:
         for key, (count, fl, by) in sorted(by_op.items(), key=lambda kv: -kv[1][1]):
             print(f"  {key[:28]:<28} {count:>7} {fl / 1e6:>10.1f} {by / 1e6:>9.1f}")
         print("  (--kernels lists each kernel)")
+    record = _specialize_record(args.artifact)
+    if record is not None:
+        print(f"symbolic {_dims_line(record)}: native code is compiled per size when the size is first run; "
+              f"the generic compile's fallback follows")
     fb = m["fallback"]
     if fb:
         print(f"fallback {len(fb)} node(s) run in the reference interpreter:")

@@ -28,6 +28,8 @@ WINDOW_CASES = {
     "2d_same_lower": ((1, 2, 7, 8), {"kernel_shape": [2, 4], "strides": [2, 1], "auto_pad": "SAME_LOWER"}),
     "2d_valid": ((1, 2, 7, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "VALID"}),
     "1d": ((2, 3, 17), {"kernel_shape": [4], "strides": [3], "pads": [2, 1]}),
+    # ceil_mode with a window larger than the input (EfficientNet's head pool): one output per axis
+    "2d_ceil_window_past_input": ((1, 2, 2, 2), {"kernel_shape": [3, 3], "strides": [3, 3], "ceil_mode": 1}),
     "3d": ((1, 2, 6, 5, 7), {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2], "pads": [0, 1, 1, 1, 1, 0]}),
 }
 
@@ -164,6 +166,8 @@ def test_pools_are_vectorized():
     (lambda: P.MaxPool(kernel_shape=(2, 2)), (f32(1, 3, 8),), "X must have rank 4"),
     (lambda: P.MaxPool(kernel_shape=(2, 2), strides=(1,)), (f32(1, 3, 8, 8),), "strides has 1 entries"),
     (lambda: P.MaxPool(kernel_shape=(5, 5)), (f32(1, 3, 4, 8),), "smaller than the kernel"),
+    # ceil_mode makes an output only where the window starts inside: 4 - 9 < -stride here
+    (lambda: P.MaxPool(kernel_shape=(9, 2), strides=(2, 2), ceil_mode=1), (f32(1, 3, 4, 8),), "smaller than the kernel"),
     (lambda: P.AveragePool(kernel_shape=(2, 2)), (TensorType(DType.i8, (1, 3, 8, 8)),), "element type i8"),
     (lambda: P.MaxPool(kernel_shape=(2, 2)), (TensorType(DType.i32, (1, 3, 8, 8)),), "element type i32"),
     (lambda: P.GlobalAveragePool(), (f32(3, 8),), "rank >= 3"),

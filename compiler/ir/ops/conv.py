@@ -69,7 +69,9 @@ def axis_geometry(op: OpDef, axis: int, size: int, k: int, s: int, d: int, pb: i
     if auto_pad == "VALID":
         pb = pe = 0
     span = size + pb + pe - keff
-    if span < 0:
+    # with ceil_mode a window larger than the padded input still makes one output (ONNX Runtime and
+    # PyTorch agree: EfficientNet's last pool), as long as it starts inside
+    if span < 0 and not (ceil_mode and -(-span // s) >= 0):
         raise op.fail(f"spatial axis {axis}: the input size {size} (padded: {size + pb + pe}) is smaller "
                       f"than the kernel's extent {keff} (kernel {k}, dilation {d})")
     if ceil_mode:
