@@ -14,6 +14,12 @@ under 8 minutes on a GPU machine:
    plan allows) and with device arrays (a torch CUDA tensor in, device arrays out: launched from
    Python, a device allocation per output), PyTorch with the input on the GPU.
 
+4. with ``--light NAMES|all`` and ``--archs NAMES|all``: the ONNX model-zoo networks the ``onnx`` package
+   ships (``light:NAME``) and the real-architecture suite (``compiler/tools/archs``, batch 1), each
+   compiled for ``cuda`` and checked against the CPU artifact on random inputs (host path latency
+   and the nodes left on the host reported); ``--only none`` skips the suite models, ``--skip-gemm``
+   the GEMM.
+
 Prints a table and writes ``gpu_check.json`` (to ``--out``, default the current directory).
 """
 from __future__ import annotations
@@ -194,6 +200,60 @@ def model_check(name: str, spec: str, sim: bool, runs: int) -> dict:
     return out
 
 
+def graph_check(name: str, proto, feeds: dict, runs: int) -> dict:
+    """A model compiled for cuda against its CPU artifact on ``feeds``, and its host-path latency."""
+    import warnings
+
+    import numpy as np
+
+    import compiler
+
+    out: dict = {"model": name}
+    shapes = {k: v.shape for k, v in feeds.items()}
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exe = compiler.compile(proto, input_shapes=shapes, target="cuda")
+        cpu = compiler.compile(proto, input_shapes=shapes)
+    out["compile_s"] = round(time.perf_counter() - t0, 2)
+    out["on_host"] = sorted({f["op"] for f in exe.fallback})
+    out["launches"] = exe.launch_count
+    want = cpu.run(feeds)
+    t0 = time.perf_counter()
+    got = exe.run(feeds)
+    out["first_run_s"] = round(time.perf_counter() - t0, 2)
+    err = 0.0
+    for k in want:
+        w, g = want[k].astype(np.float64), got[k].astype(np.float64)
+        err = max(err, float(np.abs(g - w).max(initial=0.0) / max(np.abs(w).max(initial=0.0), 1e-6)))
+    out["max_rel_error_vs_cpu"] = err
+    out["matches_cpu"] = bool(err < 1e-3)
+    if runs:
+        out["kiln_host_ms"] = round(_median_ms(lambda: exe.run(feeds), runs), 3)
+        out["cpu_ms"] = round(_median_ms(lambda: cpu.run(feeds), max(3, runs // 4)), 3)
+    return out
+
+
+def zoo_graphs(light: str, arch: str):
+    """(name, ONNX model, feeds) of the light models and archs selected ("all" or comma-separated)."""
+    import onnx
+
+    from compiler.models import light_models, load_graph, resolve
+    from compiler.tools.cli import random_inputs
+
+    names = light_models() if light == "all" else [n for n in light.split(",") if n]
+    for n in names:
+        path = resolve(f"light:{n}")
+        feeds = random_inputs(load_graph(path), {}, 0, [])
+        yield f"light:{n}", onnx.load(path), feeds
+    if arch:
+        from compiler.tools import archs
+
+        for n in (list(archs.ARCHS) if arch == "all" else [a for a in arch.split(",") if a]):
+            data, feeds, _ = archs.export_arch(n, batch=1)
+            yield f"arch:{n}", onnx.load_from_string(data), feeds
+
+
 def _save(report: dict, out: str) -> None:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "gpu_check.json"), "w") as f:
@@ -207,6 +267,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="models whose name contains one of these (comma-separated)")
     ap.add_argument("--runs", type=int, default=20, help="timed runs per model (median)")
     ap.add_argument("--skip-tests", action="store_true", help="do not run tests/cuda on the device")
+    ap.add_argument("--skip-gemm", action="store_true", help="do not time the 4096^3 GEMM")
+    ap.add_argument("--light", default="", metavar="NAMES|all", help="light: ONNX model-zoo networks to check")
+    ap.add_argument("--archs", default="", metavar="NAMES|all", help="real-architecture suite models to check")
     args = ap.parse_args(argv)
     if args.sim:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
@@ -225,7 +288,7 @@ def main(argv=None) -> int:
     log(json.dumps(report))
     t_all = time.perf_counter()
     report["kernel_tests"] = {"skipped": "--skip-tests"} if args.skip_tests else kernel_tests(args.sim)
-    report["gemm"] = gemm_check(args.sim)
+    report["gemm"] = {"skipped": "--skip-gemm"} if args.skip_gemm else gemm_check(args.sim)
     log("gemm", json.dumps(report["gemm"]))
     only = [s for s in args.only.split(",") if s]
     report["models"] = []
@@ -243,6 +306,18 @@ def main(argv=None) -> int:
         report["models"].append(r)
         log(name, json.dumps(r))
         _save(report, args.out)
+    report["graphs"] = []
+    for name, proto, feeds in zoo_graphs(args.light, args.archs):
+        try:
+            r = graph_check(name, proto, feeds, 0 if args.sim else max(3, args.runs // 2))
+        except Exception as ex:
+            import traceback
+
+            r = {"model": name, "error": f"{type(ex).__name__}: {ex}", "trace": traceback.format_exc()[-1500:]}
+        ok = ok and r.get("matches_cpu", False)
+        report["graphs"].append(r)
+        log(name, json.dumps(r))
+        _save(report, args.out)
     report["seconds"] = round(time.perf_counter() - t_all, 1)
     log("\nmodel          match  compile s  kiln host ms  kiln dev ms  torch ms  host/torch  dev/torch  graph")
     for r in report["models"]:
@@ -253,6 +328,15 @@ def main(argv=None) -> int:
             f"{r.get('kiln_device_ms', '-'):>12} {r.get('torch_eager_ms', '-'):>9} "
             f"{r.get('kiln_host_over_torch', '-'):>11} {r.get('kiln_device_over_torch', '-'):>10} "
             f"{str(r.get('cuda_graph', '-')):>6}")
+    if report["graphs"]:
+        log("\nmodel                       match  rel.err   compile s  first run s  kiln ms   cpu ms  on host")
+        for r in report["graphs"]:
+            if "error" in r:
+                log(f"{r['model']:<27} ERROR {r['error'][:90]}")
+                continue
+            log(f"{r['model']:<27} {str(r['matches_cpu']):<6} {r['max_rel_error_vs_cpu']:<9.2g} {r['compile_s']:>9} "
+                f"{r['first_run_s']:>12} {r.get('kiln_host_ms', '-'):>8} {r.get('cpu_ms', '-'):>8}  "
+                f"{','.join(r['on_host']) or '-'}")
     _save(report, args.out)
     log(f"total {report['seconds']} s; {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
