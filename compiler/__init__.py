@@ -18,6 +18,14 @@ def compile(model, opt_level: int = 2, input_shapes=None, **options):
     return _compile(model, opt_level, input_shapes, **options)
 
 
+def profile(exe, feeds, runs=20, **options):
+    """Time every kernel of ``exe`` (compiled with ``profile=True``) over ``runs`` runs; see
+    ``compiler.profiling.profile``."""
+    from .profiling import profile as _profile
+
+    return _profile(exe, feeds, runs, **options)
+
+
 def load(path, nthreads=None):
     """Load a compiled artifact; see ``compiler.runtime.executable.load``. An artifact of a model with
     symbolic input dimensions loads as a ``compiler.specialize.Specializing`` executable."""

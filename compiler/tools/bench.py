@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import KilnError
+from ..profiling import cpu_name
 
 ENGINES = ("kiln", "onnxruntime", "torch")
 PEERS = ("onnxruntime", "torch")
@@ -205,19 +206,6 @@ def _loadavg() -> float:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
         return 0.0
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 # -- the model -------------------------------------------------------------------------------------

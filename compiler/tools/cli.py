@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_compile import add_commands
 
     add_commands(sub, parse_shape, parse_input, EPILOG)
+    from .cli_profile import add_commands as add_profile_commands
+
+    add_profile_commands(sub, parse_shape, parse_input)
     from . import bench
 
     b = sub.add_parser("bench", help="measure a compiled model against ONNX Runtime and PyTorch in one run",

@@ -60,6 +60,8 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     c.add_argument("--strict", action="store_true",
                    help="fail if any node has no native code instead of running it in the interpreter")
     c.add_argument("--verify", action="store_true", help="run the IR verifier after every pass, and emit every kernel to check that kernels sharing one function are equal")
+    c.add_argument("--profile", action="store_true",
+                   help="read a clock after every kernel, for `kiln profile ARTIFACT` (a little slower)")
     c.add_argument("--disable-pass", action="append", default=[], metavar="PASS",
                    help="skip this pass (repeatable; e.g. --disable-pass fuse; see `kiln dump --list-passes`)")
     c.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
@@ -207,6 +209,7 @@ def cmd_compile(args) -> int:
                       target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings,
                       disabled_passes=args.disable_pass, memory_limit=args.memory_limit, model_name=args.model,
                       quantize=quantize, calibration=args.calibration, specialize=not args.no_specialize,
+                      profile=args.profile,
                       max_dims=dict(args.max_dim))
     if not hasattr(exe.manifest, "kernels"):  # a CUDA artifact
         return _report_cuda_compile(args, exe, caught, timings)
@@ -360,11 +363,7 @@ def cmd_run(args) -> int:
             if args.input_shape:
                 raise KilnError("--input-shape applies to models; an artifact has fixed input shapes")
             exe = load(args.model, args.threads)
-            from ..specialize import Specializing
-
-            # symbolic dimensions of a specializing artifact: random inputs of size 1 there
-            feeds = _feeds(exe.source, given, args.seed) if isinstance(exe, Specializing) else \
-                _feeds_for(exe, given, args.seed)
+            feeds = artifact_feeds(exe, given, args.seed)
         else:
             _refuse_directory(args.model)
             # the inputs first (given, or random with symbolic dimensions 1), checked against the
@@ -396,6 +395,14 @@ def _feeds(graph, given, seed):
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
     return feeds
+
+
+def artifact_feeds(exe, given: dict, seed: int) -> dict:
+    """Inputs for a loaded artifact: ``given`` and random ones (a specializing artifact's symbolic
+    dimensions: size 1)."""
+    from ..specialize import Specializing
+
+    return _feeds(exe.source, given, seed) if isinstance(exe, Specializing) else _feeds_for(exe, given, seed)
 
 
 def _feeds_for(exe, given: dict, seed: int) -> dict:

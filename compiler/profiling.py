@@ -1,0 +1,277 @@
+"""Profiling a compiled model: per-kernel native times over many runs, against the machine's roofline,
+and a Chrome trace of them (``kiln profile``).
+
+    exe = compiler.compile(model, profile=True)        # every kernel timed by the native code
+    p = compiler.profile(exe, feeds, runs=20)
+    print(p.table())                                    # kernels by time: median, min-max, GFLOP/s, % roofline
+    json.dump(p.chrome_trace(), open("trace.json", "w"))
+
+An artifact built with ``profile=True`` (``kiln compile --profile``) reads a clock after every step of
+its forward function (``kiln_profile_mark``, ``codegen/native/parallel.c``); ``profile`` zeroes those
+counters before each run and reads them after it, so each run gives each kernel's time. The
+end-to-end latency of the same runs is measured around ``run``; what the kernels do not cover (steps
+run in the interpreter, copying the outputs out, the call itself) is reported as ``other``.
+
+**Roofline.** ``machine_roofline`` measures this machine once (Kiln's sgemm at 1024^3 on the threads
+used: the compute peak; a NumPy copy of 256 MiB: the memory bandwidth, read + write) and caches the
+figures in ``<cache>/kiln/roofline.json`` keyed by CPU model, threads and Kiln version. A kernel's
+bound is ``min(peak, intensity * bandwidth)`` with intensity = FLOPs / bytes (the manifest's figures
+from the op table: bytes are every member op's operands and results, an upper estimate for a fused
+kernel whose intermediates stay in registers); its % of roofline is its GFLOP/s over that bound, and
+for kernels without FLOPs (data movement) its GB/s over the bandwidth.
+
+**Limits.** The counters belong to the loaded library: two threads profiling one executable at once
+would mix their times (``profile`` holds the executable's profiling lock; plain ``run`` calls from
+other threads are not excluded). The trace has one track for the kernels, placed one after another
+within each run at their measured durations: the native code does not time the pool's threads
+separately.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import __version__
+from .errors import KilnError
+
+#: bytes of the arrays copied to measure the memory bandwidth
+BANDWIDTH_BYTES = 256 << 20
+_LOCKS: dict[int, threading.Lock] = {}
+
+
+@dataclass
+class KernelTime:
+    name: str
+    step: int
+    ops: list
+    nodes: list
+    lowering: str | None
+    flops: int
+    bytes: int
+    median_s: float
+    min_s: float
+    max_s: float
+    gflops: float
+    gbs: float
+    roofline_pct: float | None
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class Profile:
+    model: str
+    runs: int
+    nthreads: int
+    latency_median_s: float
+    latency_min_s: float
+    latency_max_s: float
+    kernels: list[KernelTime]
+    roofline: dict
+    fallback: list
+    per_run: list[list[float]]  # seconds of each kernel (in step order) per run
+    latencies: list[float]
+
+    @property
+    def kernel_sum_s(self) -> float:
+        """The kernels' median times added up (compare with ``latency_median_s``)."""
+        return sum(k.median_s for k in self.kernels)
+
+    def table(self, top: int | None = None) -> str:
+        ks = sorted(self.kernels, key=lambda k: -k.median_s)[:top]
+        r = self.roofline
+        lines = [f"{self.model}: {self.runs} runs, {self.nthreads} thread(s); latency median "
+                 f"{self.latency_median_s * 1e3:.3f} ms (min {self.latency_min_s * 1e3:.3f}, max "
+                 f"{self.latency_max_s * 1e3:.3f}); kernels {self.kernel_sum_s * 1e3:.3f} ms "
+                 f"({100 * self.kernel_sum_s / max(self.latency_median_s, 1e-12):.0f}% of it), other "
+                 f"{max(self.latency_median_s - self.kernel_sum_s, 0) * 1e3:.3f} ms",
+                 f"roofline: {r['gflops']:.0f} GFLOP/s (sgemm 1024^3), {r['gbs']:.1f} GB/s (copy), {r['cpu']}",
+                 f"{'step kernel':<34} {'ops':<26} {'ms':>8} {'min-max':>15} {'%':>5} {'GFLOP/s':>8} {'GB/s':>7} "
+                 f"{'roof%':>6}"]
+        total = max(self.kernel_sum_s, 1e-12)
+        for k in ks:
+            roof = f"{k.roofline_pct:.0f}" if k.roofline_pct is not None else "-"
+            label = f"{k.step} {k.name}"
+            lines.append(f"{label[:34]:<34} {'+'.join(k.ops)[:26]:<26} {k.median_s * 1e3:8.3f} "
+                         f"{k.min_s * 1e3:7.3f}-{k.max_s * 1e3:<7.3f} {100 * k.median_s / total:5.1f} "
+                         f"{k.gflops:8.1f} {k.gbs:7.1f} {roof:>6}")
+        if top is not None and len(self.kernels) > top:
+            rest = sorted(self.kernels, key=lambda k: -k.median_s)[top:]
+            lines.append(f"... {len(rest)} more kernel(s), {sum(k.median_s for k in rest) * 1e3:.3f} ms")
+        for f in self.fallback:
+            lines.append(f"interpreted: {f['op']} node {f['node']!r} ({f['reason']}): in 'other'")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["kernel_sum_s"] = self.kernel_sum_s
+        del d["per_run"], d["latencies"]
+        return d
+
+    def chrome_trace(self, compile_seconds: Mapping[str, float] | None = None) -> dict:
+        """The runs as a Chrome trace / Perfetto JSON document (``chrome://tracing``, ui.perfetto.dev):
+        process 1 "run" with a track for whole runs and one for the kernels (each run's kernels one
+        after another at their measured durations), and, given ``compile_seconds``, process 2 "compile"
+        with the compile's phases."""
+        ev: list[dict] = [
+            {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"kiln run: {self.model}"}},
+            {"ph": "M", "pid": 1, "tid": 0, "name": "thread_name", "args": {"name": "runs"}},
+            {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name",
+             "args": {"name": f"kernels ({self.nthreads} thread(s) of the pool, in step order)"}},
+        ]
+        by_step = sorted(self.kernels, key=lambda k: k.step)
+        t = 0.0
+        for r, (lat, times) in enumerate(zip(self.latencies, self.per_run)):
+            ev.append({"ph": "X", "pid": 1, "tid": 0, "name": f"run {r}", "ts": t * 1e6, "dur": lat * 1e6,
+                       "args": {"kernels_ms": round(sum(times) * 1e3, 4)}})
+            at = t
+            for k, s in zip(by_step, times):
+                ev.append({"ph": "X", "pid": 1, "tid": 1, "name": k.name, "ts": at * 1e6, "dur": s * 1e6,
+                           "args": {"run": r, "ops": "+".join(k.ops), "nodes": k.nodes[:8], "lowering": k.lowering,
+                                    "flops": k.flops}})
+                at += s
+            t += max(lat, sum(times)) + 1e-6
+        if compile_seconds:
+            ev.append({"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "kiln compile"}})
+            ev.append({"ph": "M", "pid": 2, "tid": 0, "name": "thread_name", "args": {"name": "phases"}})
+            at = 0.0
+            for name, s in compile_seconds.items():
+                if name == "total":
+                    continue
+                ev.append({"ph": "X", "pid": 2, "tid": 0, "name": name, "ts": at * 1e6, "dur": float(s) * 1e6})
+                at += float(s)
+        return {"traceEvents": ev, "displayTimeUnit": "ms",
+                "otherData": {"model": self.model, "kiln_version": __version__, "runs": self.runs}}
+
+
+def _cache_dir(cache_dir: str | None) -> str:
+    if cache_dir is not None:
+        return cache_dir
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "kiln")
+
+
+def cpu_name() -> str:
+    """The CPU model as /proc/cpuinfo names it (else what ``platform`` says)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def machine_roofline(nthreads: int, cache_dir: str | None = None, refresh: bool = False) -> dict:
+    """{"gflops", "gbs", "cpu", "threads", "kiln_version"}: this machine's measured sgemm peak and copy
+    bandwidth, from the cache when measured before (``refresh`` measures again)."""
+    cpu = cpu_name()
+    key = f"{cpu}|{nthreads}|{__version__}"
+    path = os.path.join(_cache_dir(cache_dir), "roofline.json")
+    cached: dict = {}
+    if os.path.isfile(path) and not refresh:
+        try:
+            with open(path, encoding="utf-8") as f:
+                cached = json.load(f)
+            if key in cached:
+                return cached[key]
+        except (OSError, ValueError):
+            cached = {}
+    from .codegen.gemm.build import load_gemm
+
+    lib = load_gemm()
+    n = 1024
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+    pa, pb = lib.pack_a(a), lib.pack_b(b)
+    c = np.zeros((n, n), np.float32)
+    for _ in range(2):  # the pool's threads started, the buffers touched
+        lib.gemm(pa, pb, c, shape=(n, n, n), nthreads=nthreads)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        lib.gemm(pa, pb, c, shape=(n, n, n), nthreads=nthreads)
+        best = min(best, time.perf_counter() - t0)
+    src = np.ones(BANDWIDTH_BYTES // 4, np.float32)
+    dst = np.empty_like(src)
+    copy = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        copy = min(copy, time.perf_counter() - t0)
+    res = {"gflops": 2 * n ** 3 / best / 1e9, "gbs": 2 * BANDWIDTH_BYTES / copy / 1e9, "cpu": cpu,
+           "threads": nthreads, "kiln_version": __version__}
+    cached[key] = res
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(cached, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:  # a read-only home: measured again next time
+        pass
+    return res
+
+
+def _roofline_pct(flops: int, nbytes: int, seconds: float, roof: dict) -> float | None:
+    if seconds <= 0:
+        return None
+    if flops:
+        bound = min(roof["gflops"], flops / max(nbytes, 1) * roof["gbs"])
+        return 100 * flops / seconds / 1e9 / bound
+    if nbytes:
+        return 100 * nbytes / seconds / 1e9 / roof["gbs"]
+    return None
+
+
+def profile(exe, feeds: Mapping[str, Any], runs: int = 20, warmup: int = 3, roofline: dict | None = None,
+            cache_dir: str | None = None) -> Profile:
+    """Run ``exe`` (compiled with ``profile=True``) ``runs`` times on ``feeds`` and time each kernel and
+    each run (see the module docstring); ``roofline`` defaults to ``machine_roofline``."""
+    from .specialize import Specializing
+
+    if isinstance(exe, Specializing):  # the executable of these feeds' sizes
+        exe = exe.specialized(exe.sizes_of(feeds))
+    manifest = exe.manifest
+    if not getattr(manifest, "profile", False):
+        raise KilnError("this artifact was not built for profiling: compile it with profile=True "
+                        "(kiln compile --profile), or give kiln profile the model itself")
+    if runs < 1:
+        raise KilnError(f"runs must be at least 1, got {runs}")
+    roof = roofline or machine_roofline(exe.nthreads, cache_dir)
+    lock = _LOCKS.setdefault(id(exe), threading.Lock())
+    per_run: list[list[float]] = []
+    latencies: list[float] = []
+    with lock:
+        for _ in range(warmup):
+            exe.run(feeds)
+        for _ in range(runs):
+            exe.step_seconds(reset=True)
+            t0 = time.perf_counter()
+            exe.run(feeds)
+            latencies.append(time.perf_counter() - t0)
+            per_run.append([s for _, s in sorted(exe.step_seconds(), key=lambda ks: ks[0]["step"])])
+    kernels = []
+    for j, k in enumerate(sorted(manifest.kernels, key=lambda k: k["step"])):
+        times = [r[j] for r in per_run]
+        med = statistics.median(times)
+        kernels.append(KernelTime(k["name"], k["step"], list(k["ops"]), list(k["nodes"]), k.get("lowering"),
+                                  int(k["flops"]), int(k["bytes"]), med, min(times), max(times),
+                                  k["flops"] / med / 1e9 if med > 0 else 0.0,
+                                  k["bytes"] / med / 1e9 if med > 0 else 0.0,
+                                  _roofline_pct(int(k["flops"]), int(k["bytes"]), med, roof),
+                                  list(k.get("notes", []))))
+    return Profile(manifest.model, runs, exe.nthreads, statistics.median(latencies), min(latencies),
+                   max(latencies), kernels, roof, list(manifest.fallback), per_run, latencies)
+
+
+__all__ = ["KernelTime", "Profile", "cpu_name", "machine_roofline", "profile"]

@@ -1,0 +1,106 @@
+"""``kiln profile`` and ``kiln summary``."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import KilnError
+
+PROFILE_HELP = ("time every kernel of a model over N runs, against this machine's roofline (and write a "
+                "Chrome trace)")
+SUMMARY_HELP = "parameters, FLOPs, activation memory and op mix per layer, without running the model"
+
+
+def add_commands(sub, parse_shape, parse_input) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser("profile", help=PROFILE_HELP, formatter_class=fmt,
+                       description="Compile MODEL with a clock read after every kernel (or load an ARTIFACT "
+                                   "compiled with `kiln compile --profile`), run it --runs times on random (or "
+                                   "given) inputs, and print each kernel's median time, min-max, share, "
+                                   "GFLOP/s, GB/s and %% of the roofline (this machine's measured sgemm peak "
+                                   "and copy bandwidth, measured once and cached). The kernel times add up "
+                                   "to the native part of the latency; 'other' is the rest (interpreted "
+                                   "steps, output copies, the call). See docs/profiling.md.",
+                       epilog="examples:\n  kiln profile zoo:bert --runs 50\n"
+                              "  kiln profile light:resnet50 --trace trace.json   # chrome://tracing, ui.perfetto.dev\n"
+                              "  kiln compile m.onnx -o m.kiln --profile && kiln profile m.kiln --json")
+    p.add_argument("model", metavar="ARTIFACT|MODEL")
+    p.add_argument("--runs", type=int, default=20, help="timed runs (default 20), after 3 untimed ones")
+    p.add_argument("--top", type=int, default=25, help="kernels listed, slowest first (default 25; 0: all)")
+    p.add_argument("--trace", metavar="TRACE.json", help="write the runs as a Chrome trace / Perfetto JSON file")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.add_argument("--input", "-i", action="append", type=parse_input, default=[], metavar="NAME=FILE.npy",
+                   help="an input from a .npy file (repeatable; the others are random)")
+    p.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
+                   help="give a symbolic input dimension a size (models only)")
+    p.add_argument("-O", dest="opt_level", type=int, default=2, choices=[0, 1, 2, 3], help="optimization level")
+    p.add_argument("--threads", type=int, default=None, help="threads for native code (default: all CPUs)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.set_defaults(func=cmd_profile)
+
+    s = sub.add_parser("summary", help=SUMMARY_HELP, formatter_class=fmt,
+                       description="Read MODEL (no compile, no run) and print its parameters, FLOPs (a "
+                                   "multiply-add is 2), activation memory and op mix: per name scope as a "
+                                   "tree (--depth levels), per op type, and in all.",
+                       epilog="examples:\n  kiln summary zoo:resnet\n  kiln summary model.onnx --depth 3 --json")
+    s.add_argument("model", metavar="MODEL")
+    s.add_argument("--depth", type=int, default=2, help="levels of name scopes in the tree (default 2)")
+    s.add_argument("--input-shape", action="append", type=parse_shape, default=[], metavar="NAME=1x3x224x224",
+                   help="give a symbolic input dimension a size (its FLOPs are counted as 0 otherwise)")
+    s.add_argument("--json", action="store_true", help="print the summary as JSON (every node too)")
+    s.set_defaults(func=cmd_summary)
+
+
+def cmd_profile(args) -> int:
+    from .. import compile, load
+    from ..profiling import profile
+    from .cli_compile import _feeds, _is_artifact, artifact_feeds, read_input
+    from .zoo import model_of
+
+    given = {name: read_input(name, path) for name, path in args.input}
+    compile_seconds = None
+    if _is_artifact(args.model):
+        if args.input_shape:
+            raise KilnError("--input-shape applies to models; an artifact has its input shapes")
+        exe = load(args.model, args.threads)
+        feeds = artifact_feeds(exe, given, args.seed)
+    else:
+        from ..ir.types import TensorType
+        from ..models import load_graph
+
+        model = model_of(args.model)
+        graph = load_graph(model, dict(args.input_shape) or None)
+        feeds = _feeds(graph, given, args.seed)
+        shapes = {v.name: tuple(feeds[v.name].shape) for v in graph.inputs
+                  if isinstance(v.type, TensorType) and not v.type.is_static}
+        timings: dict = {}
+        exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model, profile=True,
+                      timings=timings)
+        compile_seconds = {k: v for k, v in timings.items() if k != "total"}
+    prof = profile(exe, feeds, runs=args.runs)
+    if args.trace:
+        with open(args.trace, "w", encoding="utf-8") as f:
+            json.dump(prof.chrome_trace(compile_seconds), f)
+    if args.json:
+        print(json.dumps(prof.to_json(), indent=1))
+    else:
+        print(prof.table(args.top or None))
+        if args.trace:
+            print(f"wrote {args.trace} (open it in chrome://tracing or ui.perfetto.dev)")
+    return 0
+
+
+def cmd_summary(args) -> int:
+    from ..models import load_graph
+    from .summary import render, summarize_graph, to_json
+    from .zoo import model_of
+
+    if args.depth < 1:
+        raise KilnError(f"--depth must be at least 1, got {args.depth}")
+    graph = load_graph(model_of(args.model), dict(args.input_shape) or None)
+    s = summarize_graph(graph)
+    print(to_json(s, args.depth) if args.json else render(s, args.depth))
+    return 0
+
+
+__all__ = ["add_commands"]
