@@ -1,0 +1,148 @@
+"""An ATen-level FX graph to a Kiln graph: ``import_fx(gm, example_inputs, constants)``.
+
+Placeholders become graph inputs (static shapes from the example inputs), except those in
+``constants`` (parameters and buffers, frozen at compile time), which become constants; each
+``call_function`` node goes through its lowering in ``lowerings.LOWERINGS``; ``getitem`` picks a
+result of a multi-result node; the output node's values become the graph's outputs, in order.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from compiler.errors import ModelError
+from compiler.ir.graph import Graph, Value
+from compiler.ir.types import TensorType
+
+from .lowerings import DTYPES, LOWERINGS, Unsupported, op
+
+
+#: multi-result ATen ops whose first result alone is lowered (statistics and indices are not)
+FIRST_RESULT_ONLY = (torch.ops.aten.max_pool2d_with_indices.default, torch.ops.aten.native_layer_norm.default,
+                     torch.ops.aten._native_batch_norm_legit_no_training.default,
+                     torch.ops.aten.native_batch_norm.default)
+
+
+def supported(node: torch.fx.Node) -> str | None:
+    """None when ``node`` (a call_function) has a lowering that takes it, else why not."""
+    if node.op != "call_function":
+        return None
+    if node.target is operator.getitem:
+        src = node.args[0]
+        if isinstance(src, torch.fx.Node) and src.target in FIRST_RESULT_ONLY and node.args[1] != 0:
+            return f"{src.target} result {node.args[1]} (only the first is lowered)"
+        return None
+    if node.target not in LOWERINGS:
+        return f"no Kiln lowering for {node.target}"
+    if node.target is torch.ops.aten.convolution.default and node.args[6]:
+        return "transposed convolution is not lowered from ATen yet"
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    for v in vals:
+        if isinstance(v, torch.Tensor) and v.dtype not in DTYPES:
+            return f"{node.target} makes {v.dtype}, which Kiln's IR does not hold"
+    return None
+
+
+class Lowerer:
+    """The state of one import: FX node -> Kiln value(s)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.values: dict[Any, Any] = {}
+
+    # -- what lowerings use ----------------------------------------------------------------------
+    def meta_shape(self, arg) -> list[int]:
+        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor):
+            return [int(d) for d in val.shape]
+        v = self.values.get(arg)
+        if isinstance(v, Value):
+            return [int(d) for d in v.shape]
+        raise Unsupported(f"no shape for {arg}")
+
+    def meta_numel(self, arg) -> int:
+        return int(np.prod(self.meta_shape(arg), dtype=np.int64))
+
+    def np_dtype(self, v: Value):
+        return v.type.dtype.np
+
+    def kiln_dtype(self, dt):
+        if dt not in DTYPES:
+            raise Unsupported(f"dtype {dt}")
+        return DTYPES[dt]
+
+    def const(self, array) -> Value:
+        return self.graph.add_constant(np.asarray(array))
+
+    def value(self, arg, like=None) -> Value:
+        """The Kiln value of an FX argument; a Python number becomes a constant of ``like``'s type."""
+        if isinstance(arg, torch.fx.Node):
+            v = self.values[arg]
+            if not isinstance(v, Value):
+                raise Unsupported(f"{arg.name} has several results")
+            return v
+        if isinstance(arg, (bool, int, float)):
+            if like is not None:
+                lv = self.value(like) if isinstance(like, torch.fx.Node) else None
+                dt = lv.type.dtype.np if lv is not None else np.float32
+            else:
+                dt = np.bool_ if isinstance(arg, bool) else np.int64 if isinstance(arg, int) else np.float32
+            return self.const(np.asarray(arg, dtype=dt))
+        raise Unsupported(f"argument {arg!r} of type {type(arg).__name__}")
+
+    def add(self, name: str, inputs: Sequence[Value | None], **attrs) -> Value:
+        return self.graph.add_node(op(name, **attrs), list(inputs)).output
+
+    def add_multi(self, name: str, inputs, count: int, **attrs):
+        return self.graph.add_node(op(name, **attrs), list(inputs), num_outputs=count).outputs
+
+
+def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], constants: Mapping[int, torch.Tensor] = (),
+              name: str = "torch") -> tuple[Graph, list[int]]:
+    """(the Kiln graph, the positions of the placeholders it takes as inputs, in order)."""
+    constants = dict(constants or {})
+    g = Graph(name)
+    low = Lowerer(g)
+    taken: list[int] = []
+    pos = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            ex = example_inputs[pos]
+            if not isinstance(ex, torch.Tensor):
+                raise ModelError(f"input {node.name} is a {type(ex).__name__}, not a tensor")
+            if ex.dtype not in DTYPES:
+                raise ModelError(f"input {node.name} is {ex.dtype}, which Kiln's IR does not hold")
+            if pos in constants:
+                low.values[node] = g.add_constant(constants[pos].detach().cpu().numpy().copy(), name=node.name)
+            else:
+                low.values[node] = g.add_input(node.name, TensorType(DTYPES[ex.dtype], tuple(int(d) for d in ex.shape)))
+                taken.append(pos)
+            pos += 1
+        elif node.op == "call_function":
+            if node.target is operator.getitem:
+                src = low.values[node.args[0]]
+                low.values[node] = src[node.args[1]]
+                continue
+            why = supported(node)
+            if why:
+                raise Unsupported(why)
+            got = LOWERINGS[node.target](low, node)
+            low.values[node] = got
+        elif node.op == "output":
+            outs = node.args[0]
+            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            vals = [low.value(o) for o in outs]
+            g.set_outputs(vals, [f"output{i}" for i in range(len(vals))])
+        elif node.op == "get_attr":
+            attr = getattr(gm, node.target)
+            low.values[node] = g.add_constant(attr.detach().cpu().numpy().copy(), name=node.name)
+        else:
+            raise Unsupported(f"FX node kind {node.op} ({node.target})")
+    return g, taken
+
+
+__all__ = ["Lowerer", "import_fx", "supported"]

@@ -1,0 +1,435 @@
+"""One lowering per ATen op: ``LOWERINGS[aten overload] = fn(ctx, node) -> Value | list[Value]``.
+
+``ctx`` (``importer.Lowerer``) turns the FX node's arguments into Kiln values (``ctx.value``: an FX
+node's result, or a Python number as a constant of the right type), adds nodes (``ctx.add``) and
+constants (``ctx.const``). A lowering that cannot take a node's arguments raises ``Unsupported``
+with the reason; the partitioner asks ``supported(node)`` first, so such nodes run in PyTorch.
+
+The ops are core ATen (after ``torch._decomp.core_aten_decompositions``), plus the few that
+PyTorch keeps whole and Kiln has as one op (``gelu``, ``native_layer_norm``, ``_softmax``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from compiler.ir import ops
+from compiler.ir.types import DType
+
+aten = torch.ops.aten
+
+
+class Unsupported(Exception):
+    """This node has no Kiln lowering (the message says why)."""
+
+
+def op(name: str, **attrs):
+    return ops.lookup(name)(**attrs)
+
+
+def _ints(v, n=None):
+    v = [int(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+    return v * n if n and len(v) == 1 else v
+
+
+def _rank(ctx, node_arg) -> int:
+    return len(ctx.meta_shape(node_arg))
+
+
+def _axis(ctx, x, dim: int) -> int:
+    return dim % max(_rank(ctx, x), 1)
+
+
+def _binary(name):
+    def lower(ctx, n):
+        a, b = n.args[:2]
+        alpha = n.kwargs.get("alpha", n.args[2] if len(n.args) > 2 else 1)
+        va, vb = ctx.value(a, like=b), ctx.value(b, like=a)
+        if alpha != 1:
+            vb = ctx.add("Mul", [vb, ctx.const(np.asarray(alpha, ctx.np_dtype(vb)))])
+        return ctx.add(name, [va, vb])
+    return lower
+
+
+def _unary(name, **attrs):
+    return lambda ctx, n: ctx.add(name, [ctx.value(n.args[0])], **attrs)
+
+
+def _convolution(ctx, n):
+    x, w, b, stride, padding, dilation, transposed, out_pad, groups = n.args
+    if transposed:
+        raise Unsupported("transposed convolution is not lowered from ATen yet")
+    nd = len(ctx.meta_shape(w)) - 2
+    pads = _ints(padding, nd)
+    ins = [ctx.value(x), ctx.value(w)] + ([ctx.value(b)] if b is not None else [])
+    return ctx.add("Conv", ins, strides=tuple(_ints(stride, nd)), dilations=tuple(_ints(dilation, nd)),
+                   pads=tuple(pads + pads), group=int(groups), kernel_shape=tuple(ctx.meta_shape(w)[2:]))
+
+
+def _batch_norm(ctx, n):
+    x, w, b, mean, var, _momentum, eps = n.args
+    return _batch_norm_of(ctx, x, w, b, mean, var, eps)
+
+
+def _batch_norm_of(ctx, x, w, b, mean, var, eps):
+    if mean is None or var is None:
+        raise Unsupported("batch norm without running statistics")
+    c = ctx.meta_shape(x)[1]
+    scale = ctx.value(w) if w is not None else ctx.const(np.ones(c, np.float32))
+    bias = ctx.value(b) if b is not None else ctx.const(np.zeros(c, np.float32))
+    y = ctx.add_multi("BatchNormalization", [ctx.value(x), scale, bias, ctx.value(mean), ctx.value(var)], 1,
+                      epsilon=float(eps))[0]
+    return [y, None, None]
+
+
+def _native_batch_norm(ctx, n):
+    x, w, b, mean, var, training, _momentum, eps = n.args
+    if training:
+        raise Unsupported("batch norm in training mode")
+    return _batch_norm_of(ctx, x, w, b, mean, var, eps)
+
+
+def _max_pool(ctx, n):
+    args = list(n.args) + [None] * (6 - len(n.args))
+    x, k, stride, padding, dilation, ceil = args[:6]
+    nd = len(_ints(k))
+    stride = _ints(stride, nd) if stride else _ints(k, nd)
+    pads = _ints(padding or 0, nd)
+    y = ctx.add_multi("MaxPool", [ctx.value(x)], 1, kernel_shape=tuple(_ints(k, nd)), strides=tuple(stride),
+                      pads=tuple(pads + pads), dilations=tuple(_ints(dilation or 1, nd)),
+                      ceil_mode=int(bool(ceil)))[0]
+    return [y, None]
+
+
+def _avg_pool(ctx, n):
+    args = list(n.args) + [None] * (7 - len(n.args))
+    x, k, stride, padding, ceil, include_pad, divisor = args[:7]
+    if divisor is not None:
+        raise Unsupported("avg_pool with divisor_override")
+    nd = len(_ints(k))
+    pads = _ints(padding or 0, nd)
+    return ctx.add("AveragePool", [ctx.value(x)], kernel_shape=tuple(_ints(k, nd)),
+                   strides=tuple(_ints(stride, nd) if stride else _ints(k, nd)), pads=tuple(pads + pads),
+                   ceil_mode=int(bool(ceil)), count_include_pad=int(True if include_pad is None else include_pad))
+
+
+def _adaptive_avg_pool(ctx, n):
+    x, size = n.args
+    if any(int(s) != 1 for s in _ints(size)):
+        raise Unsupported("adaptive average pooling to a size other than 1")
+    return ctx.add("GlobalAveragePool", [ctx.value(x)])
+
+
+def _view(ctx, n):
+    shape = [int(d) for d in ctx.meta_shape(n)]
+    return ctx.add("Reshape", [ctx.value(n.args[0]), ctx.const(np.asarray(shape, np.int64))])
+
+
+def _permute(ctx, n):
+    x, perm = n.args
+    r = _rank(ctx, x)
+    return ctx.add("Transpose", [ctx.value(x)], perm=tuple(int(p) % r for p in perm))
+
+
+def _t(ctx, n):
+    x = n.args[0]
+    if _rank(ctx, x) < 2:
+        return ctx.value(x)
+    return ctx.add("Transpose", [ctx.value(x)], perm=(1, 0))
+
+
+def _transpose(ctx, n):
+    x, a, b = n.args
+    r = _rank(ctx, x)
+    perm = list(range(r))
+    perm[a % r], perm[b % r] = perm[b % r], perm[a % r]
+    return ctx.add("Transpose", [ctx.value(x)], perm=tuple(perm))
+
+
+def _addmm(ctx, n):
+    bias, a, b = n.args[:3]
+    beta, alpha = float(n.kwargs.get("beta", 1)), float(n.kwargs.get("alpha", 1))
+    return ctx.add("Gemm", [ctx.value(a), ctx.value(b), ctx.value(bias)], alpha=alpha, beta=beta)
+
+
+def _matmul(ctx, n):
+    return ctx.add("MatMul", [ctx.value(n.args[0]), ctx.value(n.args[1])])
+
+
+def _layer_norm(ctx, n):
+    x, shape, w, b, eps = n.args
+    r = _rank(ctx, x)
+    k = len(_ints(shape))
+    norm = ctx.meta_shape(x)[r - k:]
+    scale = ctx.value(w) if w is not None else ctx.const(np.ones(norm, np.float32))
+    ins = [ctx.value(x), scale] + ([ctx.value(b)] if b is not None else [])
+    return [ctx.add_multi("LayerNormalization", ins, 1, axis=r - k, epsilon=float(eps))[0], None, None]
+
+
+def _softmax(name):
+    def lower(ctx, n):
+        x, dim = n.args[:2]
+        return ctx.add(name, [ctx.value(x)], axis=_axis(ctx, x, int(dim)))
+    return lower
+
+
+def _gelu(ctx, n):
+    approx = n.kwargs.get("approximate", n.args[1] if len(n.args) > 1 else "none")
+    return ctx.add("Gelu", [ctx.value(n.args[0])], approximate=str(approx))
+
+
+def _reduce(name):
+    def lower(ctx, n):
+        args = list(n.args) + [None] * (3 - len(n.args))
+        x, dims, keep = args[:3]
+        keep = n.kwargs.get("keepdim", keep)
+        if n.kwargs.get("dtype") is not None:
+            raise Unsupported("a reduction with a dtype conversion")
+        r = _rank(ctx, x)
+        dims = list(range(r)) if dims is None or dims == [] else [int(d) % r for d in _ints(dims)]
+        return ctx.add(name, [ctx.value(x), ctx.const(np.asarray(dims, np.int64))], keepdims=int(bool(keep)))
+    return lower
+
+
+def _pow(ctx, n):
+    x, e = n.args
+    return ctx.add("Pow", [ctx.value(x), ctx.value(e, like=x)])
+
+
+def _rsqrt(ctx, n):
+    x = ctx.value(n.args[0])
+    return ctx.add("Reciprocal", [ctx.add("Sqrt", [x])])
+
+
+def _clamp(ctx, n):
+    args = list(n.args) + [None] * (3 - len(n.args))
+    x, lo, hi = args[:3]
+    ins = [ctx.value(x), ctx.value(lo, like=x) if lo is not None else None,
+           ctx.value(hi, like=x) if hi is not None else None]
+    while ins[-1] is None:
+        ins.pop()
+    return ctx.add("Clip", ins)
+
+
+def _hardtanh(ctx, n):
+    x = n.args[0]
+    lo = n.args[1] if len(n.args) > 1 else -1.0
+    hi = n.args[2] if len(n.args) > 2 else 1.0
+    return ctx.add("Clip", [ctx.value(x), ctx.value(lo, like=x), ctx.value(hi, like=x)])
+
+
+def _expand(ctx, n):
+    shape = [int(d) for d in ctx.meta_shape(n)]
+    return ctx.add("Expand", [ctx.value(n.args[0]), ctx.const(np.asarray(shape, np.int64))])
+
+
+def _unsqueeze(ctx, n):
+    x, d = n.args
+    return ctx.add("Unsqueeze", [ctx.value(x), ctx.const(np.asarray([int(d) % (_rank(ctx, x) + 1)], np.int64))])
+
+
+def _squeeze(ctx, n):
+    x = n.args[0]
+    r = _rank(ctx, x)
+    shape = ctx.meta_shape(x)
+    dims = _ints(n.args[1]) if len(n.args) > 1 else [i for i in range(r) if shape[i] == 1]
+    dims = [d % r for d in dims if shape[d % r] == 1]
+    if not dims:
+        return ctx.value(x)
+    return ctx.add("Squeeze", [ctx.value(x), ctx.const(np.asarray(dims, np.int64))])
+
+
+def _cat(ctx, n):
+    xs = [x for x in n.args[0] if ctx.meta_numel(x) > 0]
+    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+    return ctx.add("Concat", [ctx.value(x) for x in xs], axis=_axis(ctx, n, int(dim)))
+
+
+def _slice(ctx, n):
+    args = list(n.args) + [None] * (5 - len(n.args))
+    x, dim, start, end, step = args[:5]
+    dim = _axis(ctx, x, int(dim or 0))
+    size = ctx.meta_shape(x)[dim]
+    start = 0 if start is None else int(start)
+    end = size if end is None else min(int(end), size)
+    return ctx.add("Slice", [ctx.value(x), ctx.const(np.asarray([start], np.int64)),
+                             ctx.const(np.asarray([end], np.int64)), ctx.const(np.asarray([dim], np.int64)),
+                             ctx.const(np.asarray([int(step or 1)], np.int64))])
+
+
+def _select(ctx, n):
+    x, dim, index = n.args
+    dim = _axis(ctx, x, int(dim))
+    g = ctx.add("Gather", [ctx.value(x), ctx.const(np.asarray(int(index), np.int64))], axis=dim)
+    return g
+
+
+def _embedding(ctx, n):
+    w, idx = n.args[:2]
+    return ctx.add("Gather", [ctx.value(w), ctx.value(idx)], axis=0)
+
+
+def _pad(ctx, n):
+    x, pad = n.args[:2]
+    value = n.args[2] if len(n.args) > 2 else 0.0
+    r = _rank(ctx, x)
+    pad = _ints(pad)
+    begins, ends = [0] * r, [0] * r
+    for i in range(len(pad) // 2):  # torch: last axis first, (begin, end) pairs
+        begins[r - 1 - i], ends[r - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    if any(p < 0 for p in begins + ends):
+        raise Unsupported("negative padding")
+    if not any(begins + ends):
+        return ctx.value(x)
+    return ctx.add("Pad", [ctx.value(x), ctx.const(np.asarray(begins + ends, np.int64)),
+                           ctx.value(value, like=x)], mode="constant")
+
+
+def _where(ctx, n):
+    c, a, b = n.args
+    return ctx.add("Where", [ctx.value(c), ctx.value(a, like=b), ctx.value(b, like=a)])
+
+
+def _to_copy(ctx, n):
+    dt = n.kwargs.get("dtype")
+    x = ctx.value(n.args[0])
+    if dt is None:
+        return x
+    return ctx.add("Cast", [x], to=ctx.kiln_dtype(dt))
+
+
+def _identity(ctx, n):
+    return ctx.value(n.args[0])
+
+
+def _split(ctx, n):
+    x, sizes = n.args[:2]
+    dim = _axis(ctx, x, int(n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)))
+    total = ctx.meta_shape(x)[dim]
+    if isinstance(sizes, int):  # split.Tensor: chunks of ``sizes``
+        sizes = [sizes] * (total // sizes) + ([total % sizes] if total % sizes else [])
+    return list(ctx.add_multi("Split", [ctx.value(x), ctx.const(np.asarray(_ints(sizes), np.int64))],
+                              len(sizes), axis=dim))
+
+
+def _const_of(ctx, n, array):
+    """A node whose value is known when compiling (from its static arguments): a constant."""
+    dt = n.kwargs.get("dtype")
+    val = n.meta.get("val")
+    np_dt = DTYPES[val.dtype].np if isinstance(val, torch.Tensor) and val.dtype in DTYPES else None
+    if dt is not None:
+        np_dt = DTYPES[dt].np
+    return ctx.const(np.asarray(array, dtype=np_dt))
+
+
+def _arange(ctx, n):
+    args = [a for a in n.args]
+    if any(isinstance(a, torch.fx.Node) for a in args):
+        raise Unsupported("arange with bounds known only at run time")
+    start, end = (args[0], args[1]) if len(args) > 1 else (0, args[0])
+    step = args[2] if len(args) > 2 else n.kwargs.get("step", 1)
+    return _const_of(ctx, n, np.arange(start, end, step))
+
+
+def _full(ctx, n):
+    shape, value = n.args[:2]
+    return _const_of(ctx, n, np.full([int(d) for d in shape], value))
+
+
+def _full_like(ctx, n):
+    return _const_of(ctx, n, np.full(ctx.meta_shape(n.args[0]), n.args[1]))
+
+
+def _scalar_tensor(ctx, n):
+    return _const_of(ctx, n, np.asarray(n.args[0]))
+
+
+def _index_select(ctx, n):
+    x, dim, idx = n.args
+    return ctx.add("Gather", [ctx.value(x), ctx.value(idx)], axis=_axis(ctx, x, int(dim)))
+
+
+def _fmod(ctx, n):
+    a, b = n.args
+    return ctx.add("Mod", [ctx.value(a), ctx.value(b, like=a)], fmod=1)
+
+
+def _any(ctx, n):
+    x = ctx.value(n.args[0])
+    if x.type.dtype is not DType.bool:
+        x = ctx.add("Cast", [x], to=DType.bool)
+    dims = _ints(n.args[1]) if len(n.args) > 1 else list(range(_rank(ctx, n.args[0])))
+    keep = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
+    r = _rank(ctx, n.args[0])
+    return ctx.add("ReduceMax", [x, ctx.const(np.asarray([d % r for d in dims], np.int64))], keepdims=int(bool(keep)))
+
+
+def _vector_norm(ctx, n):
+    args = list(n.args) + [None] * (4 - len(n.args))
+    x, ord_, dims, keep = args[:4]
+    ord_ = n.kwargs.get("ord", 2 if ord_ is None else ord_)
+    keep = n.kwargs.get("keepdim", keep)
+    if float(ord_) not in (1.0, 2.0) or n.kwargs.get("dtype") is not None:
+        raise Unsupported(f"vector norm of order {ord_}")
+    r = _rank(ctx, x)
+    dims = list(range(r)) if dims is None else [int(d) % r for d in _ints(dims)]
+    return ctx.add("ReduceL2" if float(ord_) == 2.0 else "ReduceL1",
+                   [ctx.value(x), ctx.const(np.asarray(dims, np.int64))], keepdims=int(bool(keep)))
+
+
+LOWERINGS = {
+    aten.convolution.default: _convolution,
+    aten._native_batch_norm_legit_no_training.default: _batch_norm,
+    aten.native_batch_norm.default: _native_batch_norm,
+    aten.max_pool2d_with_indices.default: _max_pool,
+    aten.avg_pool2d.default: _avg_pool,
+    aten._adaptive_avg_pool2d.default: _adaptive_avg_pool,
+    aten.view.default: _view, aten._unsafe_view.default: _view, aten.reshape.default: _view,
+    aten.permute.default: _permute, aten.t.default: _t, aten.transpose.int: _transpose,
+    aten.addmm.default: _addmm, aten.mm.default: _matmul, aten.bmm.default: _matmul, aten.matmul.default: _matmul,
+    aten.native_layer_norm.default: _layer_norm,
+    aten._softmax.default: _softmax("Softmax"), aten._log_softmax.default: _softmax("LogSoftmax"),
+    aten.gelu.default: _gelu,
+    aten.add.Tensor: _binary("Add"), aten.sub.Tensor: _binary("Sub"), aten.mul.Tensor: _binary("Mul"),
+    aten.div.Tensor: _binary("Div"), aten.maximum.default: _binary("Max"), aten.minimum.default: _binary("Min"),
+    aten.eq.Tensor: _binary("Equal"), aten.eq.Scalar: _binary("Equal"), aten.lt.Tensor: _binary("Less"),
+    aten.lt.Scalar: _binary("Less"), aten.gt.Tensor: _binary("Greater"), aten.gt.Scalar: _binary("Greater"),
+    aten.add.Scalar: _binary("Add"), aten.mul.Scalar: _binary("Mul"), aten.sub.Scalar: _binary("Sub"),
+    aten.div.Scalar: _binary("Div"),
+    aten.relu.default: _unary("Relu"), aten.sigmoid.default: _unary("Sigmoid"), aten.tanh.default: _unary("Tanh"),
+    aten.exp.default: _unary("Exp"), aten.log.default: _unary("Log"), aten.sqrt.default: _unary("Sqrt"),
+    aten.neg.default: _unary("Neg"), aten.abs.default: _unary("Abs"), aten.erf.default: _unary("Erf"),
+    aten.reciprocal.default: _unary("Reciprocal"), aten.rsqrt.default: _rsqrt, aten.sin.default: _unary("Sin"),
+    aten.cos.default: _unary("Cos"), aten.logical_not.default: _unary("Not"),
+    aten.hardswish.default: _unary("HardSwish"), aten.hardsigmoid.default: _unary("HardSigmoid", alpha=1 / 6, beta=0.5),
+    aten.pow.Tensor_Scalar: _pow, aten.pow.Tensor_Tensor: _pow,
+    aten.mean.dim: _reduce("ReduceMean"), aten.sum.dim_IntList: _reduce("ReduceSum"),
+    aten.amax.default: _reduce("ReduceMax"), aten.amin.default: _reduce("ReduceMin"),
+    aten.clamp.default: _clamp, aten.hardtanh.default: _hardtanh,
+    aten.expand.default: _expand, aten.unsqueeze.default: _unsqueeze,
+    aten.squeeze.dim: _squeeze, aten.squeeze.dims: _squeeze, aten.squeeze.default: _squeeze,
+    aten.cat.default: _cat, aten.slice.Tensor: _slice, aten.select.int: _select,
+    aten.embedding.default: _embedding, aten.constant_pad_nd.default: _pad, aten.where.self: _where,
+    aten._to_copy.default: _to_copy, aten.clone.default: _identity, aten.alias.default: _identity,
+    aten.detach.default: _identity, aten.lift_fresh_copy.default: _identity,
+    aten.split_with_sizes.default: _split, aten.split.Tensor: _split,
+    aten.arange.start_step: _arange, aten.arange.default: _arange, aten.arange.start: _arange,
+    aten.full.default: _full, aten.full_like.default: _full_like, aten.scalar_tensor.default: _scalar_tensor,
+    aten.ge.Scalar: _binary("GreaterOrEqual"), aten.ge.Tensor: _binary("GreaterOrEqual"),
+    aten.le.Scalar: _binary("LessOrEqual"), aten.le.Tensor: _binary("LessOrEqual"),
+    aten.ne.Scalar: lambda ctx, n: ctx.add("Not", [_binary("Equal")(ctx, n)]),
+    aten.ne.Tensor: lambda ctx, n: ctx.add("Not", [_binary("Equal")(ctx, n)]),
+    aten.index_select.default: _index_select, aten.fmod.Scalar: _fmod, aten.fmod.Tensor: _fmod,
+    aten.any.dim: _any, aten.any.dims: _any, aten.linalg_vector_norm.default: _vector_norm,
+    aten.logical_and.default: _binary("And"), aten.logical_or.default: _binary("Or"),
+    # the copying forms of views (what functionalization may leave): the same values
+    aten.view_copy.default: _view, aten.permute_copy.default: _permute, aten.slice_copy.Tensor: _slice,
+    aten.select_copy.int: _select, aten.split_copy.Tensor: _split, aten.t_copy.default: _t,
+    aten.transpose_copy.int: _transpose, aten.unsqueeze_copy.default: _unsqueeze, aten.expand_copy.default: _expand,
+    aten.split_with_sizes_copy.default: _split, aten.squeeze_copy.dim: _squeeze, aten.squeeze_copy.dims: _squeeze,
+}
+
+#: PyTorch dtypes Kiln's IR holds
+DTYPES = {torch.float32: DType.f32, torch.float64: DType.f64, torch.float16: DType.f16, torch.bfloat16: DType.bf16,
+          torch.int64: DType.i64, torch.int32: DType.i32, torch.int16: DType.i16, torch.int8: DType.i8,
+          torch.uint8: DType.u8, torch.bool: DType.bool}

@@ -1,0 +1,120 @@
+"""``torch.compile(model, backend="kiln")`` (frontends/torch): found by name through the entry point,
+ATen graphs lowered to Kiln's IR and compiled, unsupported ops left to PyTorch in their own
+partitions, graph breaks and new shapes (dynamo's dynamic sizes) compiled per shape, training left to
+PyTorch with a warning; every result against the module run eagerly."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import frontends.torch as kt
+from compiler.tools import archs
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4)
+        self.fc, self.ln = nn.Linear(4 * 8 * 8, 10), nn.LayerNorm(10)
+
+    def forward(self, x):
+        y = nn.functional.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+        y = nn.functional.gelu(self.fc(y.flatten(1)))
+        return torch.softmax(self.ln(y), -1)
+
+
+def _close(got, want, tol=1e-5):
+    got = got if isinstance(got, (tuple, list)) else [got]
+    want = want if isinstance(want, (tuple, list)) else [want]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+
+
+def test_a_cnn_runs_as_one_native_partition():
+    m = CNN().eval()
+    archs.randomize_norms(m)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        fast = torch.compile(m, backend="kiln")  # by name: the torch_dynamo_backends entry point
+        _close(fast(x), m(x))
+    (part,) = kt.last_report["partitions"]
+    assert {"convolution", "addmm", "gelu", "native_layer_norm", "_softmax"} <= set(part["ops"])
+    assert part["interpreted"] == [] and kt.last_report["in_torch"] == {}
+
+
+class WithCumsum(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return torch.tanh(self.b(torch.cumsum(torch.relu(self.a(x)), 1)))
+
+
+def test_ops_without_a_lowering_stay_in_pytorch_between_partitions():
+    m = WithCumsum().eval()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        _close(torch.compile(m, backend="kiln")(x), m(x))
+    assert len(kt.last_report["partitions"]) == 2
+    assert "no Kiln lowering for aten.cumsum.default" in kt.last_report["in_torch"]["aten.cumsum.default"]
+
+
+class Breaks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        if y.sum() > 0:  # data-dependent Python control flow: a graph break
+            y = y * 2
+        return torch.tanh(self.b(y))
+
+
+def test_graph_breaks_and_new_shapes():
+    m = Breaks().eval()
+    with torch.no_grad():
+        fast = torch.compile(m, backend="kiln")
+        for batch in (2, 3, 5, 1):  # dynamo makes the batch dynamic after the second: compiled per size
+            x = torch.randn(batch, 8)
+            _close(fast(x), m(x))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "llama", "resnet18", "vit"])
+def test_real_architectures(name):
+    m, feeds, _ = archs.build(name, 2)
+    args = [torch.from_numpy(v) for v in feeds.values()]
+    with torch.no_grad():
+        _close(torch.compile(m, backend="kiln")(*args), m(*args), tol=1e-4)
+    assert len(kt.last_report["partitions"]) == 1 and kt.last_report["in_torch"] == {}
+
+
+def test_training_runs_in_pytorch_with_a_warning():
+    m = nn.Linear(4, 2)
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = torch.compile(m, backend="kiln")(x)
+    assert any("compiles inference only, so it runs in PyTorch" in str(w.message) for w in caught)
+    assert y.requires_grad
+    _close(y.detach(), m(x).detach())
+
+
+def test_unknown_options_are_refused():
+    with pytest.raises(Exception, match="unknown kiln backend option"):
+        with torch.no_grad():
+            torch.compile(nn.Linear(2, 2), backend="kiln", options={"fast": True})(torch.randn(1, 2))
