@@ -1,4 +1,4 @@
-"""``torch.compile(model, backend="kiln")`` (frontends/torch): found by name through the entry point,
+"""``torch.compile(model, backend="kiln")`` (compiler/torch_backend.py, frontends/torch): found by name through the entry point,
 ATen graphs lowered to Kiln's IR and compiled, unsupported ops left to PyTorch in their own
 partitions, graph breaks and new shapes (dynamo's dynamic sizes) compiled per shape, training left to
 PyTorch with a warning; every result against the module run eagerly."""
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-import frontends.torch as kt
+import compiler.torch_backend as kt
 from compiler.tools import archs
 
 
