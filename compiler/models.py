@@ -63,7 +63,31 @@ def load_graph(spec, input_shapes: Mapping[str, Sequence] | None = None) -> Grap
             except VerifyError as e:
                 raise ModelError(f"{path}: {e}") from None
             return g
+        if path.endswith(".pt2"):
+            return _load_exported(path, input_shapes)
         spec = path
     from frontends.onnx import import_model
 
     return import_model(spec, input_shapes=input_shapes)
+
+
+def _load_exported(path: str, input_shapes) -> Graph:
+    """A saved ``torch.export`` program (``torch.export.save``), through ``frontends.torch``."""
+    import warnings
+
+    if input_shapes:
+        raise ModelError("--input-shape applies to ONNX models; a .pt2 program has its shapes")
+    try:
+        import torch
+    except ImportError:
+        raise ModelError(f"{path}: a .pt2 file is a torch.export program; reading it needs PyTorch "
+                         f"(pip install torch, the CPU build)") from None
+    from frontends.torch import import_exported
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # (PyTorch's own deprecations while reading)
+            ep = torch.export.load(path)
+    except Exception as e:  # a file that is not a saved ExportedProgram
+        raise ModelError(f"{path}: not a saved torch.export program: {type(e).__name__}: {e}") from None
+    return import_exported(ep, name=os.path.splitext(os.path.basename(path))[0])

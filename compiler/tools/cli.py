@@ -23,7 +23,7 @@ examples:
 
 EPILOG = """\
 models:
-  MODEL is an ONNX file (model.onnx), a Kiln IR text file (stage.kir), light:NAME for one of the
+  MODEL is an ONNX file (model.onnx), a saved torch.export program (model.pt2), a Kiln IR text file (stage.kir), light:NAME for one of the
   ONNX model-zoo networks shipped inside the onnx package (light:squeezenet, light:resnet50, ...), or
   zoo:NAME[?key=value,...] for a model Kiln builds with PyTorch (zoo:mlp?batch=64, zoo:bert?seq=128,
   zoo:mobilenetv2?resolution=224, zoo:efficientnet_block).
