@@ -119,6 +119,7 @@ def _compile_static(gm, example_inputs, opts: dict):
     import torch
     from torch._decomp import core_aten_decompositions
     from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupport
@@ -135,7 +136,8 @@ def _compile_static(gm, example_inputs, opts: dict):
                           decomposition_table=core_aten_decompositions(), tracing_mode="real")(*example_inputs)
         aten_gm.graph.eliminate_dead_code()  # (e.g. a max pool's unused indices)
         aten_gm.recompile()
-        FakeTensorProp(aten_gm).propagate(*example_inputs)  # static shapes and dtypes in node.meta["val"]
+        # static shapes and dtypes in node.meta["val"] (constants the trace captured are real tensors)
+        FakeTensorProp(aten_gm, mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
 
     refusals: dict[str, str] = {}
 

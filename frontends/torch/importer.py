@@ -23,7 +23,7 @@ from .lowerings import DTYPES, LOWERINGS, Unsupported, op
 #: multi-result ATen ops whose first result alone is lowered (statistics and indices are not)
 FIRST_RESULT_ONLY = (torch.ops.aten.max_pool2d_with_indices.default, torch.ops.aten.native_layer_norm.default,
                      torch.ops.aten._native_batch_norm_legit_no_training.default,
-                     torch.ops.aten.native_batch_norm.default)
+                     torch.ops.aten.native_batch_norm.default, torch.ops.aten.native_group_norm.default)
 
 
 def supported(node: torch.fx.Node) -> str | None:
@@ -37,8 +37,6 @@ def supported(node: torch.fx.Node) -> str | None:
         return None
     if node.target not in LOWERINGS:
         return f"no Kiln lowering for {node.target}"
-    if node.target is torch.ops.aten.convolution.default and node.args[6]:
-        return "transposed convolution is not lowered from ATen yet"
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
     for v in vals:
@@ -92,6 +90,36 @@ class Lowerer:
             else:
                 dt = np.bool_ if isinstance(arg, bool) else np.int64 if isinstance(arg, int) else np.float32
             return self.const(np.asarray(arg, dtype=dt))
+        raise Unsupported(f"argument {arg!r} of type {type(arg).__name__}")
+
+    def result_dtype(self, node) -> torch.dtype:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise Unsupported(f"no result type for {node.name}")
+        return val.dtype
+
+    def promoted(self, *args) -> torch.dtype:
+        """The dtype PyTorch computes ``args`` (tensors' FX nodes and Python numbers) in."""
+        tensors = [a.meta["val"] for a in args if isinstance(a, torch.fx.Node)]
+        scalars = [a for a in args if isinstance(a, (bool, int, float))]
+        dt = tensors[0].dtype
+        for x in tensors[1:]:
+            dt = torch.promote_types(dt, x.dtype)
+        for x in scalars:
+            if isinstance(x, float) and not (dt.is_floating_point or dt.is_complex):
+                dt = torch.get_default_dtype()
+            elif isinstance(x, int) and not isinstance(x, bool) and dt == torch.bool:
+                dt = torch.int64
+        return dt
+
+    def typed(self, arg, dt: torch.dtype) -> Value:
+        """``arg`` as a value of ``dt``: a tensor cast where its type differs, a number a constant of it."""
+        kdt = self.kiln_dtype(dt)
+        if isinstance(arg, torch.fx.Node):
+            v = self.value(arg)
+            return v if v.type.dtype is kdt else self.add("Cast", [v], to=kdt)
+        if isinstance(arg, (bool, int, float)):
+            return self.const(np.asarray(arg, dtype=kdt.np))
         raise Unsupported(f"argument {arg!r} of type {type(arg).__name__}")
 
     def add(self, name: str, inputs: Sequence[Value | None], **attrs) -> Value:

@@ -40,13 +40,16 @@ def _axis(ctx, x, dim: int) -> int:
     return dim % max(_rank(ctx, x), 1)
 
 
-def _binary(name):
+def _binary(name, compare=False):
+    """Arithmetic in the result's type, comparisons in the operands' promoted type (as PyTorch):
+    operands of another type are cast first, numbers become constants of it."""
     def lower(ctx, n):
         a, b = n.args[:2]
         alpha = n.kwargs.get("alpha", n.args[2] if len(n.args) > 2 else 1)
-        va, vb = ctx.value(a, like=b), ctx.value(b, like=a)
+        dt = ctx.promoted(a, b) if compare else ctx.result_dtype(n)
+        va, vb = ctx.typed(a, dt), ctx.typed(b, dt)
         if alpha != 1:
-            vb = ctx.add("Mul", [vb, ctx.const(np.asarray(alpha, ctx.np_dtype(vb)))])
+            vb = ctx.add("Mul", [vb, ctx.typed(alpha, dt)])
         return ctx.add(name, [va, vb])
     return lower
 
@@ -57,11 +60,13 @@ def _unary(name, **attrs):
 
 def _convolution(ctx, n):
     x, w, b, stride, padding, dilation, transposed, out_pad, groups = n.args
-    if transposed:
-        raise Unsupported("transposed convolution is not lowered from ATen yet")
     nd = len(ctx.meta_shape(w)) - 2
     pads = _ints(padding, nd)
     ins = [ctx.value(x), ctx.value(w)] + ([ctx.value(b)] if b is not None else [])
+    if transposed:  # the weight is [C_in, C_out / groups, k...] in both PyTorch and ONNX
+        return ctx.add("ConvTranspose", ins, strides=tuple(_ints(stride, nd)), dilations=tuple(_ints(dilation, nd)),
+                       pads=tuple(pads + pads), output_padding=tuple(_ints(out_pad, nd)), group=int(groups),
+                       kernel_shape=tuple(ctx.meta_shape(w)[2:]))
     return ctx.add("Conv", ins, strides=tuple(_ints(stride, nd)), dilations=tuple(_ints(dilation, nd)),
                    pads=tuple(pads + pads), group=int(groups), kernel_shape=tuple(ctx.meta_shape(w)[2:]))
 
@@ -131,19 +136,19 @@ def _permute(ctx, n):
     return ctx.add("Transpose", [ctx.value(x)], perm=tuple(int(p) % r for p in perm))
 
 
+def _bitwise(logical, bitwise):
+    """On bool tensors (``a & b`` of comparisons) the logical op, else the bitwise one."""
+    def lower(ctx, n):
+        dt = ctx.promoted(*n.args[:2])
+        return ctx.add(logical if dt == torch.bool else bitwise, [ctx.typed(n.args[0], dt), ctx.typed(n.args[1], dt)])
+    return lower
+
+
 def _t(ctx, n):
     x = n.args[0]
     if _rank(ctx, x) < 2:
         return ctx.value(x)
     return ctx.add("Transpose", [ctx.value(x)], perm=(1, 0))
-
-
-def _transpose(ctx, n):
-    x, a, b = n.args
-    r = _rank(ctx, x)
-    perm = list(range(r))
-    perm[a % r], perm[b % r] = perm[b % r], perm[a % r]
-    return ctx.add("Transpose", [ctx.value(x)], perm=tuple(perm))
 
 
 def _addmm(ctx, n):
@@ -193,7 +198,8 @@ def _reduce(name):
 
 def _pow(ctx, n):
     x, e = n.args
-    return ctx.add("Pow", [ctx.value(x), ctx.value(e, like=x)])
+    dt = ctx.result_dtype(n)
+    return ctx.add("Pow", [ctx.typed(x, dt), ctx.typed(e, dt)])
 
 
 def _rsqrt(ctx, n):
@@ -204,8 +210,9 @@ def _rsqrt(ctx, n):
 def _clamp(ctx, n):
     args = list(n.args) + [None] * (3 - len(n.args))
     x, lo, hi = args[:3]
-    ins = [ctx.value(x), ctx.value(lo, like=x) if lo is not None else None,
-           ctx.value(hi, like=x) if hi is not None else None]
+    dt = ctx.result_dtype(n)
+    ins = [ctx.typed(x, dt), ctx.typed(lo, dt) if lo is not None else None,
+           ctx.typed(hi, dt) if hi is not None else None]
     while ins[-1] is None:
         ins.pop()
     return ctx.add("Clip", ins)
@@ -215,7 +222,8 @@ def _hardtanh(ctx, n):
     x = n.args[0]
     lo = n.args[1] if len(n.args) > 1 else -1.0
     hi = n.args[2] if len(n.args) > 2 else 1.0
-    return ctx.add("Clip", [ctx.value(x), ctx.value(lo, like=x), ctx.value(hi, like=x)])
+    dt = ctx.result_dtype(n)
+    return ctx.add("Clip", [ctx.typed(x, dt), ctx.typed(lo, dt), ctx.typed(hi, dt)])
 
 
 def _expand(ctx, n):
@@ -282,12 +290,13 @@ def _pad(ctx, n):
     if not any(begins + ends):
         return ctx.value(x)
     return ctx.add("Pad", [ctx.value(x), ctx.const(np.asarray(begins + ends, np.int64)),
-                           ctx.value(value, like=x)], mode="constant")
+                           ctx.typed(value, ctx.result_dtype(n))], mode="constant")
 
 
 def _where(ctx, n):
     c, a, b = n.args
-    return ctx.add("Where", [ctx.value(c), ctx.value(a, like=b), ctx.value(b, like=a)])
+    dt = ctx.result_dtype(n)
+    return ctx.add("Where", [ctx.typed(c, torch.bool), ctx.typed(a, dt), ctx.typed(b, dt)])
 
 
 def _to_copy(ctx, n):
@@ -351,7 +360,8 @@ def _index_select(ctx, n):
 
 def _fmod(ctx, n):
     a, b = n.args
-    return ctx.add("Mod", [ctx.value(a), ctx.value(b, like=a)], fmod=1)
+    dt = ctx.result_dtype(n)
+    return ctx.add("Mod", [ctx.typed(a, dt), ctx.typed(b, dt)], fmod=1)
 
 
 def _any(ctx, n):
@@ -377,6 +387,37 @@ def _vector_norm(ctx, n):
                    [ctx.value(x), ctx.const(np.asarray(dims, np.int64))], keepdims=int(bool(keep)))
 
 
+def _group_norm(ctx, n):
+    x, w, b, _n, c, _hw, groups, eps = n.args
+    scale = ctx.value(w) if w is not None else ctx.const(np.ones(int(c), np.float32))
+    bias = ctx.value(b) if b is not None else ctx.const(np.zeros(int(c), np.float32))
+    y = ctx.add("GroupNormalization", [ctx.value(x), scale, bias], num_groups=int(groups), epsilon=float(eps))
+    return [y, None, None]
+
+
+def _upsample(mode):
+    def lower(ctx, n):
+        x = n.args[0]
+        align = bool(n.args[2]) if mode == "linear" and len(n.args) > 2 else False
+        scales = [a for a in n.args[3 if mode == "linear" else 2:] if a is not None]
+        ins, outs = ctx.meta_shape(x), ctx.meta_shape(n)
+        if scales and any(abs(float(sc) - o / i) > 1e-9 for sc, o, i in zip(scales, outs[2:], ins[2:])):
+            raise Unsupported("upsampling whose scale factors are not the size ratios")
+        ctm = "align_corners" if align else "pytorch_half_pixel" if mode == "linear" else "asymmetric"
+        return ctx.add("Resize", [ctx.value(x), None, None, ctx.const(np.asarray(outs, np.int64))], mode=mode,
+                       coordinate_transformation_mode=ctm, nearest_mode="floor")
+    return lower
+
+
+def _index(ctx, n):
+    x, indices = n.args
+    tensors = [(axis, i) for axis, i in enumerate(indices) if i is not None]
+    if len(tensors) != 1:
+        raise Unsupported("advanced indexing with more than one index tensor")
+    axis, idx = tensors[0]
+    return ctx.add("Gather", [ctx.value(x), ctx.value(idx)], axis=axis)
+
+
 LOWERINGS = {
     aten.convolution.default: _convolution,
     aten._native_batch_norm_legit_no_training.default: _batch_norm,
@@ -385,15 +426,15 @@ LOWERINGS = {
     aten.avg_pool2d.default: _avg_pool,
     aten._adaptive_avg_pool2d.default: _adaptive_avg_pool,
     aten.view.default: _view, aten._unsafe_view.default: _view, aten.reshape.default: _view,
-    aten.permute.default: _permute, aten.t.default: _t, aten.transpose.int: _transpose,
+    aten.permute.default: _permute, aten.t.default: _t,
     aten.addmm.default: _addmm, aten.mm.default: _matmul, aten.bmm.default: _matmul, aten.matmul.default: _matmul,
     aten.native_layer_norm.default: _layer_norm,
     aten._softmax.default: _softmax("Softmax"), aten._log_softmax.default: _softmax("LogSoftmax"),
     aten.gelu.default: _gelu,
     aten.add.Tensor: _binary("Add"), aten.sub.Tensor: _binary("Sub"), aten.mul.Tensor: _binary("Mul"),
     aten.div.Tensor: _binary("Div"), aten.maximum.default: _binary("Max"), aten.minimum.default: _binary("Min"),
-    aten.eq.Tensor: _binary("Equal"), aten.eq.Scalar: _binary("Equal"), aten.lt.Tensor: _binary("Less"),
-    aten.lt.Scalar: _binary("Less"), aten.gt.Tensor: _binary("Greater"), aten.gt.Scalar: _binary("Greater"),
+    aten.eq.Tensor: _binary("Equal", compare=True), aten.eq.Scalar: _binary("Equal", compare=True), aten.lt.Tensor: _binary("Less", compare=True),
+    aten.lt.Scalar: _binary("Less", compare=True), aten.gt.Tensor: _binary("Greater", compare=True), aten.gt.Scalar: _binary("Greater", compare=True),
     aten.add.Scalar: _binary("Add"), aten.mul.Scalar: _binary("Mul"), aten.sub.Scalar: _binary("Sub"),
     aten.div.Scalar: _binary("Div"),
     aten.relu.default: _unary("Relu"), aten.sigmoid.default: _unary("Sigmoid"), aten.tanh.default: _unary("Tanh"),
@@ -401,13 +442,12 @@ LOWERINGS = {
     aten.neg.default: _unary("Neg"), aten.abs.default: _unary("Abs"), aten.erf.default: _unary("Erf"),
     aten.reciprocal.default: _unary("Reciprocal"), aten.rsqrt.default: _rsqrt, aten.sin.default: _unary("Sin"),
     aten.cos.default: _unary("Cos"), aten.logical_not.default: _unary("Not"),
-    aten.hardswish.default: _unary("HardSwish"), aten.hardsigmoid.default: _unary("HardSigmoid", alpha=1 / 6, beta=0.5),
     aten.pow.Tensor_Scalar: _pow, aten.pow.Tensor_Tensor: _pow,
     aten.mean.dim: _reduce("ReduceMean"), aten.sum.dim_IntList: _reduce("ReduceSum"),
     aten.amax.default: _reduce("ReduceMax"), aten.amin.default: _reduce("ReduceMin"),
     aten.clamp.default: _clamp, aten.hardtanh.default: _hardtanh,
     aten.expand.default: _expand, aten.unsqueeze.default: _unsqueeze,
-    aten.squeeze.dim: _squeeze, aten.squeeze.dims: _squeeze, aten.squeeze.default: _squeeze,
+    aten.squeeze.dims: _squeeze, aten.squeeze.default: _squeeze,
     aten.cat.default: _cat, aten.slice.Tensor: _slice, aten.select.int: _select,
     aten.embedding.default: _embedding, aten.constant_pad_nd.default: _pad, aten.where.self: _where,
     aten._to_copy.default: _to_copy, aten.clone.default: _identity, aten.alias.default: _identity,
@@ -415,18 +455,25 @@ LOWERINGS = {
     aten.split_with_sizes.default: _split, aten.split.Tensor: _split,
     aten.arange.start_step: _arange, aten.arange.default: _arange, aten.arange.start: _arange,
     aten.full.default: _full, aten.full_like.default: _full_like, aten.scalar_tensor.default: _scalar_tensor,
-    aten.ge.Scalar: _binary("GreaterOrEqual"), aten.ge.Tensor: _binary("GreaterOrEqual"),
-    aten.le.Scalar: _binary("LessOrEqual"), aten.le.Tensor: _binary("LessOrEqual"),
-    aten.ne.Scalar: lambda ctx, n: ctx.add("Not", [_binary("Equal")(ctx, n)]),
-    aten.ne.Tensor: lambda ctx, n: ctx.add("Not", [_binary("Equal")(ctx, n)]),
+    aten.ge.Scalar: _binary("GreaterOrEqual", compare=True), aten.ge.Tensor: _binary("GreaterOrEqual", compare=True),
+    aten.le.Scalar: _binary("LessOrEqual", compare=True), aten.le.Tensor: _binary("LessOrEqual", compare=True),
+    aten.ne.Scalar: lambda ctx, n: ctx.add("Not", [_binary("Equal", compare=True)(ctx, n)]),
+    aten.ne.Tensor: lambda ctx, n: ctx.add("Not", [_binary("Equal", compare=True)(ctx, n)]),
     aten.index_select.default: _index_select, aten.fmod.Scalar: _fmod, aten.fmod.Tensor: _fmod,
     aten.any.dim: _any, aten.any.dims: _any, aten.linalg_vector_norm.default: _vector_norm,
-    aten.logical_and.default: _binary("And"), aten.logical_or.default: _binary("Or"),
+    aten.logical_and.default: _binary("And", compare=True), aten.logical_or.default: _binary("Or", compare=True),
+    aten.bitwise_and.Tensor: _bitwise("And", "BitwiseAnd"), aten.bitwise_or.Tensor: _bitwise("Or", "BitwiseOr"),
+    aten.bitwise_xor.Tensor: _bitwise("Xor", "BitwiseXor"), aten.bitwise_and.Scalar: _bitwise("And", "BitwiseAnd"),
+    aten.bitwise_or.Scalar: _bitwise("Or", "BitwiseOr"), aten.bitwise_xor.Scalar: _bitwise("Xor", "BitwiseXor"),
+    aten.bitwise_not.default: lambda ctx, n: ctx.add("Not" if ctx.result_dtype(n) == torch.bool else "BitwiseNot",
+                                                     [ctx.value(n.args[0])]),
+    aten.native_group_norm.default: _group_norm, aten.upsample_bilinear2d.default: _upsample("linear"),
+    aten.upsample_nearest2d.default: _upsample("nearest"), aten.index.Tensor: _index,
     # the copying forms of views (what functionalization may leave): the same values
     aten.view_copy.default: _view, aten.permute_copy.default: _permute, aten.slice_copy.Tensor: _slice,
     aten.select_copy.int: _select, aten.split_copy.Tensor: _split, aten.t_copy.default: _t,
-    aten.transpose_copy.int: _transpose, aten.unsqueeze_copy.default: _unsqueeze, aten.expand_copy.default: _expand,
-    aten.split_with_sizes_copy.default: _split, aten.squeeze_copy.dim: _squeeze, aten.squeeze_copy.dims: _squeeze,
+    aten.unsqueeze_copy.default: _unsqueeze, aten.expand_copy.default: _expand,
+    aten.split_with_sizes_copy.default: _split, aten.squeeze_copy.dims: _squeeze,
 }
 
 #: PyTorch dtypes Kiln's IR holds

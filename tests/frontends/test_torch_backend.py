@@ -94,7 +94,7 @@ def test_graph_breaks_and_new_shapes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt2", "llama", "resnet18", "vit"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "resnet18", "vit", "unet", "swin", "yolo", "convnext"])
 def test_real_architectures(name):
     m, feeds, _ = archs.build(name, 2)
     args = [torch.from_numpy(v) for v in feeds.values()]
@@ -118,3 +118,20 @@ def test_unknown_options_are_refused():
     with pytest.raises(Exception, match="unknown kiln backend option"):
         with torch.no_grad():
             torch.compile(nn.Linear(2, 2), backend="kiln", options={"fast": True})(torch.randn(1, 2))
+
+
+def test_the_entry_point_in_a_fresh_process():
+    import subprocess
+    import sys
+
+    code = ("import torch\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()\n"
+            "x = torch.randn(2, 4)\n"
+            "with torch.no_grad():\n"
+            "    y = torch.compile(m, backend='kiln')(x)\n"
+            "    assert torch.allclose(y, m(x), atol=1e-6)\n"
+            "import sys\n"
+            "assert 'compiler.torch_backend' in sys.modules\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
