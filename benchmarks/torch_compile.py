@@ -1,0 +1,96 @@
+"""torch.compile(backend="kiln") against PyTorch eager and torch.compile(backend="inductor"), same
+threads, in one run: first-call (compile) time and median latency per model.
+
+    python benchmarks/torch_compile.py [--models mlp,bert,resnet18,gpt2] [--threads 2] [--runs 50]
+        [--no-inductor] [--json FILE]
+
+Models: the zoo's MLP (batch 1), BERT-style (seq 128) and MobileNetV2 (224), and the real-architecture
+suite's models (``compiler/tools/archs``, batch 1). Every compiled result is checked against eager.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _model(name: str):
+    from compiler.tools import archs, zoo
+
+    if name in ("mlp", "bert", "mobilenetv2"):
+        size = {"bert": {"seq": 128}, "mobilenetv2": {"resolution": 224}}.get(name, {})
+        m, inputs, _ = zoo.build(name, **size)
+        return m.eval(), inputs
+    m, feeds, _ = archs.build(name, 1)
+    return m.eval(), list(feeds.values())
+
+
+def _time(fn, runs: int) -> float:
+    for _ in range(3):
+        fn()
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="mlp,bert,mobilenetv2,resnet18,gpt2,vit")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    import torch
+
+    from compiler.tools.bench import cpu_name
+
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.models.split(","):
+        m, inputs = _model(name)
+        xs = [torch.from_numpy(v) for v in inputs]
+        row = {"model": name}
+        with torch.no_grad():
+            want = m(*xs)
+            row["eager_ms"] = _time(lambda: m(*xs), args.runs) * 1e3
+            for backend in ["kiln"] + ([] if args.no_inductor else ["inductor"]):
+                torch._dynamo.reset()
+                opts = {"nthreads": args.threads} if backend == "kiln" else None
+                f = torch.compile(m, backend=backend, options=opts)
+                t0 = time.perf_counter()
+                got = f(*xs)
+                row[f"{backend}_compile_s"] = time.perf_counter() - t0
+                row[f"{backend}_err"] = float((got - want).abs().max())
+                row[f"{backend}_ms"] = _time(lambda: f(*xs), args.runs) * 1e3
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print(f"\n# torch.compile(backend=kiln) vs eager and inductor, {args.threads} threads, {cpu_name()}\n")
+    head = "| model | eager ms | kiln ms | kiln/eager | kiln compile s |"
+    if not args.no_inductor:
+        head += " inductor ms | kiln/inductor | inductor compile s |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for r in rows:
+        line = (f"| {r['model']} | {r['eager_ms']:.3f} | {r['kiln_ms']:.3f} | {r['kiln_ms'] / r['eager_ms']:.2f} | "
+                f"{r['kiln_compile_s']:.1f} |")
+        if not args.no_inductor:
+            line += (f" {r['inductor_ms']:.3f} | {r['kiln_ms'] / r['inductor_ms']:.2f} | "
+                     f"{r['inductor_compile_s']:.1f} |")
+        print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cpu": cpu_name(), "threads": args.threads, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
