@@ -313,6 +313,15 @@ class LayerNorm(FormLowering):
         return kf.finish()
 
 
+def _channel_norm_buffers(kf: KernelForm, n, rows: int, D: int):
+    """x and y as ``[rows, D]``, and the per-channel scale and bias, of an Instance/GroupNormalization."""
+    x, scale, bias = n.inputs
+    y = n.outputs[0]
+    C = int(x.shape[1])
+    return (kf.buffer("x", x.type.dtype, (rows, D), value=x), kf.buffer("y", y.type.dtype, (rows, D), "out", value=y),
+            kf.buffer("scale", scale.type.dtype, (C,), value=scale), kf.buffer("B", bias.type.dtype, (C,), value=bias))
+
+
 class InstanceNorm(FormLowering):
     """InstanceNormalization, every float type: each (image, channel) plane a row of LayerNorm's
     program (statistics in float32, float64 for float64), times the channel's scale plus its bias."""
@@ -324,20 +333,59 @@ class InstanceNorm(FormLowering):
 
     def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
-        x, scale, bias = n.inputs
-        y = n.outputs[0]
+        x = n.inputs[0]
         shape = [int(d) for d in x.shape]
         C = shape[1]
         R, D = shape[0] * C, math.prod(shape[2:])
         stash = DType.f64 if x.type.dtype is DType.f64 else DType.f32
         kf = KernelForm(name)
-        xb = kf.buffer("x", x.type.dtype, (R, D), value=x)
-        yb = kf.buffer("y", y.type.dtype, (R, D), "out", value=y)
-        sb = kf.buffer("scale", scale.type.dtype, (C,), value=scale)
-        bb = kf.buffer("B", bias.type.dtype, (C,), value=bias)
+        xb, yb, sb, bb = _channel_norm_buffers(kf, n, R, D)
         with kf.loop(R, "parallel", grain=par_grain(LAYERNORM_COST * D), name="r") as r:
             c = kf.let(op("rem", r, Const(C, r.dtype)), "c")
             layernorm_row(kf, D, Row.of(xb, r, stash), yb, r, sb[c], bb[c], n.op.epsilon, stash, round_first=False)
+        return kf.finish()
+
+
+class GroupNorm(FormLowering):
+    """GroupNormalization, every float type: each (image, group) a row of ``C / G`` channel planes,
+    its statistics in ``stash_type`` precision (float32 or float64) over the whole row, the normalized
+    value rounded to X's type, then each channel's scale and bias (the op's definition)."""
+
+    ops = (nm.GroupNormalization,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        return float_reason(group, list(group.node.inputs) + [group.node.outputs[0]])
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        y = n.outputs[0]
+        shape = [int(d) for d in n.inputs[0].shape]
+        C, G = shape[1], int(n.op.num_groups)
+        Cg, HW = C // G, math.prod(shape[2:])
+        R, D = shape[0] * G, Cg * HW
+        stash = DType.f64 if nm._stash_dtype(n.op, n.op.stash_type) is DType.f64 else DType.f32
+        out = compute_type(y.type.dtype)
+        kf = KernelForm(name)
+        xb, yb, sb, bb = _channel_norm_buffers(kf, n, R, D)
+        kf.note(f"GroupNorm: {R} rows of {Cg} channel(s) x {HW}")
+        with kf.loop(R, "parallel", grain=par_grain(LAYERNORM_COST * D), name="r") as r:
+            row = Row.of(xb, r, stash)
+            mean = kf.let(op("div", row_sum(kf, D, row.first, stash), float(D)), "mean")
+            var = op("div", row_sum(kf, D, lambda i: (lambda d: d * d)(row.again(i) - mean), stash), float(D))
+            inv = kf.let(op("div", Const(1.0, stash), op("sqrt", var + float(n.op.epsilon))), "inv")
+            g = kf.let(op("rem", r, Const(G, r.dtype)), "g")
+            with kf.loop(Cg, name="cl") as cl:
+                c = kf.let(g * Cg + cl, "c")
+                sc = kf.let(cast(sb[c], out), "sc")
+                bi = kf.let(cast(bb[c], out), "bi")
+                with kf.loop(HW, "vector") as j:
+                    i = cl * HW + j
+                    v = (row.again(i) - mean) * inv
+                    if y.type.dtype is DType.f16:
+                        v = op("to_f16", v)  # the normalized value is rounded to X's type first
+                    elif y.type.dtype is DType.bf16:
+                        v = op("to_bf16", v)
+                    kf.store(yb, (r, i), cast(v, out) * sc + bi)
         return kf.finish()
 
 
