@@ -66,6 +66,8 @@ class Executable:
         # interpreted nodes read (a sequence, or a tensor of symbolic shape): not checked here
         self._signature_ = [(i.name, _np_dtype(i.dtype), i.shape, i.dtype) if i.dtype is not None
                             else (i.name, None, i.type, None) for i in manifest.inputs]
+        self._shown = self._signature()  # for error messages; built once, not per run
+        self._table_t = ctypes.c_void_p * max(len(self._signature_), 1)  # the input pointer table's type
         self.outputs = [(o.name, o.dtype, list(o.shape) if o.shape is not None else None) for o in manifest.outputs]
         self._arenas: list[Memory] = []  # one per concurrent caller
         # what run() does, decoded once: the steps, and where each output is read
@@ -181,7 +183,7 @@ class Executable:
     def __call__(self, *arrays: np.ndarray):
         """Positional inputs (in signature order); one output comes back as an array, several as a tuple."""
         if len(arrays) != len(self._signature_):
-            raise InputError(f"the model takes {len(self._signature_)} input(s) {self._signature()}, "
+            raise InputError(f"the model takes {len(self._signature_)} input(s) {self._shown}, "
                              f"got {len(arrays)}")
         outs = self.run(dict(zip(self.input_names, arrays)))
         vals = tuple(outs[n] for n in self.output_names)
@@ -192,12 +194,12 @@ class Executable:
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         """The inputs in signature order, each checked (and made contiguous); InputError otherwise."""
-        return check_feeds(self._signature_, inputs, self._signature())
+        return check_feeds(self._signature_, inputs, self._shown)
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         arrays = self.check_inputs(inputs)
-        table = (ctypes.c_void_p * max(len(arrays), 1))(
-            *[a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else None for a in arrays])
+        table = self._table_t(*[a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else None
+                                for a in arrays])
         dev = self.device
         mem = self._take_arena()
         try:
