@@ -169,6 +169,15 @@ def _specialization_source(graph: Graph, opts, wanted: bool, max_dims) -> Graph 
         if max_dims:
             raise KilnError("max_dims applies to a model compiled with specialize=True on the CPU")
         return None
+    # the names left symbolic once input_shapes and input_values apply, found before any copy is made
+    # (most models have none: they pay nothing here)
+    fixed = {n for n, shape in opts.input_shapes.items() if all(isinstance(d, int) for d in shape)}
+    fixed |= set(opts.input_values)
+    left = {d: [p for p in places if p[0] not in fixed] for d, places in symbolic_dims(graph).items()}
+    if not any(left.values()):
+        if max_dims:
+            check_max_dims(max_dims, {})  # names a dimension the model does not have
+        return None
     from .ir.clone import clone
     from .passes.simplify.infer_shapes import bind_inputs, specialize_inputs
 

@@ -33,6 +33,7 @@ import os
 import statistics
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -43,7 +44,9 @@ from .errors import KilnError
 
 #: bytes of the arrays copied to measure the memory bandwidth
 BANDWIDTH_BYTES = 256 << 20
-_LOCKS: dict[int, threading.Lock] = {}
+#: one profiling lock per executable (weakly held: a dropped executable takes its lock with it)
+_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
 
 
 @dataclass
@@ -248,7 +251,8 @@ def profile(exe, feeds: Mapping[str, Any], runs: int = 20, warmup: int = 3, roof
     if runs < 1:
         raise KilnError(f"runs must be at least 1, got {runs}")
     roof = roofline or machine_roofline(exe.nthreads, cache_dir)
-    lock = _LOCKS.setdefault(id(exe), threading.Lock())
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault(exe, threading.Lock())
     per_run: list[list[float]] = []
     latencies: list[float] = []
     with lock:

@@ -365,18 +365,7 @@ def cmd_run(args) -> int:
             exe = load(args.model, args.threads)
             feeds = artifact_feeds(exe, given, args.seed)
         else:
-            _refuse_directory(args.model)
-            # the inputs first (given, or random with symbolic dimensions 1), checked against the
-            # model's signature; then the model is compiled for exactly their shapes
-            from ..ir.interpreter import check_inputs
-            from ..ir.types import TensorType
-
-            model = model_of(args.model)  # a zoo: model is built once
-            graph = load_graph(model, dict(args.input_shape) or None)
-            feeds = _feeds(graph, given, args.seed)
-            check_inputs(graph, feeds)
-            shapes = {v.name: tuple(feeds[v.name].shape) for v in graph.inputs
-                      if isinstance(v.type, TensorType) and not v.type.is_static}
+            model, feeds, shapes = model_feeds(args.model, args.input_shape, given, args.seed)
             exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model)
         outs = exe.run(feeds)
     for name, arr in outs.items():
@@ -395,6 +384,25 @@ def _feeds(graph, given, seed):
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
     return feeds
+
+
+def model_feeds(spec: str, input_shape, given: dict, seed: int):
+    """(the model, its inputs, the shapes to compile for) of a model spec: the inputs first (given, or
+    random with symbolic dimensions 1), checked against the model's signature; the model is then
+    compiled for exactly their shapes."""
+    from ..ir.interpreter import check_inputs
+    from ..ir.types import TensorType
+    from ..models import load_graph
+    from .zoo import model_of
+
+    _refuse_directory(spec)
+    model = model_of(spec)  # a zoo: model is built once
+    graph = load_graph(model, dict(input_shape) or None)
+    feeds = _feeds(graph, given, seed)
+    check_inputs(graph, feeds)
+    shapes = {v.name: tuple(feeds[v.name].shape) for v in graph.inputs
+              if isinstance(v.type, TensorType) and not v.type.is_static}
+    return model, feeds, shapes
 
 
 def artifact_feeds(exe, given: dict, seed: int) -> dict:

@@ -54,8 +54,7 @@ def add_commands(sub, parse_shape, parse_input) -> None:
 def cmd_profile(args) -> int:
     from .. import compile, load
     from ..profiling import profile
-    from .cli_compile import _feeds, _is_artifact, artifact_feeds, read_input
-    from .zoo import model_of
+    from .cli_compile import _is_artifact, artifact_feeds, model_feeds, read_input
 
     given = {name: read_input(name, path) for name, path in args.input}
     compile_seconds = None
@@ -65,14 +64,7 @@ def cmd_profile(args) -> int:
         exe = load(args.model, args.threads)
         feeds = artifact_feeds(exe, given, args.seed)
     else:
-        from ..ir.types import TensorType
-        from ..models import load_graph
-
-        model = model_of(args.model)
-        graph = load_graph(model, dict(args.input_shape) or None)
-        feeds = _feeds(graph, given, args.seed)
-        shapes = {v.name: tuple(feeds[v.name].shape) for v in graph.inputs
-                  if isinstance(v.type, TensorType) and not v.type.is_static}
+        model, feeds, shapes = model_feeds(args.model, args.input_shape, given, args.seed)
         timings: dict = {}
         exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model, profile=True,
                       timings=timings)

@@ -65,9 +65,6 @@ class Lowerer:
     def meta_numel(self, arg) -> int:
         return int(np.prod(self.meta_shape(arg), dtype=np.int64))
 
-    def np_dtype(self, v: Value):
-        return v.type.dtype.np
-
     def kiln_dtype(self, dt):
         if dt not in DTYPES:
             raise Unsupported(f"dtype {dt}")
@@ -76,20 +73,13 @@ class Lowerer:
     def const(self, array) -> Value:
         return self.graph.add_constant(np.asarray(array))
 
-    def value(self, arg, like=None) -> Value:
-        """The Kiln value of an FX argument; a Python number becomes a constant of ``like``'s type."""
+    def value(self, arg) -> Value:
+        """The Kiln value of an FX node's result (numbers: ``typed``, in the type the op computes in)."""
         if isinstance(arg, torch.fx.Node):
             v = self.values[arg]
             if not isinstance(v, Value):
                 raise Unsupported(f"{arg.name} has several results")
             return v
-        if isinstance(arg, (bool, int, float)):
-            if like is not None:
-                lv = self.value(like) if isinstance(like, torch.fx.Node) else None
-                dt = lv.type.dtype.np if lv is not None else np.float32
-            else:
-                dt = np.bool_ if isinstance(arg, bool) else np.int64 if isinstance(arg, int) else np.float32
-            return self.const(np.asarray(arg, dtype=dt))
         raise Unsupported(f"argument {arg!r} of type {type(arg).__name__}")
 
     def result_dtype(self, node) -> torch.dtype:
