@@ -28,12 +28,17 @@ def profile(exe, feeds, runs=20, **options):
 
 def load(path, nthreads=None):
     """Load a compiled artifact; see ``compiler.runtime.executable.load``. An artifact of a model with
-    symbolic input dimensions loads as a ``compiler.specialize.Specializing`` executable."""
+    symbolic input dimensions loads as a ``compiler.specialize.Specializing`` executable; a
+    multi-device one (``compile(..., devices=...)``) as a ``runtime.multidevice.MultiDeviceExecutable``."""
     import os
 
     from .runtime.executable import load as _load
     from .specialize import is_specializing, load_specializing
 
+    from .runtime.multidevice import is_multidevice, load_multidevice
+
+    if is_multidevice(path):
+        return load_multidevice(path, nthreads)
     exe = _load(path, nthreads)
     manifest = getattr(exe, "manifest", None)
     if manifest is not None and hasattr(manifest, "files") and is_specializing(manifest):

@@ -38,7 +38,9 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             timings: dict | None = None, profile: bool = False, memory_limit: int | None = None,
             model_name: str | None = None, input_values: Mapping[str, Any] | None = None,
             quantize: Any = None, calibration: Any = None, specialize: bool = True,
-            max_dims: Mapping[str, int] | None = None, specialize_cache: int | None = None) -> Executable:
+            max_dims: Mapping[str, int] | None = None, specialize_cache: int | None = None,
+            devices: Any = None, device_memory: Mapping[str, int] | None = None, parallel: str = "auto",
+            microbatch: int | None = None) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
     this CPU (or ``target``: a ``Target``, an LLVM CPU name, or "cuda" for an NVIDIA GPU through
     numba.cuda, docs/cuda.md) and return it loaded.
@@ -65,9 +67,22 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     ``max_dims`` ({"N": 64}) refuses larger sizes. ``specialize=False`` keeps one compile whose nodes
     of symbolic shape run in the interpreter.
 
+    ``devices`` ("cpu:0,cpu:1", a list of names, or a ``devices.DeviceOptions``) compiles for several
+    devices (``multidevice.py``): ``parallel`` "pipeline" (stages placed by the ``split-devices``
+    pass; ``microbatch`` rows per item), "data" (a replica per device, the batch shared) or "auto";
+    ``device_memory`` ({"cpu:0": bytes}) bounds each device. It returns a
+    ``runtime.multidevice.MultiDeviceExecutable``.
+
     The passes fuse what the CPU backend can run as one kernel: the driver hands its capabilities
     (``codegen.fusion.CPU_FUSION``) to the pipeline.
     """
+    if devices is not None:
+        return _compile_on_devices(model, opt_level, input_shapes, devices, device_memory, parallel, microbatch,
+                                   output=output, target=target, fallback=fallback, verify=verify,
+                                   disabled_passes=disabled_passes, timings=timings, model_name=model_name,
+                                   unsupported={"quantize": quantize, "calibration": calibration,
+                                                "input_values": input_values or None, "max_dims": max_dims or None,
+                                                "memory_limit": memory_limit, "profile": profile or None})
     from .codegen.fusion import CPU_FUSION
     from .models import load_graph
     from .passes.manager import Verify
@@ -158,6 +173,29 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             spec.generic = load(spec.save(output), nthreads)
         return spec
     return exe
+
+
+def _compile_on_devices(model, opt_level, input_shapes, devices, device_memory, parallel, microbatch, *,
+                        unsupported: Mapping[str, Any], target, **options):
+    """``compile`` with ``devices``: ``multidevice.compile_multidevice``, for the options it takes."""
+    from .devices import DeviceOptions
+    from .multidevice import compile_multidevice
+    from .passes.options import OptionError
+
+    given = [k for k, v in unsupported.items() if v is not None]
+    if given:
+        raise OptionError(f"{', '.join(given)}: not supported with devices yet (a multi-device compile takes "
+                          f"opt_level, input_shapes, output, target, fallback, verify, disabled_passes)")
+    if _is_cuda(target):
+        raise OptionError("devices with target='cuda': CUDA devices are not placed on yet; compile for one GPU "
+                          "without devices")
+    if isinstance(devices, DeviceOptions):
+        if device_memory or parallel != "auto" or microbatch is not None:
+            raise OptionError("give device_memory, parallel and microbatch inside the DeviceOptions, not beside it")
+        opts = devices
+    else:
+        opts = DeviceOptions.make(devices, device_memory, parallel, microbatch)
+    return compile_multidevice(model, opt_level, dict(input_shapes or {}), opts, target=target, **options)
 
 
 def _specialization_source(graph: Graph, opts, wanted: bool, max_dims) -> Graph | None:

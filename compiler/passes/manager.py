@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence, TextIO
 
-from ..errors import DataError
+from ..errors import DataError, LimitError
 from ..ir.graph import Graph
 from .options import CompileOptions
 
@@ -184,7 +184,7 @@ class PassManager:
                 ins.before_pass(p, i, graph)
             try:
                 changed = bool(p.run(graph))
-            except DataError:
+            except (DataError, LimitError):  # the input's fault (data, a limit), reported as is
                 raise
             except Exception as e:
                 raise PassError(p.name, ran, given_ir(i), e) from e

@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_compile import add_commands
 
     add_commands(sub, parse_shape, parse_input, EPILOG)
+    from .cli_devices import add_commands as add_device_commands
+
+    add_device_commands(sub)
     from .cli_profile import add_commands as add_profile_commands
 
     add_profile_commands(sub, parse_shape, parse_input)
@@ -127,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--memory-plan", metavar="FILE.svg",
                    help="build the program (no LLVM compile) and draw its arena plan, offset x schedule step, "
                         "as an SVG (docs/memory.md)")
+    from .cli_devices import add_device_arguments
+
+    add_device_arguments(d, with_parallel=False)
     d.set_defaults(func=cmd_dump)
     return p
 
@@ -226,7 +232,14 @@ def cmd_dump(args) -> int:
         from ..calibration import calibrator, read_samples
 
         calibrate = calibrator(read_samples(args.calibration))
-    passes = pipeline(opts, CPU_FUSION, calibrate) + [load_pass(s) for s in args.extra_pass]
+    specs = ()
+    if args.devices is not None:
+        from ..devices import DeviceOptions, device_specs
+
+        specs = device_specs(DeviceOptions.make(args.devices, dict(args.device_memory), "pipeline"))
+    elif args.device_memory:
+        raise KilnError("--device-memory goes with --devices")
+    passes = pipeline(opts, CPU_FUSION, calibrate, devices=specs) + [load_pass(s) for s in args.extra_pass]
     if args.list_passes:
         for i, p in enumerate(passes, start=1):
             doc = (type(p).__doc__ or "").strip().splitlines()
@@ -263,6 +276,8 @@ def cmd_dump(args) -> int:
         write_memory_plan(graph, args.memory_plan, args.model)
     if args.explain_fusion:
         explain_fusion(passes)
+    if specs:
+        print(next(p for p in passes if p.name == "split-devices").explain(), file=sys.stderr)
     if args.kernels:
         print_kernels(graph)
     if args.json:

@@ -89,6 +89,9 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
                    help="keep the layers whose quantization costs most in float until the model output's "
                         "1 - cosine similarity with float, on the --calibration data, is at most X (e.g. 0.001); "
                         "see `kiln quantize-report`")
+    from .cli_devices import add_device_arguments
+
+    add_device_arguments(c)
     c.add_argument("--json", action="store_true", help="print the compile summary as JSON")
     c.set_defaults(func=cmd_compile)
 
@@ -203,6 +206,15 @@ def cmd_compile(args) -> int:
     elif args.calibration or args.per_channel or args.symmetric or args.exclude or args.accuracy_budget is not None:
         raise KilnError("--calibration, --per-channel, --symmetric, --exclude and --accuracy-budget go with "
                         "--quantize")
+    from .cli_devices import device_options, report_compile
+
+    devices = device_options(args)
+    if devices is not None:
+        exe = compile(model_of(args.model), args.opt_level, _shapes(args.input_shape), output=args.output,
+                      target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings,
+                      disabled_passes=args.disable_pass, model_name=args.model, devices=devices,
+                      memory_limit=args.memory_limit, quantize=quantize, profile=args.profile or None)
+        return report_compile(args, exe, timings)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FallbackWarning)
         exe = compile(model_of(args.model), args.opt_level, _shapes(args.input_shape), output=args.output,
@@ -303,8 +315,8 @@ def _mib(n: int) -> str:
 
 def _is_artifact(path: str) -> bool:
     """A directory with a manifest (whether it loads is for ``read_manifest`` to say)."""
-    return os.path.isdir(path) and (os.path.lexists(os.path.join(path, "manifest.json"))
-                                    or os.path.lexists(os.path.join(path, "cuda.json")))
+    return os.path.isdir(path) and any(os.path.lexists(os.path.join(path, f))
+                                       for f in ("manifest.json", "cuda.json", "devices.json"))
 
 
 def _refuse_directory(path: str) -> None:
@@ -503,6 +515,10 @@ def cmd_inspect(args) -> int:
 
     if os.path.isdir(args.artifact) and os.path.lexists(os.path.join(args.artifact, "cuda.json")):
         return _inspect_cuda(args)
+    if os.path.isdir(args.artifact) and os.path.lexists(os.path.join(args.artifact, "devices.json")):
+        from .cli_devices import inspect
+
+        return inspect(args)
 
     m = read_manifest(args.artifact).to_json()  # printed as the document it is
     if args.json:

@@ -4,13 +4,13 @@ No registry is filled by importing: adding an op means adding it to its family's
 """
 from __future__ import annotations
 
-from . import (attention, control, conv, elementwise, indexing, kernel, linalg, ml, norm, pool, quant, random, recurrent,
+from . import (attention, control, conv, device, elementwise, indexing, kernel, linalg, ml, norm, pool, quant, random, recurrent,
                reduce, resample, sequence, shape, signal, strings, tensor, training)
 from .base import Cost, OpDef, OpError, Pattern
 
 FAMILIES = (elementwise, shape, tensor, indexing, resample, conv, pool, norm, reduce, linalg, attention, quant,
             signal, strings, random, recurrent, ml, training, sequence,
-            control, kernel)
+            control, kernel, device)
 
 #: (domain, op name) -> op class
 BY_NAME: dict[tuple[str, str], type[OpDef]] = {}

@@ -1,0 +1,232 @@
+"""Multi-device compiles: pipelines and replicas give the single-device artifact's outputs; the
+artifact saves, loads and refuses tampering; options and memory limits are checked; the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import compiler
+from compiler.devices import DeviceOptions, cpu_cores, usable_cores
+from compiler.errors import InputError, LimitError
+from compiler.passes.options import OptionError
+from compiler.runtime.artifact import ArtifactError
+from compiler.runtime.multidevice import MultiDeviceExecutable
+from compiler.tools.cli import main
+
+from ..onnx_build import float_model
+
+rng = np.random.default_rng(0)
+SIZES = (64, 128, 128, 10)
+INITS = [(f"w{i}", (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32))
+         for i, (a, b) in enumerate(zip(SIZES, SIZES[1:]))]
+INITS += [(f"b{i}", (rng.standard_normal(b) * 0.1).astype(np.float32)) for i, b in enumerate(SIZES[1:])]
+WEIGHT_BYTES = sum(a.nbytes for _, a in INITS)
+
+
+def mlp(batch="N"):
+    """A three-layer MLP whose batch is ``batch`` (a symbolic name, or a number)."""
+    nodes = [helper.make_node("Gemm", ["x", "w0", "b0"], ["g0"]), helper.make_node("Relu", ["g0"], ["h0"]),
+             helper.make_node("Gemm", ["h0", "w1", "b1"], ["g1"]), helper.make_node("Relu", ["g1"], ["h1"]),
+             helper.make_node("Gemm", ["h1", "w2", "b2"], ["y"])]
+    return float_model(nodes, [("x", [batch, SIZES[0]])], INITS)
+
+
+def feeds(batch):
+    return {"x": rng.standard_normal((batch, SIZES[0])).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def single():
+    return compiler.compile(mlp(), input_shapes={"x": (8, 64)})
+
+
+def test_a_pipeline_gives_the_single_device_bits(single):
+    exe = compiler.compile(mlp(), input_shapes={"x": (8, 64)}, devices="cpu:0,cpu:1", parallel="pipeline")
+    assert isinstance(exe, MultiDeviceExecutable) and exe.parallel == "pipeline"
+    assert [p.device for p in exe.parts] == ["cpu:0", "cpu:1"]
+    assert exe.parts[1].inputs == ["wire0"] and exe.parts[0].outputs == ["wire0"]
+    assert exe.placement["why"] == "pipeline: asked for"
+    assert "split-devices: 2 stage(s)" in exe.placement["explain"]
+    items = [feeds(8) for _ in range(7)]
+    np.testing.assert_array_equal(exe.run(items[0])["y"], single.run(items[0])["y"])
+    for got, f in zip(exe.run_many(items), items):  # the stages at once, items streaming
+        np.testing.assert_array_equal(got["y"], single.run(f)["y"])
+    x = items[0]["x"]
+    np.testing.assert_array_equal(exe(x), single(x))
+    assert {k["device"] for k in exe.kernels} == {"cpu:0", "cpu:1"}
+
+
+def test_micro_batches_stream_through_the_stages(single):
+    exe = compiler.compile(mlp(), input_shapes={"x": (8, 64)}, devices="cpu:0,cpu:1", parallel="pipeline",
+                           microbatch=2)
+    assert exe.micro == 2 and exe.batch == 8
+    assert all(p.exe.inputs[0][2][0] == 2 for p in exe.parts if p.inputs == ["x"])  # stages compiled for 2 rows
+    f = feeds(8)  # kernels for 2 rows may sum in another order than those for 8: close, not equal bits
+    np.testing.assert_allclose(exe.run(f)["y"], single.run(f)["y"], rtol=1e-5, atol=1e-6)
+    items = [feeds(8) for _ in range(3)]
+    for got, f in zip(exe.run_many(items), items):
+        np.testing.assert_allclose(got["y"], single.run(f)["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_replicas_share_an_uneven_batch():
+    exe = compiler.compile(mlp(), input_shapes={"x": (5, 64)}, devices=["cpu:0", "cpu:1"], parallel="data")
+    assert exe.parallel == "data"
+    assert [p.rows for p in exe.parts] == [(0, 3), (3, 5)]
+    one = compiler.compile(mlp(), input_shapes={"x": (5, 64)})
+    f = feeds(5)
+    got = exe.run(f)["y"]
+    assert got.shape == (5, 10)
+    np.testing.assert_allclose(got, one.run(f)["y"], rtol=1e-5, atol=1e-6)
+    items = [feeds(5) for _ in range(4)]
+    for out, f in zip(exe.run_many(items), items):
+        np.testing.assert_allclose(out["y"], one.run(f)["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_auto_shares_a_symbolic_batch_and_says_why():
+    exe = compiler.compile(mlp(), input_shapes={"x": (4, 64)}, devices="cpu:0,cpu:1")
+    assert exe.parallel == "data"
+    assert exe.placement["why"].startswith("data: the batch of 4 splits over 2 replicas")
+    assert len({id(p.exe) for p in exe.parts}) == 1  # two replicas of 2 rows: one artifact
+
+
+def test_auto_pipelines_a_fixed_batch_and_says_why():
+    exe = compiler.compile(mlp(batch=4), devices="cpu:0,cpu:1")
+    assert exe.parallel == "pipeline"
+    assert "do not all lead with one symbolic batch dimension" in exe.placement["why"]
+
+
+def test_auto_pipelines_when_a_replica_does_not_fit(single):
+    # each device holds 90% of the weights: no replica fits, two stages do
+    memory = {"cpu:0": WEIGHT_BYTES * 9 // 10, "cpu:1": WEIGHT_BYTES * 9 // 10}
+    exe = compiler.compile(mlp(), input_shapes={"x": (8, 64)}, devices="cpu:0,cpu:1", device_memory=memory)
+    assert exe.parallel == "pipeline" and len(exe.parts) == 2
+    assert "but a replica of 4 rows needs" in exe.placement["why"]
+    for p in exe.parts:
+        m = p.exe.manifest.memory
+        assert m["weights_bytes"] + m["arena_bytes"] <= memory[p.device]
+    f = feeds(8)
+    np.testing.assert_array_equal(exe.run(f)["y"], single.run(f)["y"])
+
+
+def test_data_parallelism_needs_a_symbolic_batch():
+    with pytest.raises(OptionError, match="data parallelism needs a batch to share"):
+        compiler.compile(mlp(batch=4), devices="cpu:0,cpu:1", parallel="data")
+    with pytest.raises(OptionError, match="microbatch needs a model with a symbolic batch"):
+        compiler.compile(mlp(batch=4), devices="cpu:0,cpu:1", microbatch=2)
+    with pytest.raises(OptionError, match="does not divide the batch 8"):
+        compiler.compile(mlp(), input_shapes={"x": (8, 64)}, devices="cpu:0,cpu:1", microbatch=3)
+    with pytest.raises(OptionError, match="needs every input's shape"):
+        compiler.compile(mlp(), devices="cpu:0,cpu:1", parallel="pipeline")
+
+
+def test_too_little_memory_fails_and_leaves_nothing(tmp_path):
+    out = tmp_path / "m.kiln"
+    with pytest.raises(LimitError, match="more than any device holds"):
+        compiler.compile(mlp(), input_shapes={"x": (8, 64)}, devices="cpu:0,cpu:1", parallel="pipeline",
+                         device_memory={"cpu:0": 4096, "cpu:1": 4096}, output=out)
+    assert not out.exists() and os.listdir(tmp_path) == []
+    with pytest.raises(LimitError, match="replica of 4 rows needs"):
+        compiler.compile(mlp(), input_shapes={"x": (8, 64)}, devices="cpu:0,cpu:1", parallel="data",
+                         device_memory={"cpu:0": 4096, "cpu:1": 4096}, output=out)
+    assert os.listdir(tmp_path) == []
+
+
+def test_inputs_are_checked_before_native_code_runs():
+    exe = compiler.compile(mlp(batch=4), devices="cpu:0,cpu:1", parallel="pipeline")
+    with pytest.raises(InputError, match=r"has shape \[3, 64\], the model takes f32\[4, 64\]"):
+        exe.run(feeds(3))
+    with pytest.raises(InputError, match="element type float64"):
+        exe.run_many([feeds(4), {"x": np.zeros((4, 64))}])
+    with pytest.raises(InputError, match="missing input"):
+        exe.run({})
+
+
+def test_saved_artifacts_load_and_refuse_tampering(tmp_path, single):
+    exe = compiler.compile(mlp(), input_shapes={"x": (8, 64)}, devices="cpu:0,cpu:1", parallel="pipeline",
+                           output=tmp_path / "m.kiln")
+    loaded = compiler.load(tmp_path / "m.kiln")
+    assert isinstance(loaded, MultiDeviceExecutable) and loaded.parallel == "pipeline"
+    f = feeds(8)
+    np.testing.assert_array_equal(loaded.run(f)["y"], single.run(f)["y"])
+    copy = exe.save(tmp_path / "copy.kiln")
+    np.testing.assert_array_equal(compiler.load(copy).run(f)["y"], single.run(f)["y"])
+
+    index_path = tmp_path / "copy.kiln" / "devices.json"
+    index = json.loads(index_path.read_text())
+    bad = json.loads(json.dumps(index))
+    bad["parts"][0]["path"] = "../m.kiln"
+    index_path.write_text(json.dumps(bad))
+    with pytest.raises(ArtifactError, match="is not a plain name"):
+        compiler.load(copy)
+    # a part swapped for another artifact
+    shutil.rmtree(tmp_path / "copy.kiln" / index["parts"][0]["path"])
+    shutil.copytree(tmp_path / "m.kiln" / index["parts"][1]["path"], tmp_path / "copy.kiln" / index["parts"][0]["path"])
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(ArtifactError, match="not the one this index was written with"):
+        compiler.load(copy)
+    index_path.write_text("{not json")
+    with pytest.raises(ArtifactError, match="cannot read devices.json"):
+        compiler.load(copy)
+    index["format"], index["kiln_version"] = 99, "9.9.9"
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(ArtifactError, match=r"format 99 \(Kiln 9.9.9 wrote it\); this Kiln reads format 1"):
+        compiler.load(copy)
+
+
+def test_options_are_checked():
+    m = mlp(batch=4)
+    with pytest.raises(OptionError, match="at least two devices"):
+        compiler.compile(m, devices="cpu:0")
+    with pytest.raises(OptionError, match="named twice"):
+        compiler.compile(m, devices="cpu:0,cpu:0")
+    with pytest.raises(OptionError, match="CUDA devices are not placed on yet"):
+        compiler.compile(m, devices="cpu:0,cuda:0")
+    with pytest.raises(OptionError, match="expected a name like"):
+        compiler.compile(m, devices="cpu0,cpu1")
+    with pytest.raises(OptionError, match="parallel must be one of"):
+        compiler.compile(m, devices="cpu:0,cpu:1", parallel="tensor")
+    with pytest.raises(OptionError, match="microbatch applies to pipeline"):
+        DeviceOptions(("cpu:0", "cpu:1"), parallel="data", microbatch=2)
+    with pytest.raises(OptionError, match="not one of the devices"):
+        compiler.compile(m, devices="cpu:0,cpu:1", device_memory={"cpu:2": 1 << 20})
+    with pytest.raises(OptionError, match="quantize: not supported with devices yet"):
+        compiler.compile(m, devices="cpu:0,cpu:1", quantize="int8-dynamic")
+    names = [f"cpu:{i}" for i in range(len(usable_cores()) + 1)]
+    with pytest.raises(OptionError, match="at most"):
+        cpu_cores(names)
+
+
+def test_cores_are_dealt_out_evenly():
+    cores = usable_cores()
+    dealt = cpu_cores(["cpu:0", "cpu:1"][:len(cores)])
+    assert sorted(c for cs in dealt.values() for c in cs) == cores[:sum(len(c) for c in dealt.values())]
+    assert max(map(len, dealt.values())) - min(map(len, dealt.values())) <= 1
+
+
+def test_cli_devices_compile_inspect_run_and_dump(tmp_path, capsys):
+    assert main(["devices", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [d["name"] for d in listed if d["kind"] == "cpu"] == [f"cpu:{i}" for i in range(len(usable_cores()))]
+    model = tmp_path / "mlp.onnx"
+    model.write_bytes(mlp(batch=4).SerializeToString())
+    out = tmp_path / "mlp.kiln"
+    assert main(["compile", str(model), "-o", str(out), "--devices", "cpu:0,cpu:1", "--parallel", "pipeline"]) == 0
+    text = capsys.readouterr().out
+    assert "for 2 devices" in text and "pipeline: asked for" in text and "stage1-cpu1 on cpu:1" in text
+    assert main(["inspect", str(out)]) == 0
+    assert "pipeline over 2 devices" in capsys.readouterr().out
+    assert main(["run", str(out)]) == 0
+    assert "y: float32[4, 10]" in capsys.readouterr().out
+    assert main(["dump", str(model), "--devices", "cpu:0,cpu:1"]) == 0
+    captured = capsys.readouterr()
+    assert 'on "cpu:1"' in captured.out and "kiln.Transfer" in captured.out
+    assert "split-devices:" in captured.err
+    with pytest.raises(SystemExit):
+        main(["compile", str(model), "-o", str(tmp_path / "x.kiln"), "--device-memory", "cpu:0=1x"])
+    assert main(["compile", str(model), "-o", str(tmp_path / "y.kiln"), "--microbatch", "2"]) != 0
+    assert "go with --devices" in capsys.readouterr().err
