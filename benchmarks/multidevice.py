@@ -1,12 +1,14 @@
 """Multi-device against one device, in one run: per model, items per second of
 
-* one device: the single-device artifact on all the process's cores, items one after another;
+* one device: the single-device artifact on all the process's cores, items one after another, and
+  the same artifact on one core (the issue's baseline: two one-core devices against one);
 * pipeline: the model split over the devices by split-devices, items streamed through the stages
   (``run_many``), and with micro-batches where the batch is symbolic;
 * data: a replica per device, each taking its rows of every item's batch (symbolic batch only);
 
-with each mode's outputs checked against the single-device artifact's (max abs difference) and the
-placement's estimate beside the measurement.
+and the latency of one ``run`` against one core's; each mode's outputs are checked against the
+single-device artifact's (max abs difference), and the placement's estimate is kept beside the
+measurement.
 
     python benchmarks/multidevice.py [--devices cpu:0,cpu:1] [--items 16] [--only resnet18,gpt2]
         [--out results.json]
@@ -26,31 +28,61 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import compiler  # noqa: E402
 from compiler.profiling import cpu_name  # noqa: E402
 
-#: name -> (how to get the model, batch); archs are exported from PyTorch with a symbolic batch
-SUITE = {"squeezenet": ("light:squeezenet", None), "resnet18": ("arch", 8), "gpt2": ("arch", 8),
-         "bert": ("arch", 8), "mlp": ("mlp", 64)}
+#: name -> (the model, batch): archs and zoo models are exported from PyTorch with a symbolic batch;
+#: a light: model keeps its fixed batch (pipeline only)
+SUITE = {"resnet50": ("zoo:resnet", 4), "bert": ("zoo:bert?seq=128", 4), "squeezenet": ("light:squeezenet", None),
+         "resnet18": ("arch:resnet18", 8), "gpt2": ("arch:gpt2", 8), "mlp": ("zoo:mlp", 64)}
 
 
-def _model(name: str, batch):
-    if SUITE[name][0] == "arch":
+def _model(name: str):
+    spec, batch = SUITE[name]
+    if spec.startswith("arch:"):
         import onnx
 
         from compiler.tools import archs
 
-        proto = onnx.load_from_string(archs.export_arch(name)[0])
-        _, feeds, _ = archs.build(name, batch)
+        proto = onnx.load_from_string(archs.export_arch(spec[5:])[0])
+        _, feeds, _ = archs.build(spec[5:], batch)
         return proto, feeds
-    if SUITE[name][0] == "mlp":
-        from compiler.tools.zoo import model_of
-
-        proto = model_of("zoo:mlp?batch=1")
-        for v in list(proto.graph.input) + list(proto.graph.output):
-            v.type.tensor_type.shape.dim[0].dim_param = "N"
-        x = np.random.default_rng(0).standard_normal((batch, 784)).astype(np.float32)
-        return proto, {"x": x}
-    one = compiler.compile(SUITE[name][0])
+    if spec.startswith("zoo:"):
+        proto = _zoo_symbolic(spec)
+        one = compiler.compile(proto, input_shapes={v.name: (batch, *[d.dim_value for d in
+                                                                      v.type.tensor_type.shape.dim[1:]])
+                                                    for v in proto.graph.input})
+    else:
+        proto, one = spec, compiler.compile(spec)
     rng = np.random.default_rng(0)
-    return SUITE[name][0], {n: rng.standard_normal(s).astype(np.float32) for n, _, s in one.inputs}
+    feeds = {}
+    for n, dtype, shape in one.inputs:
+        if dtype.np == np.int64:  # token ids (and an attention mask of ones: ids below 2)
+            feeds[n] = rng.integers(0, 2 if "mask" in n else 100, shape).astype(np.int64)
+        else:
+            feeds[n] = rng.standard_normal(shape).astype(dtype.np)
+    return proto, feeds
+
+
+def _zoo_symbolic(spec: str):
+    """A zoo model exported from PyTorch with its batch dimension symbolic (N)."""
+    import io
+    import warnings
+
+    import onnx
+    import torch
+
+    from compiler.tools import zoo
+
+    name, params = zoo.parse_spec(spec)
+    params.pop("opset", None)
+    m, inputs, names = zoo.build(name, **params)
+    zoo.randomize_batchnorm(m)
+    m.eval()
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, tuple(torch.from_numpy(x) for x in inputs), f, dynamo=False, opset_version=17,
+                          input_names=names, output_names=["output"],
+                          dynamic_axes={n: {0: "N"} for n in [*names, "output"]})
+    return onnx.load_from_string(f.getvalue())
 
 
 def _rate(fn, items: int, rounds: int = 5) -> float:
@@ -74,13 +106,16 @@ def main(argv=None) -> int:
     names = [n for n in SUITE if not args.only or n in args.only.split(",")]
     rows = []
     for name in names:
-        model, feeds = _model(name, SUITE[name][1])
+        model, feeds = _model(name)
         shapes = {k: v.shape for k, v in feeds.items()}
         one = compiler.compile(model, input_shapes=shapes)
+        core = compiler.load(one.path, nthreads=1)
         want = one.run(feeds)
         items = [feeds] * args.items
         row = {"model": name, "batch": SUITE[name][1],
-               "one_device_items_per_s": _rate(lambda: [one.run(f) for f in items], len(items))}
+               "one_device_items_per_s": _rate(lambda: [one.run(f) for f in items], len(items)),
+               "one_core_items_per_s": _rate(lambda: [core.run(f) for f in items], len(items)),
+               "one_core_latency_ms": 1e3 / _rate(lambda: core.run(feeds), 1, rounds=7)}
         modes = [("pipeline", {"parallel": "pipeline"})]
         if SUITE[name][1]:
             modes += [("pipeline-micro", {"parallel": "pipeline", "microbatch": SUITE[name][1] // 4}),
@@ -90,14 +125,20 @@ def main(argv=None) -> int:
             got = exe.run(feeds)
             err = max(float(np.max(np.abs(got[k] - want[k]), initial=0.0)) for k in want)
             rate = _rate(lambda: exe.run_many(items), len(items))
+            latency = 1e3 / _rate(lambda: exe.run(feeds), 1, rounds=7)
             row[label] = {"items_per_s": rate, "vs_one_device": rate / row["one_device_items_per_s"],
+                          "vs_one_core": rate / row["one_core_items_per_s"], "latency_ms": latency,
+                          "latency_vs_one_core": latency / row["one_core_latency_ms"],
                           "max_abs_diff": err, "parts": len(exe.parts),
                           "estimate": exe.placement.get("explain", exe.placement["why"]).splitlines()[0]}
             exe.close()
         rows.append(row)
-        print(f"{name:<11} one device {row['one_device_items_per_s']:8.1f}/s  " + "  ".join(
-            f"{m} {row[m]['items_per_s']:8.1f}/s ({row[m]['vs_one_device']:.2f}x, diff {row[m]['max_abs_diff']:.1e})"
-            for m, _ in modes), flush=True)
+        print(f"{name:<11} one device {row['one_device_items_per_s']:8.1f}/s, one core "
+              f"{row['one_core_items_per_s']:8.1f}/s  " + "  ".join(
+                  f"{m} {row[m]['items_per_s']:8.1f}/s ({row[m]['vs_one_core']:.2f}x one core, latency "
+                  f"{row[m]['latency_vs_one_core']:.2f}x, "
+                  f"{row[m]['vs_one_device']:.2f}x one device, diff {row[m]['max_abs_diff']:.1e})" for m, _ in modes),
+              flush=True)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump({"devices": args.devices, "items": args.items, "rows": rows,

@@ -26,10 +26,12 @@ def profile(exe, feeds, runs=20, **options):
     return _profile(exe, feeds, runs, **options)
 
 
-def load(path, nthreads=None):
+def load(path, nthreads=None, cluster=None):
     """Load a compiled artifact; see ``compiler.runtime.executable.load``. An artifact of a model with
     symbolic input dimensions loads as a ``compiler.specialize.Specializing`` executable; a
-    multi-device one (``compile(..., devices=...)``) as a ``runtime.multidevice.MultiDeviceExecutable``."""
+    multi-device one (``compile(..., devices=...)``) as a ``runtime.multidevice.MultiDeviceExecutable``,
+    or with ``cluster="ray"`` / ``"ray://HOST:PORT"`` as a ``runtime.cluster.RayExecutable`` (its parts
+    as Ray actors)."""
     import os
 
     from .runtime.executable import load as _load
@@ -38,7 +40,12 @@ def load(path, nthreads=None):
     from .runtime.multidevice import is_multidevice, load_multidevice
 
     if is_multidevice(path):
-        return load_multidevice(path, nthreads)
+        return load_multidevice(path, nthreads, cluster)
+    if cluster is not None:
+        from .errors import KilnError
+
+        raise KilnError(f"{path}: cluster= runs a multi-device artifact (compile with devices=...); this one "
+                        f"is for one device")
     exe = _load(path, nthreads)
     manifest = getattr(exe, "manifest", None)
     if manifest is not None and hasattr(manifest, "files") and is_specializing(manifest):

@@ -17,7 +17,9 @@ the most bytes live at once over its nodes, from ``ir/liveness.py``). Then:
    (networkx) over a flow network of those nodes chooses the side of each so that the fewest bytes
    cross, every value that crosses counted once (a value node between its producer and its users)
    and the data dependencies kept (infinite edges back from each user to its producer: no user
-   before its producer).
+   before its producer). The cut is kept only if the slower of the two stages, its copy included,
+   is no slower than before, and both still fit their devices: bytes matter as copy time (a slow
+   link), not for themselves.
 3. **Annotate.** Every node gets its stage's device (``node.device``, printed ``on "cpu:1"``); the
    nodes are reordered stage by stage (a topological order still: the cut keeps dependencies); a
    value read on another device than its own gets one ``kiln.Transfer`` node per reading device,
@@ -274,8 +276,31 @@ class SplitDevices(Pass):
             a, b = groups[j], groups[j + 1]
             if not a or not b:
                 continue
-            groups[j], groups[j + 1] = self._min_cut(a, b, m, j)
+            cut = self._min_cut(a, b, m, j)
+            # fewer bytes is only a means: keep the cut if the slower of the two stages (the copy
+            # included) is no slower than before and both still fit their devices
+            old, new = self._pair(a, b, m, j), self._pair(*cut, m, j)
+            if new is not None and (old is None or new <= old):
+                groups[j], groups[j + 1] = cut
         return groups
+
+    def _pair(self, a: list[Node], b: list[Node], m: _Model, j: int) -> float | None:
+        """The time of the slower of stages ``a`` (device j) and ``b`` (device j+1, with its copy of
+        what ``a`` sends it); None when either is over its device's memory."""
+        if not a or not b:
+            return None
+        later = {id(n) for n in b} | {id(n) for n in m.order[m.pos[id(b[-1])] + 1:]}
+        sent = sum(_nbytes(v) for n in a for v in n.outputs
+                   if any(isinstance(u, Node) and id(u) in later for u, _ in v.uses))
+        times, (da, db) = [], self.devices[j:j + 2]
+        for nodes, k, dev in ((a, j, da), (b, j + 1, db)):
+            consts: dict = {}
+            for n in nodes:
+                consts.update(m.consts[m.pos[id(n)]])
+            if sum(consts.values()) + max(m.live[m.pos[id(n)]] for n in nodes) > dev.memory_bytes:
+                return None
+            times.append(sum(m.seconds[k][m.pos[id(n)]] for n in nodes))
+        return max(times[0], times[1] + db.copy_seconds(sent))
 
     def _min_cut(self, a: list[Node], b: list[Node], m: _Model, j: int) -> tuple[list[Node], list[Node]]:
         import networkx as nx

@@ -319,12 +319,14 @@ def finish_manifest(directory: str, manifest: Manifest) -> None:
 
 
 def _check_replaceable(dest: str, shown: str) -> None:
-    """Refuse to replace anything at ``dest`` but a Kiln artifact (a directory with a manifest)."""
+    """Refuse to replace anything at ``dest`` but a Kiln artifact (a directory with a manifest, or
+    with the index of a multi-device artifact)."""
     try:
         st = os.lstat(dest)
     except FileNotFoundError:
         return
-    if not stat.S_ISDIR(st.st_mode) or not os.path.isfile(os.path.join(dest, MANIFEST)):
+    marked = any(os.path.isfile(os.path.join(dest, f)) for f in (MANIFEST, "devices.json"))
+    if not stat.S_ISDIR(st.st_mode) or not marked:
         what = _kind(st.st_mode) if not stat.S_ISDIR(st.st_mode) else "a directory"
         raise ArtifactError(f"{shown} exists ({what}) and is not a Kiln artifact; refusing to replace it")
 

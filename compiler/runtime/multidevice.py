@@ -95,6 +95,10 @@ class MultiDeviceExecutable:
     ``Executable``'s, plus ``run_many`` and what was placed where (``parts``, ``placement``)."""
 
     def __init__(self, path: str, index: dict, parts: list[Part]):
+        self._setup(path, index, parts)
+        self._threads = {d["name"]: DeviceThread(d["name"], d["cores"]) for d in index["devices"]}
+
+    def _setup(self, path: str, index: dict, parts: list[Part]) -> None:
         self.path = path
         self.index = index
         self.parallel: str = index["parallel"]
@@ -105,7 +109,6 @@ class MultiDeviceExecutable:
         self._signature_ = [(i["name"], _np_dtype(i["dtype"]), tuple(i["shape"]), i["dtype"]) for i in index["inputs"]]
         self._shown = "(" + ", ".join(f"{n}: {t}{list(s)}" for n, _, s, t in self._signature_) + ")"
         self.output_names: list[str] = list(index["outputs"])
-        self._threads = {d["name"]: DeviceThread(d["name"], d["cores"]) for d in index["devices"]}
         needed = set(self.output_names)
         for p in reversed(parts):  # what is still needed after each stage
             p.keep = frozenset(needed)
@@ -138,7 +141,7 @@ class MultiDeviceExecutable:
     def _distinct_parts(self) -> list[Part]:
         seen, out = set(), []
         for p in self.parts:
-            if id(p.exe) not in seen:
+            if p.exe is not None and id(p.exe) not in seen:
                 seen.add(id(p.exe))
                 out.append(p)
         return out
@@ -161,7 +164,9 @@ class MultiDeviceExecutable:
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         feeds = self._check(inputs)
         if self.parallel == "data":
-            return self._join([self._data_item(feeds)])[0]
+            futs = [self._threads[p.device].submit(p.exe.run, _rows(feeds, *p.rows)) for p in self.parts]
+            outs = [f.result() for f in _all_done(futs)]
+            return {n: np.concatenate([o[n] for o in outs]) for n in self.output_names}
         if self.micro is None:
             env = feeds
             for p in self.parts:  # one item: the stages in turn, on this thread
@@ -174,8 +179,11 @@ class MultiDeviceExecutable:
         """Outputs for each of ``items`` (feed dicts), in order, the devices working at once: a
         pipeline streams the items through its stages; replicas take their rows of each item."""
         checked = [self._check(x) for x in items]
-        if self.parallel == "data":
-            return self._join([self._data_item(f) for f in checked])
+        if self.parallel == "data":  # one task per replica: its rows of every item
+            futs = [self._threads[p.device].submit(_replica, p, checked) for p in self.parts]
+            per_part = [f.result() for f in _all_done(futs)]
+            return [{n: np.concatenate([outs[i][n] for outs in per_part]) for n in self.output_names}
+                    for i in range(len(checked))]
         if self.micro is None:
             return self._stream(checked)
         n = self.batch // self.micro
@@ -197,15 +205,6 @@ class MultiDeviceExecutable:
             last.append(fut)
         return [{n: f.result()[n] for n in self.output_names} for f in _all_done(last)]
 
-    def _data_item(self, feeds: dict) -> list[cf.Future]:
-        return [self._threads[p.device].submit(p.exe.run, _rows(feeds, *p.rows)) for p in self.parts]
-
-    def _join(self, items: list[list[cf.Future]]) -> list[dict]:
-        out = []
-        for futs in items:
-            parts = [f.result() for f in _all_done(futs)]
-            out.append({n: np.concatenate([o[n] for o in parts]) for n in self.output_names})
-        return out
 
     def close(self) -> None:
         """Stop the device threads (they are daemons: a process may also just exit)."""
@@ -230,6 +229,10 @@ class MultiDeviceExecutable:
 
 def _rows(feeds: dict, start: int, stop: int) -> dict:
     return {k: np.ascontiguousarray(v[start:stop]) for k, v in feeds.items()}
+
+
+def _replica(p: Part, items: list[dict]) -> list[dict]:
+    return [p.exe.run(_rows(f, *p.rows)) for f in items]
 
 
 def _stage(p: Part, env: dict) -> dict:
@@ -286,16 +289,20 @@ def read_index(path: str) -> dict:
     return index
 
 
-def load_multidevice(path: str | os.PathLike, nthreads: int | None = None) -> MultiDeviceExecutable:
+def load_multidevice(path: str | os.PathLike, nthreads: int | None = None,
+                     cluster: str | None = None) -> MultiDeviceExecutable:
     """Open a multi-device artifact: each part's artifact is loaded (and verified) as ``load`` does;
-    a part's kernels run with its device's core count as their threads (``nthreads`` overrides)."""
+    a part's kernels run with its device's core count as their threads (``nthreads`` overrides).
+    ``cluster`` ("ray", "ray://HOST:PORT") runs the parts as Ray actors instead (``cluster.py``)."""
     path = os.fspath(path)
     index = read_index(path)
     cores = {d["name"]: tuple(d["cores"]) for d in index["devices"]}
     loaded: dict[str, Executable] = {}
     parts = []
     for p in index["parts"]:
-        if p["path"] not in loaded:
+        if cluster is not None:  # loaded by the actors
+            loaded[p["path"]] = None
+        elif p["path"] not in loaded:
             exe = load(os.path.join(path, p["path"]), nthreads or max(1, len(cores[p["device"]])))
             if exe.manifest.manifest_sha256 != p["manifest_sha256"]:
                 raise ArtifactError(f"{path}: part {p['path']} is not the one this index was written with")
@@ -305,6 +312,10 @@ def load_multidevice(path: str | os.PathLike, nthreads: int | None = None) -> Mu
                           loaded[p["path"]]))
     if not parts:
         raise KilnError(f"{path}: a multi-device artifact without parts")
+    if cluster is not None:
+        from .cluster import RayExecutable
+
+        return RayExecutable(path, index, parts, cluster, nthreads)
     return MultiDeviceExecutable(path, index, parts)
 
 

@@ -142,6 +142,10 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     r.add_argument("--interpret", action="store_true",
                    help="run MODEL in the reference interpreter instead of compiling it")
     r.add_argument("--threads", type=int, default=None, help="threads for native code (default: all CPUs)")
+    r.add_argument("--cluster", metavar="ray|ray://HOST:PORT", default=None,
+                   help="run a multi-device artifact's parts as Ray actors: 'ray' joins RAY_ADDRESS's cluster or "
+                        "starts a local one, ray://HOST:PORT a remote one (needs pip install 'kiln[distributed]'; "
+                        "docs/devices.md)")
     r.set_defaults(func=cmd_run)
 
     i = sub.add_parser("inspect", help="show what a compiled artifact holds",
@@ -374,9 +378,11 @@ def cmd_run(args) -> int:
         if _is_artifact(args.model):
             if args.input_shape:
                 raise KilnError("--input-shape applies to models; an artifact has fixed input shapes")
-            exe = load(args.model, args.threads)
+            exe = load(args.model, args.threads, cluster=args.cluster)
             feeds = artifact_feeds(exe, given, args.seed)
         else:
+            if args.cluster:
+                raise KilnError("--cluster runs a compiled multi-device artifact (kiln compile --devices ...)")
             model, feeds, shapes = model_feeds(args.model, args.input_shape, given, args.seed)
             exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model)
         outs = exe.run(feeds)

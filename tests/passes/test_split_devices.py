@@ -117,7 +117,8 @@ graph @t(%x: f32[64,256]) -> (y: f32[64,256]) {
 
 def test_the_cut_moves_to_a_small_value_within_the_slack():
     # the balanced cut (after three products) sends a 64 KiB value; two cheap nodes later the
-    # value is 256 bytes: the min-cut takes that one when the slack lets it
+    # value is 256 bytes: over a slow link (0.5 GB/s: 131 us for 64 KiB) the min-cut takes that one
+    # when the slack lets it; over a fast one, the balance wins
     weights = dict(W, r=np.ones((256, 1), np.float32), e=np.ones((1, 256), np.float32) * 0.01)
     text = """
 graph @t(%x: f32[64,256]) -> (y: f32[64,256]) {
@@ -137,15 +138,20 @@ graph @t(%x: f32[64,256]) -> (y: f32[64,256]) {
   %7 = MatMul(%6, %w0) : f32[64,256]
   return y=%7
 }"""
-    strict = SplitDevices(devices(), slack=0.0)
+    strict = SplitDevices(devices(link_gbps=0.5), slack=0.0)
     g = ir(text, weights)
     assert run_pass(strict, g)
     assert strict.cut_bytes == [64 * 256 * 4]
-    refined = SplitDevices(devices(), slack=0.1)
+    refined = SplitDevices(devices(link_gbps=0.5), slack=0.1)
     g = ir(text, weights)
     assert run_pass(refined, g)
     assert refined.cut_bytes == [64 * 4]
     assert [n.op.name for n in refined.stages[0].nodes] == ["MatMul", "MatMul", "MatMul", "Tanh", "MatMul"]
+    assert refined.bottleneck_seconds < strict.bottleneck_seconds
+    fast = SplitDevices(devices(link_gbps=1000.0), slack=0.1)
+    g = ir(text, weights)
+    assert run_pass(fast, g)
+    assert fast.cut_bytes == [64 * 256 * 4]  # a cheaper cut that unbalances the stages is not taken
 
 
 def test_constants_larger_than_one_device_force_a_split():

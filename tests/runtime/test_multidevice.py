@@ -230,3 +230,57 @@ def test_cli_devices_compile_inspect_run_and_dump(tmp_path, capsys):
         main(["compile", str(model), "-o", str(tmp_path / "x.kiln"), "--device-memory", "cpu:0=1x"])
     assert main(["compile", str(model), "-o", str(tmp_path / "y.kiln"), "--microbatch", "2"]) != 0
     assert "go with --devices" in capsys.readouterr().err
+
+
+class _Stage:
+    """A stand-in stage: ``fn`` on its input, recording when items start and finish."""
+
+    def __init__(self, inp, out, fn, log, delay=0.0):
+        self.inp, self.out, self.fn, self.log, self.delay = inp, out, fn, log, delay
+        self.kernels, self.fallback = [], []
+
+    def run(self, feeds):
+        import time
+
+        self.log.append(("start", self.out))
+        time.sleep(self.delay)
+        r = {self.out: self.fn(feeds[self.inp])}
+        self.log.append(("done", self.out))
+        return r
+
+
+def _fake_pipeline(stages):
+    from compiler.runtime.multidevice import Part
+
+    index = {"parallel": "pipeline", "model": "fake", "outputs": ["y"],
+             "inputs": [{"name": "x", "dtype": "f32", "shape": [1]}],
+             "devices": [{"name": f"cpu:{i}", "cores": []} for i in range(len(stages))]}
+    parts = [Part(f"stage{i}", f"cpu:{i}", (), [s.inp], [s.out], None, s) for i, s in enumerate(stages)]
+    return MultiDeviceExecutable("fake", index, parts)
+
+
+def test_streaming_keeps_few_items_in_flight_and_surfaces_errors():
+    log: list = []
+
+    def second(w):
+        if w[0] == 4.0:
+            raise ValueError("stage 1 failed on item 3")
+        return w * 2
+
+    exe = _fake_pipeline([_Stage("x", "w", lambda x: x + 1, log), _Stage("w", "y", second, log, delay=0.003)])
+    items = [{"x": np.array([i], np.float32)} for i in range(12)]
+    with pytest.raises(ValueError, match="stage 1 failed on item 3"):
+        exe.run_many(items)
+    good = [f for f in items if f["x"][0] != 3]
+    log.clear()
+    outs = exe.run_many(good)  # the device threads still work after an error
+    assert [float(o["y"][0]) for o in outs] == [(float(f["x"][0]) + 1) * 2 for f in good]
+    ahead = most = 0  # items the first stage started that the last has not finished
+    for event, what in log:
+        if what == "w" and event == "start":
+            ahead += 1
+        elif what == "y" and event == "done":
+            ahead -= 1
+        most = max(most, ahead)
+    assert most <= 2 * len(exe.parts)
+    exe.close()
