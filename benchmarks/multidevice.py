@@ -11,7 +11,10 @@ single-device artifact's (max abs difference), and the placement's estimate is k
 measurement.
 
     python benchmarks/multidevice.py [--devices cpu:0,cpu:1] [--items 16] [--only resnet18,gpt2]
-        [--out results.json]
+        [--ray] [--out results.json]
+
+``--ray`` also runs each multi-device artifact through a local Ray cluster (its parts as actors):
+whether the outputs are the local ones, and Ray's time per call.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -102,7 +106,12 @@ def main(argv=None) -> int:
     ap.add_argument("--items", type=int, default=16)
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--ray", action="store_true", help="also run each artifact on a local Ray cluster")
     args = ap.parse_args(argv)
+    if args.ray:
+        import ray
+
+        ray.init(num_cpus=len(args.devices.split(",")), include_dashboard=False, log_to_driver=False)
     names = [n for n in SUITE if not args.only or n in args.only.split(",")]
     rows = []
     for name in names:
@@ -131,8 +140,22 @@ def main(argv=None) -> int:
                           "latency_vs_one_core": latency / row["one_core_latency_ms"],
                           "max_abs_diff": err, "parts": len(exe.parts),
                           "estimate": exe.placement.get("explain", exe.placement["why"]).splitlines()[0]}
+            if args.ray:  # the same artifact's parts as actors on a local Ray cluster
+                with tempfile.TemporaryDirectory() as d:
+                    remote = compiler.load(exe.save(os.path.join(d, "m.kiln")), cluster="ray")
+                    same = all(np.array_equal(remote.run(feeds)[k], got[k]) for k in got)
+                    ray_latency = 1e3 / _rate(lambda: remote.run(feeds), 1, rounds=7)
+                    ray_rate = _rate(lambda: remote.run_many(items), len(items))
+                    remote.close()
+                row[label]["ray"] = {"same_outputs": same, "latency_ms": ray_latency,
+                                     "overhead_ms_per_call": ray_latency - latency, "items_per_s": ray_rate}
             exe.close()
         rows.append(row)
+        for m, _ in modes:
+            if "ray" in row[m]:
+                r = row[m]["ray"]
+                print(f"{name:<11} {m} on Ray: same outputs {r['same_outputs']}, {r['latency_ms']:.2f} ms a run "
+                      f"({r['overhead_ms_per_call']:+.2f} ms against local), {r['items_per_s']:.1f}/s streamed")
         print(f"{name:<11} one device {row['one_device_items_per_s']:8.1f}/s, one core "
               f"{row['one_core_items_per_s']:8.1f}/s  " + "  ".join(
                   f"{m} {row[m]['items_per_s']:8.1f}/s ({row[m]['vs_one_core']:.2f}x one core, latency "

@@ -202,6 +202,7 @@ def _stages(model, shapes, specs, tmp, common) -> tuple[list, dict]:
     from .passes.options import CompileOptions
     from .passes.pipeline import all_pass_names, pipeline
     from .passes.split_devices import SplitDevices, cut_stages
+    from .passes.split_products import SplitProducts
 
     opts = CompileOptions.make(opt_level=common["opt_level"], input_shapes=shapes,
                                disabled_passes=common["disabled_passes"], verify=common["verify"])
@@ -210,8 +211,10 @@ def _stages(model, shapes, specs, tmp, common) -> tuple[list, dict]:
         raise OptionError("split-devices cannot be disabled in a multi-device pipeline compile")
     checks = [Verify()] if common["verify"] else []
     optimized = load_graph(model, opts.input_shapes)
-    passes = [p for p in pipeline(opts, CPU_FUSION) if p.name not in opts.disabled_passes]
+    passes = [p for p in pipeline(opts, CPU_FUSION, devices=specs)  # split-devices is run below, per placement
+              if p.name not in opts.disabled_passes and not isinstance(p, SplitDevices)]
     PassManager(passes, checks).run(optimized)
+    products = next((p for p in passes if isinstance(p, SplitProducts)), None)
     target = common["target"]
     target = target if isinstance(target, Target) else host_target() if target in (None, "cpu") else _cpu(target)
     budget, over = list(specs), None
@@ -249,9 +252,13 @@ def _stages(model, shapes, specs, tmp, common) -> tuple[list, dict]:
                       "outputs": list(stage.graph.output_names), "rows": None,
                       "manifest_sha256": exe.manifest.manifest_sha256})
     placement = {"explain": split.explain(), "placements": attempt + 1,
+                 "split_products": dict(products.split) if products else {},
                  "stages": [{"device": s.device, "nodes": len(s.nodes), "estimated_ms": round(s.seconds * 1e3, 4),
                              "weight_bytes": s.weight_bytes, "peak_bytes": s.peak_bytes,
                              "transfer_in_bytes": s.transfer_in_bytes} for s in split.stages],
+                 "cuts": [{"devices": list(c["devices"]), "why": c["why"],
+                           "kept_after": c["min_cut_after"] if "min-byte cut is no slower" in c["why"]
+                           else c["balanced_after"]} for c in split.cuts],
                  "estimated_bottleneck_ms": round(split.bottleneck_seconds * 1e3, 4),
                  "estimated_single_device_ms": round(split.single_device_seconds * 1e3, 4)}
     return parts, placement

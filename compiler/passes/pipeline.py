@@ -4,15 +4,16 @@
     -O1  + fold-constants · canonicalize · eliminate-common-subexpressions · eliminate-dead
     -O2  + fold-batchnorm · fold-scale-bias, then clean up again · sink-reshapes · fuse · schedule-memory  (the default)
     -O3  as -O2 (later issues add aggressive rewrites here)
-    any level with devices: + split-devices
+    any level with devices: + split-products (before sink-reshapes) and split-devices (last)
 
 With ``opts.quantize`` (int8), ``quantize`` runs after the simplifications of the level (MatMul + Add
 are a Gemm by then) and before ``sink-reshapes``/``fuse``; static int8 measures activation ranges
 through ``calibrate``, which the driver hands in (it compiles and runs the float model).
 
 ``fuse`` groups nodes into ``kiln.Kernel`` nodes (one native kernel each). With ``devices`` (a
-multi-device pipeline compile, ``compiler/multidevice.py``), ``split-devices`` runs last: it places
-the kernels on the devices as stages and inserts the ``kiln.Transfer`` nodes between them.
+multi-device pipeline compile, ``compiler/multidevice.py``), ``split-products`` cuts products whose
+weights are over half the largest device's memory into several, and ``split-devices`` runs last: it
+places the kernels on the devices as stages and inserts the ``kiln.Transfer`` nodes between them.
 
 What can run as one kernel is the backend's to say: ``fusion`` is the backend's
 ``FusionCapabilities`` (``compiler.codegen.fusion.CPU_FUSION``, which the driver passes); without
@@ -29,6 +30,7 @@ from .quantize import Calibrate, Quantize
 from .schedule import ScheduleForMemory
 from .sink_reshapes import SinkReshapes
 from .split_devices import DeviceSpec, SplitDevices
+from .split_products import SplitProducts
 from .simplify.canonicalize import Canonicalize
 from .simplify.cse import EliminateCommonSubexpressions
 from .simplify.dce import EliminateDead
@@ -51,6 +53,8 @@ def pipeline(opts: CompileOptions, fusion: FusionCapabilities = NO_FUSION,
                    Canonicalize(max_rounds=opts.max_rewrite_rounds), EliminateDead()]
     if opts.quantize is not None:
         passes.append(Quantize(opts.quantize, calibrate))
+    if devices:  # a product too large for a device becomes several, before fusion
+        passes.append(SplitProducts(max(d.memory_bytes for d in devices) // 2))
     if opts.opt_level >= 2:
         passes += [SinkReshapes(opts.max_rewrite_rounds, fusion),  # Reshapes after a GEMM go below its users
                    FuseKernels(opts.max_fused_ops, fusion),  # kiln.Kernel nodes: one native kernel each

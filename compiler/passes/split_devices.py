@@ -97,6 +97,15 @@ def _nbytes(v: Value | None) -> int:
     return int(v.type.nbytes or 0)
 
 
+def _sent(a: list[Node], b: list[Node], m: "_Model") -> int:
+    """Bytes made in ``a`` and read in ``b`` or after it: what the cut between them copies."""
+    if not a or not b:
+        return 0
+    later = {id(n) for n in b} | {id(n) for n in m.order[m.pos[id(b[-1])] + 1:]}
+    return sum(_nbytes(v) for n in a for v in n.outputs
+               if any(isinstance(u, Node) and id(u) in later for u, _ in v.uses))
+
+
 def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
@@ -180,6 +189,8 @@ class SplitDevices(Pass):
         self.bottleneck_seconds = 0.0
         self.single_device_seconds = 0.0
         self.cut_bytes: list[int] = []
+        #: per boundary: where balance put it, where the min-cut would, and which was kept and why
+        self.cuts: list[dict] = []
 
     # -- the pass -----------------------------------------------------------------------------
     def run(self, graph: Graph) -> bool:
@@ -193,7 +204,7 @@ class SplitDevices(Pass):
 
     def _place(self, graph: Graph) -> None:
         order = list(graph.nodes)
-        self.stages, self.refusals, self.cut_bytes = [], [], []
+        self.stages, self.refusals, self.cut_bytes, self.cuts = [], [], [], []
         captured = next((n for n in order if not isinstance(n.op, Kernel) and graph_fields(type(n.op))), None)
         if captured is not None:
             self.refusals.append(f"{captured.describe()} holds a subgraph (control flow) whose body may read "
@@ -280,7 +291,21 @@ class SplitDevices(Pass):
             # fewer bytes is only a means: keep the cut if the slower of the two stages (the copy
             # included) is no slower than before and both still fit their devices
             old, new = self._pair(a, b, m, j), self._pair(*cut, m, j)
-            if new is not None and (old is None or new <= old):
+            kept = new is not None and (old is None or new <= old)
+            record = {"devices": (self.devices[j].name, self.devices[j + 1].name),
+                      "balanced_after": a[-1].name or a[-1].describe(), "balanced_bytes": _sent(a, b, m),
+                      "balanced_ms": None if old is None else old * 1e3,
+                      "min_cut_after": cut[0][-1].name or cut[0][-1].describe() if cut[0] else None,
+                      "min_cut_bytes": _sent(*cut, m), "min_cut_ms": None if new is None else new * 1e3}
+            if [id(n) for n in cut[0]] == [id(n) for n in a]:
+                record["why"] = "the balanced cut is already the cheapest within the slack"
+            elif kept:
+                record["why"] = "the min-byte cut is no slower (its copy saved at least the imbalance it adds)"
+            else:
+                record["why"] = ("the min-byte cut would overflow a device" if new is None else
+                                 "the min-byte cut would make the slower stage slower: kept the balanced one")
+            self.cuts.append(record)
+            if kept:
                 groups[j], groups[j + 1] = cut
         return groups
 
@@ -289,9 +314,7 @@ class SplitDevices(Pass):
         what ``a`` sends it); None when either is over its device's memory."""
         if not a or not b:
             return None
-        later = {id(n) for n in b} | {id(n) for n in m.order[m.pos[id(b[-1])] + 1:]}
-        sent = sum(_nbytes(v) for n in a for v in n.outputs
-                   if any(isinstance(u, Node) and id(u) in later for u, _ in v.uses))
+        sent = _sent(a, b, m)
         times, (da, db) = [], self.devices[j:j + 2]
         for nodes, k, dev in ((a, j, da), (b, j + 1, db)):
             consts: dict = {}
@@ -413,6 +436,22 @@ class SplitDevices(Pass):
             lines.append(f"  {s.device}: {len(s.nodes)} node(s), ~{s.seconds * 1e3:.3f} ms, constants "
                          f"{_size(s.weight_bytes)}, live at most {_size(s.peak_bytes)}, copies in "
                          f"{_size(s.transfer_in_bytes)}")
+        return "\n".join(lines)
+
+    def explain_cuts(self) -> str:
+        """Why each boundary is where it is (``kiln dump --explain-placement``)."""
+        if not self.cuts:
+            return "split-devices: no boundary to place" + (f" ({'; '.join(self.refusals)})" if self.refusals else "")
+        lines = []
+        for c in self.cuts:
+            a, b = c["devices"]
+
+            def ms(x):
+                return "over memory" if x is None else f"{x:.3f} ms"
+
+            lines.append(f"{a} | {b}: balanced after {c['balanced_after']} ({_size(c['balanced_bytes'])} copied, "
+                         f"slower stage {ms(c['balanced_ms'])}); min-byte cut after {c['min_cut_after']} "
+                         f"({_size(c['min_cut_bytes'])}, {ms(c['min_cut_ms'])}): {c['why']}")
         return "\n".join(lines)
 
 

@@ -277,7 +277,18 @@ def cmd_dump(args) -> int:
     if args.explain_fusion:
         explain_fusion(passes)
     if specs:
-        print(next(p for p in passes if p.name == "split-devices").explain(), file=sys.stderr)
+        split = next(p for p in passes if p.name == "split-devices")
+        print(split.explain(), file=sys.stderr)
+        if args.explain_placement:
+            print(split.explain_cuts())
+        if args.partition:
+            from .partition_svg import partition_svg
+
+            with open(args.partition, "w", encoding="utf-8") as f:
+                f.write(partition_svg(graph, f"{args.model} on {', '.join(s.name for s in specs)}"))
+            print(f"wrote {args.partition}", file=sys.stderr)
+    elif args.partition or args.explain_placement:
+        raise KilnError("--partition and --explain-placement go with --devices")
     if args.kernels:
         print_kernels(graph)
     if args.json:
@@ -287,7 +298,8 @@ def cmd_dump(args) -> int:
         print(json.dumps(doc, indent=2))
     else:
         if not (args.print_after_all or args.print_after or args.output or args.dump_dir or checker
-                or args.memory_plan or args.explain_fusion or args.kernels):
+                or args.memory_plan or args.explain_fusion or args.kernels or args.partition
+                or args.explain_placement):
             sys.stdout.write(print_graph(graph))
         if args.dump_dir or checker:
             print(result.summary())

@@ -25,6 +25,12 @@ def parse_device_memory(text: str) -> tuple[str, int]:
 def add_device_arguments(parser, with_parallel: bool = True) -> None:
     g = parser.add_argument_group("multi-device", "place the model on several devices (docs/devices.md)")
     g.add_argument("--devices", metavar="DEV,DEV,...", default=None, help=DEVICES_HELP)
+    if not with_parallel:  # kiln dump: the placement, seen
+        g.add_argument("--partition", metavar="FILE.svg", default=None,
+                       help="with --devices: draw the placed graph, a lane per device, transfers with their bytes")
+        g.add_argument("--explain-placement", action="store_true",
+                       help="with --devices: say where each boundary between devices is and why (the balanced "
+                            "cut, the min-byte cut, which was kept)")
     g.add_argument("--device-memory", action="append", type=parse_device_memory, default=[], metavar="DEV=SIZE",
                    help="the most a device may hold (its constants and arena), e.g. cpu:0=256MiB (repeatable; "
                         "default: an even share of the machine's memory); a model that fits no single device is "
@@ -74,12 +80,21 @@ def report_compile(args, exe, timings: dict) -> int:
 
 
 def inspect(args) -> int:
-    """``kiln inspect`` of a multi-device artifact."""
+    """``kiln inspect`` of a multi-device artifact: the devices, and per part its kernels, weights,
+    arena and the placement's estimate."""
+    import os
+
+    from ..runtime.artifact import read_manifest
     from ..runtime.multidevice import read_index
 
     index = read_index(args.artifact)
+    manifests = {p["path"]: read_manifest(os.path.join(args.artifact, p["path"])) for p in index["parts"]}
+    stages = {s["device"]: s for s in index["placement"].get("stages", [])}
     if args.json:
-        print(json.dumps(index, indent=1))
+        doc = dict(index)
+        doc["parts"] = [dict(p, kernels=len(manifests[p["path"]].kernels), memory=manifests[p["path"]].memory)
+                        for p in index["parts"]]
+        print(json.dumps(doc, indent=1))
         return 0
     print(f"artifact {args.artifact}: {index['model']}, {index['parallel']} over {len(index['devices'])} devices "
           f"(Kiln {index['kiln_version']})")
@@ -89,10 +104,16 @@ def inspect(args) -> int:
         print(f"device   {d['name']}: cores {','.join(map(str, d['cores']))}, memory {d['memory_bytes'] / 2**20:.0f} "
               f"MiB, {d['gflops']} GFLOP/s, {d['gbs']} GB/s (measured)")
     for p in index["parts"]:
+        m = manifests[p["path"]]
         rows = f", rows {p['rows'][0]}:{p['rows'][1]}" if p.get("rows") else ""
-        print(f"part     {p['path']} on {p['device']}{rows}: reads {', '.join(p['inputs'])}; returns "
-              f"{', '.join(p['outputs'])}")
+        est = stages.get(p["device"]) if not p.get("rows") else None
+        estimate = (f"; {est['nodes']} node(s), estimated {est['estimated_ms']:.3f} ms" if est else "")
+        print(f"part     {p['path']} on {p['device']}{rows}: {len(m.kernels)} kernel(s), weights "
+              f"{m.memory['weights_bytes'] / 2**20:.2f} MiB, arena {m.memory['arena_bytes'] / 2**20:.2f} MiB{estimate}")
+        print(f"           reads {', '.join(p['inputs'])}; returns {', '.join(p['outputs'])}")
     print(f"why      {index['placement'].get('why', '')}")
+    for cut in index["placement"].get("cuts", []):
+        print(f"cut      {cut['devices'][0]} | {cut['devices'][1]} after {cut['kept_after']}: {cut['why']}")
     return 0
 
 

@@ -219,13 +219,27 @@ def test_cli_devices_compile_inspect_run_and_dump(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "for 2 devices" in text and "pipeline: asked for" in text and "stage1-cpu1 on cpu:1" in text
     assert main(["inspect", str(out)]) == 0
-    assert "pipeline over 2 devices" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "pipeline over 2 devices" in shown and "stage1-cpu1 on cpu:1: " in shown and "kernel(s), weights" in shown
+    assert "cut      cpu:0 | cpu:1 after " in shown
+    assert main(["inspect", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [p["device"] for p in doc["parts"]] == ["cpu:0", "cpu:1"] and "arena_bytes" in doc["parts"][0]["memory"]
     assert main(["run", str(out)]) == 0
     assert "y: float32[4, 10]" in capsys.readouterr().out
     assert main(["dump", str(model), "--devices", "cpu:0,cpu:1"]) == 0
     captured = capsys.readouterr()
     assert 'on "cpu:1"' in captured.out and "kiln.Transfer" in captured.out
     assert "split-devices:" in captured.err
+    svg = tmp_path / "plan.svg"
+    assert main(["dump", str(model), "--devices", "cpu:0,cpu:1", "--partition", str(svg), "--explain-placement"]) == 0
+    assert "cpu:0 | cpu:1: balanced after" in capsys.readouterr().out
+    import xml.etree.ElementTree as ET
+
+    texts = [t.text for t in ET.parse(svg).getroot().iter("{http://www.w3.org/2000/svg}text")]
+    assert "cpu:0" in texts and "cpu:1" in texts and any(t.startswith("Transfer ") for t in texts)
+    assert main(["dump", str(model), "--partition", str(svg)]) != 0
+    assert "go with --devices" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["compile", str(model), "-o", str(tmp_path / "x.kiln"), "--device-memory", "cpu:0=1x"])
     assert main(["compile", str(model), "-o", str(tmp_path / "y.kiln"), "--microbatch", "2"]) != 0
@@ -284,3 +298,15 @@ def test_streaming_keeps_few_items_in_flight_and_surfaces_errors():
         most = max(most, ahead)
     assert most <= 2 * len(exe.parts)
     exe.close()
+
+
+def test_a_product_too_large_for_a_device_is_cut_into_pieces(single):
+    memory = {"cpu:0": 90_000, "cpu:1": 90_000}  # w1 (64 KiB) is over half of it: two pieces of 64 columns
+    exe = compiler.compile(mlp(), input_shapes={"x": (8, 64)}, devices="cpu:0,cpu:1", parallel="pipeline",
+                           device_memory=memory)
+    assert list(exe.placement["split_products"].values()) == [2]
+    for p in exe.parts:
+        m = p.exe.manifest.memory
+        assert m["weights_bytes"] + m["arena_bytes"] <= memory[p.device]
+    f = feeds(8)
+    np.testing.assert_allclose(exe.run(f)["y"], single.run(f)["y"], rtol=1e-5, atol=1e-6)

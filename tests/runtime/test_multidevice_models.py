@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 import compiler
+from compiler.errors import LimitError
 from compiler.tools import archs
 
 DEVICES = "cpu:0,cpu:1"
@@ -47,3 +48,21 @@ def test_pytorch_architectures_on_two_devices(name):
             else:
                 np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(got[k], torch_out[i], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_vgg19_fits_two_devices_of_320_mib_and_not_one(tmp_path):
+    # fc6's weights alone are 392 MiB: split-products cuts them in three, split-devices places the rest
+    limit = 320 << 20
+    with pytest.raises(LimitError, match="392.00 MiB; the memory limit is 320.00 MiB"):
+        compiler.compile("light:vgg19", memory_limit=limit)
+    exe = compiler.compile("light:vgg19", devices=DEVICES, device_memory={"cpu:0": limit, "cpu:1": limit})
+    assert len(exe.parts) == 2 and list(exe.placement["split_products"].values()) == [3]
+    for p in exe.parts:
+        m = p.exe.manifest.memory
+        assert m["weights_bytes"] + m["arena_bytes"] <= limit
+    one = compiler.compile("light:vgg19")
+    x = {"data_0": np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    got, want = exe.run(x), one.run(x)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-7)
