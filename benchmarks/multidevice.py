@@ -67,26 +67,13 @@ def _model(name: str):
 
 def _zoo_symbolic(spec: str):
     """A zoo model exported from PyTorch with its batch dimension symbolic (N)."""
-    import io
-    import warnings
-
     import onnx
-    import torch
 
     from compiler.tools import zoo
 
     name, params = zoo.parse_spec(spec)
     params.pop("opset", None)
-    m, inputs, names = zoo.build(name, **params)
-    zoo.randomize_batchnorm(m)
-    m.eval()
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(m, tuple(torch.from_numpy(x) for x in inputs), f, dynamo=False, opset_version=17,
-                          input_names=names, output_names=["output"],
-                          dynamic_axes={n: {0: "N"} for n in [*names, "output"]})
-    return onnx.load_from_string(f.getvalue())
+    return onnx.load_from_string(zoo.export(name, dynamic_batch=True, **params)[0])
 
 
 def _rate(fn, items: int, rounds: int = 5) -> float:

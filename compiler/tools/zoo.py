@@ -269,11 +269,13 @@ def randomize_batchnorm(module: nn.Module, seed: int = 0) -> None:
             mod.bias.data.copy_(torch.randn(n, generator=g) * 0.1)
 
 
-def export(name: str, opset: int = 17, fold: bool = False, **size):
+def export(name: str, opset: int = 17, fold: bool = False, dynamic_batch: bool = False, **size):
     """ONNX bytes of a zoo model (eval mode), its example inputs and the torch module.
 
     ``fold=False`` keeps the graph as written (BatchNormalization, shape arithmetic), so Kiln's own
     passes do the simplifying; PyTorch's exporter would otherwise fold BatchNorm into Conv itself.
+    ``dynamic_batch=True`` exports the first dimension of every input and the output as symbolic
+    (``N``), as ``dynamic_axes`` does for users.
     """
     m, inputs, names = build(name, **size)
     randomize_batchnorm(m)
@@ -284,8 +286,8 @@ def export(name: str, opset: int = 17, fold: bool = False, **size):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(m, tuple(torch.from_numpy(x) for x in inputs), f, dynamo=False, opset_version=opset,
-                          do_constant_folding=fold,
-                          input_names=names, output_names=["output"])
+                          do_constant_folding=fold, input_names=names, output_names=["output"],
+                          dynamic_axes={n: {0: "N"} for n in [*names, "output"]} if dynamic_batch else None)
     return f.getvalue(), dict(zip(names, inputs)), m
 
 
