@@ -5,8 +5,8 @@ dealt out in order to the CPU devices a compile names, as evenly as they go (``c
 2-core machine: one core each; on 16 cores: 8 each). Each device's speed is the machine's measured
 sgemm peak and copy bandwidth at its thread count (``profiling.machine_roofline``: measured once,
 cached), and its memory, unless ``DeviceOptions.memory`` says otherwise, an even share of the
-machine's. ``cuda:N`` devices are listed (``kiln devices``) but not yet placed on: a CUDA model
-compiles whole with ``--target cuda``.
+machine's. A ``cuda:N`` device is a GPU numba.cuda sees (or its simulator): its memory is the GPU's,
+its speed nominal (``CUDA_GFLOPS``, ``CUDA_GBPS``; copies to it cross a ``CUDA_LINK_GBPS`` link).
 """
 from __future__ import annotations
 
@@ -46,10 +46,6 @@ class DeviceOptions:
                 raise OptionError(f"device {d!r}: expected a name like cpu:0 or cuda:1 (`kiln devices` lists them)")
         if len(set(devices)) != len(devices):
             raise OptionError(f"a device is named twice in {','.join(devices)}")
-        cuda = [d for d in devices if d.startswith("cuda")]
-        if cuda:
-            raise OptionError(f"{', '.join(cuda)}: CUDA devices are not placed on yet (a model compiles whole for "
-                              f"one GPU with --target cuda); give CPU devices")
         for d, n in self.memory.items():
             if d not in devices:
                 raise OptionError(f"device memory given for {d}, which is not one of the devices {','.join(devices)}")
@@ -96,19 +92,49 @@ def cpu_cores(names: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return out
 
 
+#: a GPU's figures for placement where none are measured: f32 GFLOP/s and GB/s of a data-centre GPU of
+#: Kiln's GEMM (a fraction of the peak), and the host link (PCIe) its copies cross
+CUDA_GFLOPS, CUDA_GBPS, CUDA_LINK_GBPS = 5000.0, 1000.0, 12.0
+
+
 def device_specs(opts: DeviceOptions, roofline=None) -> list[DeviceSpec]:
-    """The ``DeviceSpec`` of each device of ``opts``, in order: cores, memory, measured speed.
-    ``roofline(nthreads) -> {"gflops", "gbs"}`` (default ``profiling.machine_roofline``)."""
+    """The ``DeviceSpec`` of each device of ``opts``, in order: cores, memory, speed (measured for
+    CPU devices; ``CUDA_*`` for GPUs). ``roofline(nthreads) -> {"gflops", "gbs"}`` (default
+    ``profiling.machine_roofline``)."""
     if roofline is None:
         from .profiling import machine_roofline as roofline
-    cores = cpu_cores(opts.devices)
-    share = limits.machine_memory() // len(opts.devices)
+    cpus = [d for d in opts.devices if d.startswith("cpu")]
+    cores = cpu_cores(cpus) if cpus else {}
+    share = limits.machine_memory() // max(1, len(cpus))
     specs = []
     for name in opts.devices:
+        if name.startswith("cuda"):
+            memory = int(opts.memory.get(name, cuda_memory(name)))
+            specs.append(DeviceSpec(name, memory, CUDA_GFLOPS, CUDA_GBPS, (), CUDA_LINK_GBPS))
+            continue
         roof = roofline(len(cores[name]))
         specs.append(DeviceSpec(name, int(opts.memory.get(name, share)), float(roof["gflops"]), float(roof["gbs"]),
                                 cores[name]))
     return specs
+
+
+def cuda_memory(name: str) -> int:
+    """The memory of GPU ``name`` ("cuda:0"); an ``OptionError`` when numba sees no such GPU."""
+    from .codegen.cuda import numba_cuda
+
+    cuda = numba_cuda()
+    index = int(name.split(":")[1])
+    if not cuda.is_available():
+        raise OptionError(f"{name}: this machine has no usable CUDA GPU (numba.cuda.is_available() is False; "
+                          f"NUMBA_ENABLE_CUDASIM=1 runs numba's simulator)")
+    gpus = list(cuda.list_devices())
+    if index >= len(gpus):
+        raise OptionError(f"{name}: numba.cuda sees {len(gpus)} GPU(s)")
+    try:
+        with cuda.gpus[index]:
+            return int(cuda.current_context().get_memory_info().total)
+    except Exception:  # the simulator has no memory figures
+        return 16 << 30
 
 
 def list_devices() -> list[dict]:
@@ -124,7 +150,7 @@ def list_devices() -> list[dict]:
         if cuda.is_available():
             for i, d in enumerate(cuda.list_devices()):
                 out.append({"name": f"cuda:{i}", "kind": "cuda", "model": d.name.decode() if isinstance(
-                    d.name, bytes) else str(d.name), "placement": "whole models only (--target cuda)"})
+                    d.name, bytes) else str(d.name), "placement": "a pipeline stage or a replica (nominal speed)"})
     except Exception:  # no numba.cuda, no driver: no CUDA devices
         pass
     return out

@@ -35,7 +35,7 @@ from .limits import gib
 from .ir.types import TensorType
 from .passes.options import OptionError
 from .runtime.artifact import staging
-from .runtime.multidevice import FORMAT, INDEX, MultiDeviceExecutable, load_multidevice
+from .runtime.multidevice import FORMAT, INDEX, MultiDeviceExecutable, load_multidevice, part_digest, part_memory
 
 #: how many times a pipeline is placed when a built stage turns out larger than its device
 PLACEMENT_TRIES = 4
@@ -165,24 +165,32 @@ def _replicas(model, shapes, symbol, batch, specs, tmp, common) -> tuple[list | 
     k = min(len(specs), batch)
     sizes = [batch // k + (1 if i < batch % k else 0) for i in range(k)]
     graph = load_graph(model, shapes)
-    built: dict[int, Any] = {}
+    built: dict[tuple, Any] = {}
     parts, start = [], 0
     for spec, rows in zip(specs, sizes):
-        if rows not in built:
-            part = f"replica-{rows}"
+        kind = _kind(spec.name)
+        if (rows, kind) not in built:
+            part = f"replica-{rows}" + ("-cuda" if kind == "cuda" else "")
+            options = dict(common, target="cuda" if kind == "cuda" else common["target"])
+            options.pop("opt_level")
             exe = compile_one(model, common["opt_level"], _with_batch(graph, shapes, symbol, rows),
                               output=os.path.join(tmp, part), nthreads=max(1, len(spec.cores)), specialize=False,
-                              **{k_: v for k_, v in common.items() if k_ != "opt_level"})
-            built[rows] = (part, exe)
-        part, exe = built[rows]
-        need = exe.manifest.memory["arena_bytes"] + exe.manifest.memory["weights_bytes"]
+                              **options)
+            built[rows, kind] = (part, exe)
+        part, exe = built[rows, kind]
+        memory = part_memory(exe)
+        need = memory["arena_bytes"] + memory["weights_bytes"]
         if need > spec.memory_bytes:
             return None, f"a replica of {rows} rows needs {gib(need)}, more than {spec.name}'s {gib(spec.memory_bytes)}"
-        parts.append({"path": part, "device": spec.name, "inputs": [v.name for v in graph.inputs],
+        parts.append({"path": part, "device": spec.name, "kind": kind, "inputs": [v.name for v in graph.inputs],
                       "outputs": list(graph.output_names), "rows": [start, start + rows],
-                      "manifest_sha256": exe.manifest.manifest_sha256})
+                      "manifest_sha256": part_digest(os.path.join(tmp, part))})
         start += rows
     return parts, None
+
+
+def _kind(device: str) -> str:
+    return device.split(":")[0]
 
 
 def _stages(model, shapes, specs, tmp, common) -> tuple[list, dict]:
@@ -192,8 +200,11 @@ def _stages(model, shapes, specs, tmp, common) -> tuple[list, dict]:
     overshoot (at most ``PLACEMENT_TRIES`` times) before the compile gives up."""
     import dataclasses
 
+    from .codegen.cuda import CUDA_FUSION, build_cuda_program
     from .codegen.fusion import CPU_FUSION
     from .codegen.llvm.target import Target, host_target
+    from .passes.fuse import NO_FUSION
+    from .runtime.cuda import write_cuda_artifact
     from .codegen.program import build_program
     from .driver import _cpu, write_artifact
     from .ir.clone import clone
@@ -211,8 +222,11 @@ def _stages(model, shapes, specs, tmp, common) -> tuple[list, dict]:
         raise OptionError("split-devices cannot be disabled in a multi-device pipeline compile")
     checks = [Verify()] if common["verify"] else []
     optimized = load_graph(model, opts.input_shapes)
-    passes = [p for p in pipeline(opts, CPU_FUSION, devices=specs)  # split-devices is run below, per placement
-              if p.name not in opts.disabled_passes and not isinstance(p, SplitDevices)]
+    # CPU devices only: fused for the CPU before placing (a kernel as it will run is the unit placed);
+    # with a GPU: placed unfused, and each stage fused for its own backend after the cut
+    gpu = any(_kind(s.name) == "cuda" for s in specs)
+    passes = [p for p in pipeline(opts, NO_FUSION if gpu else CPU_FUSION, devices=specs)
+              if p.name not in opts.disabled_passes and not isinstance(p, SplitDevices)]  # placed below
     PassManager(passes, checks).run(optimized)
     products = next((p for p in passes if isinstance(p, SplitProducts)), None)
     target = common["target"]
@@ -230,7 +244,13 @@ def _stages(model, shapes, specs, tmp, common) -> tuple[list, dict]:
         built, over = [], None
         for j, stage in enumerate(cut_stages(graph)):
             k = next(i for i, s in enumerate(specs) if s.name == stage.device)
-            prog = build_program(stage.graph, target, fallback=common["fallback"], verify_shared=common["verify"])
+            if _kind(stage.device) == "cuda":
+                PassManager(_fusion_passes(opts, CUDA_FUSION), checks).run(stage.graph)
+                prog = build_cuda_program(stage.graph, fallback=common["fallback"])
+            else:
+                if gpu:
+                    PassManager(_fusion_passes(opts, CPU_FUSION), checks).run(stage.graph)
+                prog = build_program(stage.graph, target, fallback=common["fallback"], verify_shared=common["verify"])
             need = prog.arena_bytes + prog.weights_bytes
             if need > specs[k].memory_bytes:
                 over = (k, j, need, prog, split.stages[j].memory_bytes)
@@ -246,11 +266,16 @@ def _stages(model, shapes, specs, tmp, common) -> tuple[list, dict]:
     parts = []
     for j, (stage, spec, prog) in enumerate(built):
         part = f"stage{j}-{stage.device.replace(':', '')}"
-        exe = write_artifact(prog, os.path.join(tmp, part), target, model_name=f"{common['model_name']}@{spec.name}",
-                             opt_level=common["opt_level"], nthreads=max(1, len(spec.cores)))
-        parts.append({"path": part, "device": spec.name, "inputs": [v.name for v in stage.graph.inputs],
-                      "outputs": list(stage.graph.output_names), "rows": None,
-                      "manifest_sha256": exe.manifest.manifest_sha256})
+        name = f"{common['model_name']}@{spec.name}"
+        if _kind(spec.name) == "cuda":
+            write_cuda_artifact(prog, os.path.join(tmp, part), __version__, model_name=name,
+                                opt_level=common["opt_level"])
+        else:
+            write_artifact(prog, os.path.join(tmp, part), target, model_name=name, opt_level=common["opt_level"],
+                           nthreads=max(1, len(spec.cores)))
+        parts.append({"path": part, "device": spec.name, "kind": _kind(spec.name),
+                      "inputs": [v.name for v in stage.graph.inputs], "outputs": list(stage.graph.output_names),
+                      "rows": None, "manifest_sha256": part_digest(os.path.join(tmp, part))})
     placement = {"explain": split.explain(), "placements": attempt + 1,
                  "split_products": dict(products.split) if products else {},
                  "stages": [{"device": s.device, "nodes": len(s.nodes), "estimated_ms": round(s.seconds * 1e3, 4),
@@ -262,6 +287,19 @@ def _stages(model, shapes, specs, tmp, common) -> tuple[list, dict]:
                  "estimated_bottleneck_ms": round(split.bottleneck_seconds * 1e3, 4),
                  "estimated_single_device_ms": round(split.single_device_seconds * 1e3, 4)}
     return parts, placement
+
+
+def _fusion_passes(opts, fusion) -> list:
+    """What the pipeline does after its simplifications, for one stage's backend."""
+    from .passes.fuse import FuseKernels
+    from .passes.schedule import ScheduleForMemory
+    from .passes.sink_reshapes import SinkReshapes
+
+    if opts.opt_level < 2:
+        return []
+    passes = [SinkReshapes(opts.max_rewrite_rounds, fusion), FuseKernels(opts.max_fused_ops, fusion),
+              ScheduleForMemory()]
+    return [p for p in passes if p.name not in opts.disabled_passes]
 
 
 def _overflow(specs, over, placements: int) -> LimitError:

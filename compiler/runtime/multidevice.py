@@ -134,6 +134,9 @@ class MultiDeviceExecutable:
     def kernels(self) -> list[dict]:
         return [dict(k, device=p.device) for p in self._distinct_parts() for k in p.exe.kernels]
 
+    def part_memory(self, part: Part) -> dict:
+        return part_memory(part.exe)
+
     @property
     def fallback(self) -> list[dict]:
         return [dict(f, device=p.device) for p in self._distinct_parts() for f in p.exe.fallback]
@@ -259,6 +262,21 @@ def _all_done(futs: list[cf.Future]) -> list[cf.Future]:
 # The index and loading
 # ---------------------------------------------------------------------------------------------
 
+def part_digest(part_dir: str) -> str:
+    """What the index records of a part: its manifest's SHA-256 (a CUDA part: of its cuda.json)."""
+    from .artifact import MANIFEST, read_manifest, sha256_file
+
+    if os.path.isfile(os.path.join(part_dir, MANIFEST)):
+        return read_manifest(part_dir, check_files=False).manifest_sha256
+    return sha256_file(os.path.join(part_dir, "cuda.json"))
+
+
+def part_memory(exe) -> dict:
+    """A loaded part's memory figures (weights_bytes, arena_bytes), CPU or CUDA."""
+    m = exe.manifest
+    return m.memory if hasattr(m, "memory") else m["memory"]
+
+
 def is_multidevice(path: str | os.PathLike) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, INDEX))
 
@@ -301,12 +319,19 @@ def load_multidevice(path: str | os.PathLike, nthreads: int | None = None,
     parts = []
     for p in index["parts"]:
         if cluster is not None:  # loaded by the actors
+            if p.get("kind", "cpu") != "cpu":
+                raise KilnError(f"{path}: part {p['path']} is on {p['device']}: Ray runs CPU parts only, for now")
             loaded[p["path"]] = None
         elif p["path"] not in loaded:
-            exe = load(os.path.join(path, p["path"]), nthreads or max(1, len(cores[p["device"]])))
-            if exe.manifest.manifest_sha256 != p["manifest_sha256"]:
+            where = os.path.join(path, p["path"])
+            if part_digest(where) != p["manifest_sha256"]:
                 raise ArtifactError(f"{path}: part {p['path']} is not the one this index was written with")
-            loaded[p["path"]] = exe
+            if p.get("kind", "cpu") == "cuda":
+                from .cuda import load_cuda
+
+                loaded[p["path"]] = load_cuda(where)
+            else:
+                loaded[p["path"]] = load(where, nthreads or max(1, len(cores[p["device"]])))
         rows = tuple(p["rows"]) if p.get("rows") is not None else None
         parts.append(Part(p["path"], p["device"], cores[p["device"]], list(p["inputs"]), list(p["outputs"]), rows,
                           loaded[p["path"]]))

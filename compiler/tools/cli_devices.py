@@ -73,9 +73,10 @@ def report_compile(args, exe, timings: dict) -> int:
         print("  " + exe.placement["explain"].replace("\n", "\n  "))
     for p in exe.parts:
         what = f"rows {p.rows[0]}:{p.rows[1]}" if p.rows else f"reads {len(p.inputs)}, returns {len(p.outputs)}"
-        print(f"  {p.name} on {p.device} (cores {','.join(map(str, p.cores))}): {len(p.exe.kernels)} kernel(s), "
-              f"{what}; weights {p.exe.manifest.memory['weights_bytes'] / 2**20:.2f} MiB, arena "
-              f"{p.exe.arena_bytes / 2**20:.2f} MiB")
+        m = exe.part_memory(p)
+        where = f"cores {','.join(map(str, p.cores))}" if p.cores else "GPU"
+        print(f"  {p.name} on {p.device} ({where}): {len(p.exe.kernels)} kernel(s), {what}; weights "
+              f"{m['weights_bytes'] / 2**20:.2f} MiB, arena {m['arena_bytes'] / 2**20:.2f} MiB")
     return 0
 
 
@@ -88,11 +89,20 @@ def inspect(args) -> int:
     from ..runtime.multidevice import read_index
 
     index = read_index(args.artifact)
-    manifests = {p["path"]: read_manifest(os.path.join(args.artifact, p["path"])) for p in index["parts"]}
+    manifests = {}
+    for p in index["parts"]:
+        where = os.path.join(args.artifact, p["path"])
+        if p.get("kind", "cpu") == "cuda":
+            with open(os.path.join(where, "cuda.json"), encoding="utf-8") as f:
+                m = json.load(f)
+            manifests[p["path"]] = (len(m["kernels"]), m["memory"])
+        else:
+            m = read_manifest(where)
+            manifests[p["path"]] = (len(m.kernels), m.memory)
     stages = {s["device"]: s for s in index["placement"].get("stages", [])}
     if args.json:
         doc = dict(index)
-        doc["parts"] = [dict(p, kernels=len(manifests[p["path"]].kernels), memory=manifests[p["path"]].memory)
+        doc["parts"] = [dict(p, kernels=manifests[p["path"]][0], memory=manifests[p["path"]][1])
                         for p in index["parts"]]
         print(json.dumps(doc, indent=1))
         return 0
@@ -104,12 +114,12 @@ def inspect(args) -> int:
         print(f"device   {d['name']}: cores {','.join(map(str, d['cores']))}, memory {d['memory_bytes'] / 2**20:.0f} "
               f"MiB, {d['gflops']} GFLOP/s, {d['gbs']} GB/s (measured)")
     for p in index["parts"]:
-        m = manifests[p["path"]]
+        kernels, memory = manifests[p["path"]]
         rows = f", rows {p['rows'][0]}:{p['rows'][1]}" if p.get("rows") else ""
         est = stages.get(p["device"]) if not p.get("rows") else None
         estimate = (f"; {est['nodes']} node(s), estimated {est['estimated_ms']:.3f} ms" if est else "")
-        print(f"part     {p['path']} on {p['device']}{rows}: {len(m.kernels)} kernel(s), weights "
-              f"{m.memory['weights_bytes'] / 2**20:.2f} MiB, arena {m.memory['arena_bytes'] / 2**20:.2f} MiB{estimate}")
+        print(f"part     {p['path']} on {p['device']}{rows}: {kernels} kernel(s), weights "
+              f"{memory['weights_bytes'] / 2**20:.2f} MiB, arena {memory['arena_bytes'] / 2**20:.2f} MiB{estimate}")
         print(f"           reads {', '.join(p['inputs'])}; returns {', '.join(p['outputs'])}")
     print(f"why      {index['placement'].get('why', '')}")
     for cut in index["placement"].get("cuts", []):

@@ -184,8 +184,6 @@ def test_options_are_checked():
         compiler.compile(m, devices="cpu:0")
     with pytest.raises(OptionError, match="named twice"):
         compiler.compile(m, devices="cpu:0,cpu:0")
-    with pytest.raises(OptionError, match="CUDA devices are not placed on yet"):
-        compiler.compile(m, devices="cpu:0,cuda:0")
     with pytest.raises(OptionError, match="expected a name like"):
         compiler.compile(m, devices="cpu0,cpu1")
     with pytest.raises(OptionError, match="parallel must be one of"):
