@@ -365,3 +365,25 @@ def test_interpreted_views_of_native_buffers_outlive_them():
     # Reshapes' results are not static and run in the interpreter, as views of the Expands' buffers)
     assert [f["op"] for f in e.fallback] == ["Reshape", "Reshape", "MatMul"]
     np.testing.assert_array_equal(e.run(feeds)["m"], interpret(g, feeds)["m"])
+
+
+def test_the_fast_path_gives_and_checks_what_the_general_one_does(exe):
+    assert exe._fast is not None  # one native segment, static inputs, outputs in the arena
+    x = feeds(3)["x"]
+    want = exe._run_general({"x": x})
+    for got in (exe.run({"x": x}), dict(zip(exe.output_names, exe(x)))):
+        assert list(got) == exe.output_names
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+            assert got[k].flags.owndata  # a copy, not a view of the arena
+    ro = x.copy()
+    ro.setflags(write=False)  # no writable buffer: the address comes another way
+    np.testing.assert_array_equal(exe.run({"x": ro})["y"], want["y"])
+    strided = np.asfortranarray(x)  # not C-contiguous: the general path makes it so
+    np.testing.assert_array_equal(exe.run({"x": strided})["y"], want["y"])
+    with pytest.raises(InputError, match="element type float64"):
+        exe.run({"x": x.astype(np.float64)})
+    with pytest.raises(InputError, match="has shape"):
+        exe(x[:2])
+    with pytest.raises(InputError, match="unknown input"):
+        exe.run({"x": x, "z": x})
