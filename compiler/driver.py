@@ -40,7 +40,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             quantize: Any = None, calibration: Any = None, specialize: bool = True,
             max_dims: Mapping[str, int] | None = None, specialize_cache: int | None = None,
             devices: Any = None, device_memory: Mapping[str, int] | None = None, parallel: str = "auto",
-            microbatch: int | None = None) -> Executable:
+            microbatch: int | None = None, cache: Any = False) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
     this CPU (or ``target``: a ``Target``, an LLVM CPU name, or "cuda" for an NVIDIA GPU through
     numba.cuda, docs/cuda.md) and return it loaded.
@@ -73,6 +73,9 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     ``device_memory`` ({"cpu:0": bytes}) bounds each device. It returns a
     ``runtime.multidevice.MultiDeviceExecutable``.
 
+    ``cache=True`` (or a directory) keeps the artifact in the compile cache and loads it when the same
+    model is compiled with the same options again (``cache.py``; ``kiln run MODEL`` does by default).
+
     The passes fuse what the CPU backend can run as one kernel: the driver hands its capabilities
     (``codegen.fusion.CPU_FUSION``) to the pipeline.
     """
@@ -82,7 +85,34 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
                                    disabled_passes=disabled_passes, timings=timings, model_name=model_name,
                                    unsupported={"quantize": quantize, "calibration": calibration,
                                                 "input_values": input_values or None, "max_dims": max_dims or None,
-                                                "memory_limit": memory_limit, "profile": profile or None})
+                                                "memory_limit": memory_limit, "profile": profile or None,
+                                                "cache": cache or None})
+    if cache and calibration is None and not _is_cuda(target):
+        from . import cache as artifacts
+
+        t = host_target() if target in (None, "cpu") else target
+        key = artifacts.cache_key(model, dict(
+            opt_level=opt_level, input_shapes=dict(input_shapes or {}), input_values=dict(input_values or {}),
+            target=t, fallback=fallback, disabled_passes=sorted(disabled_passes), memory_limit=memory_limit,
+            quantize=quantize, specialize=specialize, max_dims=dict(max_dims or {}), profile=profile,
+            model_name=model_name))
+        if key is not None:
+            t0 = time.perf_counter()
+            root = artifacts.cache_root(cache)
+            exe = artifacts.lookup(root, key, nthreads)
+            if exe is None:
+                exe = compile(model, opt_level, input_shapes, output=artifacts.place(root, key), target=target,
+                              fallback=fallback, nthreads=nthreads, verify=verify, disabled_passes=disabled_passes,
+                              timings=timings, profile=profile, memory_limit=memory_limit, model_name=model_name,
+                              input_values=input_values, quantize=quantize, specialize=specialize,
+                              max_dims=max_dims, specialize_cache=specialize_cache)
+            elif timings is not None:
+                timings.update(cached=time.perf_counter() - t0, total=time.perf_counter() - t0)
+            if output is not None:
+                from . import load as load_any
+
+                return load_any(exe.save(output), nthreads)
+            return exe
     from .codegen.fusion import CPU_FUSION
     from .models import load_graph
     from .passes.manager import Verify

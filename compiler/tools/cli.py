@@ -222,7 +222,7 @@ def cmd_dump(args) -> int:
     from ..passes.manager import PassManager, PrintAfter
     from ..passes.options import CompileOptions
     from ..passes.pipeline import pipeline
-    from .zoo import model_of
+    from .spec import model_of
 
     shapes = dict(args.input_shape)
     opts = CompileOptions.make(opt_level=args.opt_level, disabled_passes=tuple(args.disable_pass),

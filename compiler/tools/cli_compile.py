@@ -142,6 +142,9 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     r.add_argument("--interpret", action="store_true",
                    help="run MODEL in the reference interpreter instead of compiling it")
     r.add_argument("--threads", type=int, default=None, help="threads for native code (default: all CPUs)")
+    r.add_argument("--no-cache", action="store_true",
+                   help="compile MODEL afresh (default: reuse the artifact of an earlier `kiln run` of the same "
+                        "model bytes, options, CPU and Kiln sources, from ~/.cache/kiln/artifacts)")
     r.add_argument("--cluster", metavar="ray|ray://HOST:PORT", default=None,
                    help="run a multi-device artifact's parts as Ray actors: 'ray' joins RAY_ADDRESS's cluster or "
                         "starts a local one, ray://HOST:PORT a remote one (needs pip install 'kiln[distributed]'; "
@@ -192,7 +195,7 @@ def parse_size(text: str) -> int:
 def cmd_compile(args) -> int:
     from ..driver import FallbackWarning, compile
     from ..specialize import Specializing
-    from .zoo import model_of
+    from .spec import model_of
 
     if _is_artifact(args.model):
         raise KilnError(f"{args.model} is a compiled Kiln artifact, not a model: run it with `kiln run "
@@ -281,7 +284,7 @@ def _report_cuda_compile(args, exe, caught, timings) -> int:
 def cmd_quantize_report(args) -> int:
     from ..passes.quantize import QuantizeOptions
     from ..quantize_report import quantize_report
-    from .zoo import model_of
+    from .spec import model_of
 
     _refuse_directory(args.model)
     options = QuantizeOptions(mode=args.quantize, calibrator=args.calibrator, percentile=args.percentile,
@@ -362,7 +365,7 @@ def read_input(name: str, spec: str) -> np.ndarray:
 def cmd_run(args) -> int:
     from ..models import load_graph
     from .cli import describe_array
-    from .zoo import model_of
+    from .spec import model_of
 
     given = {name: read_input(name, path) for name, path in args.input}
     if args.interpret:
@@ -384,7 +387,8 @@ def cmd_run(args) -> int:
             if args.cluster:
                 raise KilnError("--cluster runs a compiled multi-device artifact (kiln compile --devices ...)")
             model, feeds, shapes = model_feeds(args.model, args.input_shape, given, args.seed)
-            exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model)
+            exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model,
+                          cache=not args.no_cache)
         outs = exe.run(feeds)
     for name, arr in outs.items():
         print(describe_array(name, arr))
@@ -411,7 +415,7 @@ def model_feeds(spec: str, input_shape, given: dict, seed: int):
     from ..ir.interpreter import check_inputs
     from ..ir.types import TensorType
     from ..models import load_graph
-    from .zoo import model_of
+    from .spec import model_of
 
     _refuse_directory(spec)
     model = model_of(spec)  # a zoo: model is built once

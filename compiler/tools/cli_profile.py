@@ -85,7 +85,7 @@ def cmd_profile(args) -> int:
 def cmd_summary(args) -> int:
     from ..models import load_graph
     from .summary import render, summarize_graph, to_json
-    from .zoo import model_of
+    from .spec import model_of
 
     if args.depth < 1:
         raise KilnError(f"--depth must be at least 1, got {args.depth}")
