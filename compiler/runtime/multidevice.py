@@ -26,6 +26,7 @@ import os
 import queue
 import re
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -97,6 +98,8 @@ class MultiDeviceExecutable:
     def __init__(self, path: str, index: dict, parts: list[Part]):
         self._setup(path, index, parts)
         self._threads = {d["name"]: DeviceThread(d["name"], d["cores"]) for d in index["devices"]}
+        # the device threads stop when the executable goes (they hold nothing of it)
+        self._finalizer = weakref.finalize(self, _stop, list(self._threads.values()))
 
     def _setup(self, path: str, index: dict, parts: list[Part]) -> None:
         self.path = path
@@ -210,9 +213,9 @@ class MultiDeviceExecutable:
 
 
     def close(self) -> None:
-        """Stop the device threads (they are daemons: a process may also just exit)."""
-        for t in self._threads.values():
-            t.close()
+        """Stop the device threads (also done when the executable is collected; they are daemons:
+        a process may also just exit)."""
+        self._finalizer()
 
     # -- saving --------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str:
@@ -228,6 +231,11 @@ class MultiDeviceExecutable:
             with open(os.path.join(tmp, INDEX), "w", encoding="utf-8") as f:
                 json.dump(self.index, f, indent=1)
         return dest
+
+
+def _stop(threads: list[DeviceThread]) -> None:
+    for t in threads:
+        t.close()
 
 
 def _rows(feeds: dict, start: int, stop: int) -> dict:

@@ -308,3 +308,17 @@ def test_a_product_too_large_for_a_device_is_cut_into_pieces(single):
         assert m["weights_bytes"] + m["arena_bytes"] <= memory[p.device]
     f = feeds(8)
     np.testing.assert_allclose(exe.run(f)["y"], single.run(f)["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_device_threads_stop_with_their_executable():
+    import gc
+
+    exe = compiler.compile(mlp(batch=4), devices="cpu:0,cpu:1", parallel="pipeline")
+    exe.run(feeds(4))
+    threads = [t._thread for t in exe._threads.values()]
+    assert all(t.is_alive() for t in threads)
+    del exe
+    gc.collect()
+    for t in threads:
+        t.join(timeout=5)
+    assert not any(t.is_alive() for t in threads)
