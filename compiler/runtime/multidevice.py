@@ -14,7 +14,11 @@ mode, the model's signature and the parts) and one ordinary artifact per part:
   their devices and joins their outputs.
 
 Each device has one thread, pinned to its cores (``os.sched_setaffinity`` on the thread), that runs
-its parts; a part's kernels use the device's core count as their thread count. Outputs are the
+its parts; a part's kernels use the device's core count as their thread count. Every part is loaded
+on its own (replicas of one artifact too), so each has its own copy of the library and with it its
+own thread pools (``parallel.c``'s and the GEMM's: static state of the library); a part with more
+than one thread always runs on its device's thread, so its pool threads start there and inherit the
+device's cores. Outputs are the
 single-device artifact's, bit for bit where the kernels are the same (a replica's kernels are
 compiled for its own rows, so their blocking may differ).
 """
@@ -34,7 +38,7 @@ import numpy as np
 
 from ..errors import InputError, KilnError
 from .artifact import ArtifactError
-from .executable import Executable, _np_dtype, check_feeds, load
+from .executable import _np_dtype, check_feeds, load
 
 INDEX = "devices.json"
 FORMAT = 1
@@ -175,8 +179,11 @@ class MultiDeviceExecutable:
             return {n: np.concatenate([o[n] for o in outs]) for n in self.output_names}
         if self.micro is None:
             env = feeds
-            for p in self.parts:  # one item: the stages in turn, on this thread
-                env = _stage(p, env)
+            for p in self.parts:  # one item: the stages in turn
+                if (p.exe.nthreads or 1) > 1:  # on its device's thread: its pool threads start there, on its cores
+                    env = self._threads[p.device].submit(_stage, p, env).result()
+                else:  # one thread: run here, without a hand-over
+                    env = _stage(p, env)
             return {n: env[n] for n in self.output_names}
         pieces = self._stream([_rows(feeds, s, s + self.micro) for s in range(0, self.batch, self.micro)])
         return {n: np.concatenate([o[n] for o in pieces]) for n in self.output_names}
@@ -323,26 +330,25 @@ def load_multidevice(path: str | os.PathLike, nthreads: int | None = None,
     path = os.fspath(path)
     index = read_index(path)
     cores = {d["name"]: tuple(d["cores"]) for d in index["devices"]}
-    loaded: dict[str, Executable] = {}
     parts = []
     for p in index["parts"]:
+        exe = None
         if cluster is not None:  # loaded by the actors
             if p.get("kind", "cpu") != "cpu":
                 raise KilnError(f"{path}: part {p['path']} is on {p['device']}: Ray runs CPU parts only, for now")
-            loaded[p["path"]] = None
-        elif p["path"] not in loaded:
+        else:  # every part its own load (replicas of one artifact too): its own library, so its own pools
             where = os.path.join(path, p["path"])
             if part_digest(where) != p["manifest_sha256"]:
                 raise ArtifactError(f"{path}: part {p['path']} is not the one this index was written with")
             if p.get("kind", "cpu") == "cuda":
                 from .cuda import load_cuda
 
-                loaded[p["path"]] = load_cuda(where)
+                exe = load_cuda(where)
             else:
-                loaded[p["path"]] = load(where, nthreads or max(1, len(cores[p["device"]])))
+                exe = load(where, nthreads or max(1, len(cores[p["device"]])))
         rows = tuple(p["rows"]) if p.get("rows") is not None else None
         parts.append(Part(p["path"], p["device"], cores[p["device"]], list(p["inputs"]), list(p["outputs"]), rows,
-                          loaded[p["path"]]))
+                          exe))
     if not parts:
         raise KilnError(f"{path}: a multi-device artifact without parts")
     if cluster is not None:

@@ -91,7 +91,8 @@ def test_auto_shares_a_symbolic_batch_and_says_why():
     exe = compiler.compile(mlp(), input_shapes={"x": (4, 64)}, devices="cpu:0,cpu:1")
     assert exe.parallel == "data"
     assert exe.placement["why"].startswith("data: the batch of 4 splits over 2 replicas")
-    assert len({id(p.exe) for p in exe.parts}) == 1  # two replicas of 2 rows: one artifact
+    assert {p.name for p in exe.parts} == {"replica-2"}  # two replicas of 2 rows: one artifact,
+    assert len({id(p.exe) for p in exe.parts}) == 2  # loaded once per device (its own thread pools)
 
 
 def test_auto_pipelines_a_fixed_batch_and_says_why():
@@ -322,3 +323,38 @@ def test_device_threads_stop_with_their_executable():
     for t in threads:
         t.join(timeout=5)
     assert not any(t.is_alive() for t in threads)
+
+
+def _task_cores() -> dict[int, str]:
+    """This process's threads (Linux task ids) and the cores each may run on."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("Cpus_allowed_list:"):
+                        out[int(tid)] = line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or len(usable_cores()) < 2, reason="Linux, 2 cores")
+def test_a_parts_pool_threads_start_on_its_devices_cores(tmp_path):
+    # two threads per part on one-core devices: each part's own pool threads start on its device's thread
+    # and inherit that core (the GEMM's pool included)
+    compiler.compile(mlp(), input_shapes={"x": (64, 64)}, devices="cpu:0,cpu:1", parallel="pipeline",
+                     output=tmp_path / "m.kiln")
+    f = feeds(64)
+    want = compiler.compile(mlp(), input_shapes={"x": (64, 64)}, nthreads=1).run(f)["y"]
+    before = set(_task_cores())
+    exe = compiler.load(tmp_path / "m.kiln", nthreads=2)
+    for _ in range(3):
+        np.testing.assert_array_equal(exe.run(f)["y"], want)
+        for got in exe.run_many([f, f, f]):
+            np.testing.assert_array_equal(got["y"], want)
+    new = {tid: cores for tid, cores in _task_cores().items() if tid not in before}
+    cores = {str(c) for p in exe.parts for c in p.cores}
+    # each device's pool threads are pinned to its core (threads of other libraries may come and go:
+    # only the pinned ones are Kiln's parts')
+    assert {c for c in new.values() if c in cores} == cores, new
