@@ -101,7 +101,8 @@ def _external_data(data: bytes) -> bool:
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as JSON for the key: arrays by digest, dataclasses and targets by their fields."""
+    """``value`` as JSON for the key: arrays by digest, dataclasses (an LLVM ``Target`` too) by their
+    fields, sets in a fixed order."""
     if isinstance(value, np.ndarray):
         return {"array": hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest(),
                 "dtype": str(value.dtype), "shape": list(value.shape)}
@@ -113,8 +114,6 @@ def _plain(value: Any) -> Any:
         return sorted(repr(_plain(v)) for v in value)
     if hasattr(value, "__dataclass_fields__"):
         return {k: _plain(getattr(value, k)) for k in sorted(value.__dataclass_fields__)}
-    if hasattr(value, "triple") and hasattr(value, "features"):  # an LLVM Target
-        return {"triple": value.triple, "cpu": value.cpu, "features": value.features}
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return repr(value)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from typing import Any, Mapping
 
@@ -72,13 +73,13 @@ def compile_multidevice(model: Any, opt_level: int, input_shapes: Mapping[str, t
     with staging(dest) as tmp:
         parts, placement = None, {}
         if mode == "data":
-            parts, refusal = _replicas(model, shapes, symbol, batch, specs, tmp, common)
+            parts, refusal = _replicas(model, full, shapes, symbol, batch, specs, tmp, common)
             if refusal is not None:
                 if devices.parallel == "data":
                     raise LimitError(refusal)
                 mode, why = "pipeline", f"{why}; but {refusal}: a pipeline instead"
                 for entry in os.listdir(tmp):
-                    _remove_tree(os.path.join(tmp, entry))
+                    shutil.rmtree(os.path.join(tmp, entry))  # the replicas written so far (directories)
         if mode == "pipeline":
             micro = devices.microbatch
             if micro is not None:
@@ -157,14 +158,13 @@ def _choose(devices: DeviceOptions, symbol, batch, why_not: str) -> tuple[str, s
     return "pipeline", f"the batch cannot be shared ({why_not or f'the batch is {batch}'})"
 
 
-def _replicas(model, shapes, symbol, batch, specs, tmp, common) -> tuple[list | None, str | None]:
-    """The data-parallel parts, or (None, why not) when a replica does not fit its device."""
+def _replicas(model, graph, shapes, symbol, batch, specs, tmp, common) -> tuple[list | None, str | None]:
+    """The data-parallel parts (``graph``: the model as imported, for its signature), or (None, why
+    not) when a replica does not fit its device."""
     from .driver import compile as compile_one
-    from .models import load_graph
 
     k = min(len(specs), batch)
     sizes = [batch // k + (1 if i < batch % k else 0) for i in range(k)]
-    graph = load_graph(model, shapes)
     built: dict[tuple, Any] = {}
     parts, start = [], 0
     for spec, rows in zip(specs, sizes):
@@ -309,12 +309,6 @@ def _overflow(specs, over, placements: int) -> LimitError:
                       f"{gib(prog.arena_bytes)}), more than its {gib(spec.memory_bytes)}, and {placements} placement(s) "
                       f"found no split that fits (the placement estimated {gib(estimate)}): give the devices more "
                       f"memory or add a device")
-
-
-def _remove_tree(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
 
 __all__ = ["compile_multidevice"]

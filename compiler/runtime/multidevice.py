@@ -141,9 +141,6 @@ class MultiDeviceExecutable:
     def kernels(self) -> list[dict]:
         return [dict(k, device=p.device) for p in self._distinct_parts() for k in p.exe.kernels]
 
-    def part_memory(self, part: Part) -> dict:
-        return part_memory(part.exe)
-
     @property
     def fallback(self) -> list[dict]:
         return [dict(f, device=p.device) for p in self._distinct_parts() for f in p.exe.fallback]

@@ -61,6 +61,8 @@ def device_options(args):
 
 def report_compile(args, exe, timings: dict) -> int:
     """What ``kiln compile --devices`` prints: the mode and why, and each part."""
+    from ..runtime.multidevice import part_memory
+
     doc = {"artifact": args.output, "model": exe.index["model"], "parallel": exe.parallel,
            "devices": exe.devices, "parts": exe.index["parts"], "placement": exe.placement,
            "compile_seconds": {k: round(v, 3) for k, v in timings.items()}}
@@ -73,7 +75,7 @@ def report_compile(args, exe, timings: dict) -> int:
         print("  " + exe.placement["explain"].replace("\n", "\n  "))
     for p in exe.parts:
         what = f"rows {p.rows[0]}:{p.rows[1]}" if p.rows else f"reads {len(p.inputs)}, returns {len(p.outputs)}"
-        m = exe.part_memory(p)
+        m = part_memory(p.exe)
         where = f"cores {','.join(map(str, p.cores))}" if p.cores else "GPU"
         print(f"  {p.name} on {p.device} ({where}): {len(p.exe.kernels)} kernel(s), {what}; weights "
               f"{m['weights_bytes'] / 2**20:.2f} MiB, arena {m['arena_bytes'] / 2**20:.2f} MiB")

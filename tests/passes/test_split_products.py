@@ -6,6 +6,7 @@ import re
 import textwrap
 
 import numpy as np
+import pytest
 
 from compiler.ir.printer import print_graph
 from compiler.passes.split_products import SplitProducts
@@ -77,3 +78,20 @@ graph @t(%x: f32[4,16], %v: f32[16,8]) -> (y: f32[4,8], z: f32[4,8]) {
     assert run_pass(p, g)
     assert p.split == {"small": 2}
     assert "computed" in p.refusals and "weights are computed" in p.refusals["computed"]
+
+
+@pytest.mark.parametrize("rows", [3, 1, 0])
+def test_pieces_agree_with_the_interpreter_for_any_number_of_rows(rows):
+    # batch > 1, a size-1 and a size-0 row axis; N = 7 cut into pieces of 2, 2 and 3 columns
+    text = f"""
+graph @t(%x: f32[{rows},16]) -> (y: f32[{rows},7]) {{
+  %w = const f32[16,7]
+  %b = const f32[7]
+  %0 = Gemm(%x, %w, %b) : f32[{rows},7] @"fc"
+  return y=%0
+}}"""
+    g = ir(text, {"w": rng.standard_normal((16, 7)).astype(np.float32), "b": rng.standard_normal(7).astype(np.float32)})
+    p = SplitProducts(limit_bytes=160)  # 448 bytes of weights: three pieces
+    assert run_pass(p, g)  # the interpreter agrees before and after
+    assert p.split == {"fc": 3}
+    assert [n.outputs[0].shape for n in g.nodes if n.op.name == "Gemm"] == [(rows, 2), (rows, 2), (rows, 3)]

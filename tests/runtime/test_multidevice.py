@@ -358,3 +358,19 @@ def test_a_parts_pool_threads_start_on_its_devices_cores(tmp_path):
     # each device's pool threads are pinned to its core (threads of other libraries may come and go:
     # only the pinned ones are Kiln's parts')
     assert {c for c in new.values() if c in cores} == cores, new
+
+
+@pytest.mark.parametrize("batch", [3, 1, 0])
+def test_edge_batches_give_the_single_device_outputs(batch):
+    # replicas of 2 and 1 rows (batch 3), one row, and no row at all, natively
+    one = compiler.compile(mlp(), input_shapes={"x": (batch, 64)})
+    f = feeds(batch)
+    want = one.run(f)["y"]
+    pipe = compiler.compile(mlp(), input_shapes={"x": (batch, 64)}, devices="cpu:0,cpu:1", parallel="pipeline")
+    got = pipe.run(f)["y"]
+    assert got.shape == (batch, 10)
+    np.testing.assert_array_equal(got, want)
+    if batch >= 2:
+        data = compiler.compile(mlp(), input_shapes={"x": (batch, 64)}, devices="cpu:0,cpu:1", parallel="data")
+        assert [p.rows for p in data.parts] == [(0, 2), (2, 3)]
+        np.testing.assert_allclose(data.run(f)["y"], want, rtol=1e-5, atol=1e-6)
