@@ -12,6 +12,7 @@ import dataclasses
 import os
 import tempfile
 import time
+import sys
 import warnings
 from typing import Any, Mapping, Sequence
 
@@ -40,7 +41,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             quantize: Any = None, calibration: Any = None, specialize: bool = True,
             max_dims: Mapping[str, int] | None = None, specialize_cache: int | None = None,
             devices: Any = None, device_memory: Mapping[str, int] | None = None, parallel: str = "auto",
-            microbatch: int | None = None, cache: Any = False) -> Executable:
+            microbatch: int | None = None, cache: Any = False, record: Any = None,
+            progress: bool = False) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
     this CPU (or ``target``: a ``Target``, an LLVM CPU name, or "cuda" for an NVIDIA GPU through
     numba.cuda, docs/cuda.md) and return it loaded.
@@ -76,6 +78,11 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     ``cache=True`` (or a directory) keeps the artifact in the compile cache and loads it when the same
     model is compiled with the same options again (``cache.py``; ``kiln run MODEL`` does by default).
 
+    ``record`` (a ``profiling.CompileRecord``) receives what the compile did: the pass records, the IR
+    after each pass that changed it, the final graph and its program (the HTML report of ``kiln
+    profile --html``); a recorded compile does not use the cache. ``progress=True`` shows the phase and
+    the pass running on one line of stderr (the CLI turns it on when stderr is a terminal).
+
     The passes fuse what the CPU backend can run as one kernel: the driver hands its capabilities
     (``codegen.fusion.CPU_FUSION``) to the pipeline.
     """
@@ -86,8 +93,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
                                    unsupported={"quantize": quantize, "calibration": calibration,
                                                 "input_values": input_values or None, "max_dims": max_dims or None,
                                                 "memory_limit": memory_limit, "profile": profile or None,
-                                                "cache": cache or None})
-    if cache and calibration is None and not _is_cuda(target):
+                                                "cache": cache or None, "record": record})
+    if cache and calibration is None and record is None and not _is_cuda(target):
         from . import cache as artifacts
 
         t = host_target() if target in (None, "cpu") else target
@@ -105,7 +112,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
                               fallback=fallback, nthreads=nthreads, verify=verify, disabled_passes=disabled_passes,
                               timings=timings, profile=profile, memory_limit=memory_limit, model_name=model_name,
                               input_values=input_values, quantize=quantize, specialize=specialize,
-                              max_dims=max_dims, specialize_cache=specialize_cache)
+                              max_dims=max_dims, specialize_cache=specialize_cache, progress=progress)
             elif timings is not None:
                 timings.update(cached=time.perf_counter() - t0, total=time.perf_counter() - t0)
             if output is not None:
@@ -142,6 +149,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
                 opts.quantize, exclude=opts.quantize.exclude + tuple(budget.kept_in_float), accuracy_budget=None))
     elif opts.quantize is not None and opts.quantize.accuracy_budget is not None:
         raise OptionError("an accuracy budget needs calibration data to measure the error on")
+    _say(progress, "importing the model")
     graph = load_graph(model, opts.input_shapes)
     source = _specialization_source(graph, opts, specialize and not _is_cuda(target) and calibration is None,
                                     max_dims)
@@ -155,12 +163,22 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     else:
         fusion = CPU_FUSION
     passes = [p for p in pipeline(opts, fusion, calibrate) if p.name not in opts.disabled_passes]
-    PassManager(passes, [Verify()] if verify else []).run(graph)
+    from .passes.instruments import KeepIR, Progress
+
+    instruments = [Verify()] if verify else []
+    keep = KeepIR() if record is not None else None
+    instruments += [keep] if keep else []
+    instruments += [Progress(len(passes))] if progress else []
+    result = PassManager(passes, instruments).run(graph)
+    if record is not None:
+        record.passes, record.stages, record.graph = result.records, keep.stages, graph
     t2 = time.perf_counter()
+    _say(progress, f"generating code for {len(graph.nodes)} nodes")
     limit = opts.memory_limit_bytes or limits.machine_memory()
     limits.check_values(graph, limit)
     if on_gpu:
         exe = _compile_cuda(graph, model, output, fallback, model_name, opt_level, {"load": t1 - t0, "passes": t2 - t1})
+        _say(progress, "")
         exe.quantization = None
         if timings is not None:
             timings.update(exe.manifest["compile_seconds"], total=time.perf_counter() - t0)
@@ -168,7 +186,10 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     target = target if isinstance(target, Target) else host_target() if target in (None, "cpu") else _cpu(target)
     prog = build_program(graph, target, fallback=fallback, profile=profile, verify_shared=verify)
     limits.check_program(prog.arena_bytes, prog.weights_bytes, prog.buffers, limit)
+    if record is not None:
+        record.program = prog
     t3 = time.perf_counter()
+    _say(progress, f"compiling {len(prog.steps)} steps with LLVM and linking")
     if prog.fallback_steps and source is None:  # a specializing compile's sizes get their own compiles
         ops = sorted({s.node.op.name for s in prog.fallback_steps})
         warnings.warn(f"{len(prog.fallback_steps)} node(s) run in the reference interpreter (no native code): "
@@ -189,6 +210,9 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
         exe.quantization["budget"] = {"budget": budget.budget, "kept_in_float": budget.kept_in_float,
                                       "output_cosine": budget.budget_cosine}
     times.update(llvm_and_link=t4 - t3, total=time.perf_counter() - t0)
+    _say(progress, "")
+    if record is not None:
+        record.seconds = dict(times)
     if timings is not None:
         timings.update(times)
     if source is not None:
@@ -203,6 +227,13 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             spec.generic = load(spec.save(output), nthreads)
         return spec
     return exe
+
+
+def _say(on: bool, text: str) -> None:
+    """The progress line on stderr, rewritten in place (cleared by an empty ``text``)."""
+    if on:
+        sys.stderr.write(f"\r\033[K{text}" if text else "\r\033[K")
+        sys.stderr.flush()
 
 
 def _compile_on_devices(model, opt_level, input_shapes, devices, device_memory, parallel, microbatch, *,

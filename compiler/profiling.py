@@ -22,9 +22,10 @@ for kernels without FLOPs (data movement) its GB/s over the bandwidth.
 
 **Limits.** The counters belong to the loaded library: two threads profiling one executable at once
 would mix their times (``profile`` holds the executable's profiling lock; plain ``run`` calls from
-other threads are not excluded). The trace has one track for the kernels, placed one after another
-within each run at their measured durations: the native code does not time the pool's threads
-separately.
+other threads are not excluded). The trace's kernel track is the calling thread's, each run's
+kernels one after another at their measured durations; each pool thread's track shows, per kernel,
+the time that thread spent in the kernel's parallel chunks (placed from the kernel's start: the
+native code sums a thread's chunk times per step rather than keeping each chunk's start).
 """
 from __future__ import annotations
 
@@ -80,6 +81,9 @@ class Profile:
     fallback: list
     per_run: list[list[float]]  # seconds of each kernel (in step order) per run
     latencies: list[float]
+    #: per run, per pool thread (the threads besides the caller's), its seconds in each kernel's
+    #: parallel loops (step order)
+    pool_runs: list[list[list[float]]] = field(default_factory=list)
 
     @property
     def kernel_sum_s(self) -> float:
@@ -108,36 +112,45 @@ class Profile:
             rest = sorted(self.kernels, key=lambda k: -k.median_s)[top:]
             lines.append(f"... {len(rest)} more kernel(s), {sum(k.median_s for k in rest) * 1e3:.3f} ms")
         for f in self.fallback:
-            lines.append(f"interpreted: {f['op']} node {f['node']!r} ({f['reason']}): in 'other'")
+            lines.append(f"interpreted: {f['op']} node {f['node']!r} ({f['reason']}): "
+                         f"{f.get('median_s', 0.0) * 1e3:.3f} ms (median, in 'other')")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["kernel_sum_s"] = self.kernel_sum_s
-        del d["per_run"], d["latencies"]
+        del d["per_run"], d["latencies"], d["pool_runs"]
         return d
 
     def chrome_trace(self, compile_seconds: Mapping[str, float] | None = None) -> dict:
         """The runs as a Chrome trace / Perfetto JSON document (``chrome://tracing``, ui.perfetto.dev):
-        process 1 "run" with a track for whole runs and one for the kernels (each run's kernels one
-        after another at their measured durations), and, given ``compile_seconds``, process 2 "compile"
-        with the compile's phases."""
+        process 1 "run" with a track for whole runs, one for the kernels on the calling thread (each
+        run's kernels one after another at their measured durations) and one per pool thread (each
+        kernel's chunks on that thread, from the kernel's start, for the time the thread spent in
+        them), and, given ``compile_seconds``, process 2 "compile" with the compile's phases."""
+        pools = max((len(r) for r in self.pool_runs), default=0)
         ev: list[dict] = [
             {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"kiln run: {self.model}"}},
             {"ph": "M", "pid": 1, "tid": 0, "name": "thread_name", "args": {"name": "runs"}},
             {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name",
-             "args": {"name": f"kernels ({self.nthreads} thread(s) of the pool, in step order)"}},
-        ]
+             "args": {"name": "calling thread: every kernel, in step order"}},
+        ] + [{"ph": "M", "pid": 1, "tid": 2 + t, "name": "thread_name",
+              "args": {"name": f"pool thread {t + 1}: its chunks of parallel loops"}} for t in range(pools)]
         by_step = sorted(self.kernels, key=lambda k: k.step)
         t = 0.0
         for r, (lat, times) in enumerate(zip(self.latencies, self.per_run)):
             ev.append({"ph": "X", "pid": 1, "tid": 0, "name": f"run {r}", "ts": t * 1e6, "dur": lat * 1e6,
                        "args": {"kernels_ms": round(sum(times) * 1e3, 4)}})
             at = t
-            for k, s in zip(by_step, times):
+            pool = self.pool_runs[r] if r < len(self.pool_runs) else []
+            for j, (k, s) in enumerate(zip(by_step, times)):
                 ev.append({"ph": "X", "pid": 1, "tid": 1, "name": k.name, "ts": at * 1e6, "dur": s * 1e6,
                            "args": {"run": r, "ops": "+".join(k.ops), "nodes": k.nodes[:8], "lowering": k.lowering,
                                     "flops": k.flops}})
+                for th, busy in enumerate(pool):
+                    if busy[j] > 0:
+                        ev.append({"ph": "X", "pid": 1, "tid": 2 + th, "name": k.name, "ts": at * 1e6,
+                                   "dur": min(busy[j], s) * 1e6, "args": {"run": r, "busy_ms": busy[j] * 1e3}})
                 at += s
             t += max(lat, sum(times)) + 1e-6
         if compile_seconds:
@@ -151,6 +164,20 @@ class Profile:
                 at += float(s)
         return {"traceEvents": ev, "displayTimeUnit": "ms",
                 "otherData": {"model": self.model, "kiln_version": __version__, "runs": self.runs}}
+
+
+@dataclass
+class CompileRecord:
+    """What one compile did, filled by ``compile(record=...)`` for the HTML report: the pass records
+    (``passes.manager.PassRecord``: time, nodes before and after), the IR text before the pipeline and
+    after each pass that changed it (``stages``: (index, pass, text)), the final graph, its program
+    (``codegen.program.Program``: the memory plan) and the compile's phase seconds."""
+
+    passes: list = field(default_factory=list)
+    stages: list = field(default_factory=list)
+    graph: Any = None
+    program: Any = None
+    seconds: dict = field(default_factory=dict)
 
 
 def _cache_dir(cache_dir: str | None) -> str:
@@ -254,16 +281,23 @@ def profile(exe, feeds: Mapping[str, Any], runs: int = 20, warmup: int = 3, roof
     with _LOCKS_GUARD:
         lock = _LOCKS.setdefault(exe, threading.Lock())
     per_run: list[list[float]] = []
+    pool_runs: list[list[list[float]]] = []
+    interpreted: list[dict[str, float]] = []
     latencies: list[float] = []
     with lock:
         for _ in range(warmup):
             exe.run(feeds)
         for _ in range(runs):
             exe.step_seconds(reset=True)
+            exe.fallback_seconds(reset=True)
             t0 = time.perf_counter()
             exe.run(feeds)
             latencies.append(time.perf_counter() - t0)
-            per_run.append([s for _, s in sorted(exe.step_seconds(), key=lambda ks: ks[0]["step"])])
+            timed = exe.step_seconds()
+            order = sorted(range(len(timed)), key=lambda i: timed[i][0]["step"])
+            per_run.append([timed[i][1] for i in order])
+            pool_runs.append([[busy[i] for i in order] for busy in exe.pool_seconds()])
+            interpreted.append(exe.fallback_seconds())
     kernels = []
     for j, k in enumerate(sorted(manifest.kernels, key=lambda k: k["step"])):
         times = [r[j] for r in per_run]
@@ -274,8 +308,10 @@ def profile(exe, feeds: Mapping[str, Any], runs: int = 20, warmup: int = 3, roof
                                   k["bytes"] / med / 1e9 if med > 0 else 0.0,
                                   _roofline_pct(int(k["flops"]), int(k["bytes"]), med, roof),
                                   list(k.get("notes", []))))
+    fallback = [dict(f, median_s=statistics.median(r.get(f["node"], 0.0) for r in interpreted))
+                for f in manifest.fallback]
     return Profile(manifest.model, runs, exe.nthreads, statistics.median(latencies), min(latencies),
-                   max(latencies), kernels, roof, list(manifest.fallback), per_run, latencies)
+                   max(latencies), kernels, roof, fallback, per_run, latencies, pool_runs)
 
 
-__all__ = ["KernelTime", "Profile", "cpu_name", "machine_roofline", "profile"]
+__all__ = ["CompileRecord", "KernelTime", "Profile", "cpu_name", "machine_roofline", "profile"]

@@ -1,4 +1,5 @@
-"""Instruments that write or check each stage: ``DumpIR`` and ``CheckNumerics``."""
+"""Instruments that write, keep or check each stage: ``DumpIR``, ``KeepIR``, ``CheckNumerics``, and
+``Progress`` for a terminal."""
 from __future__ import annotations
 
 import json
@@ -56,6 +57,46 @@ class DumpIR(Instrument):
 
     def after_pass(self, p, index, graph, changed):
         self.write(index, p.name, graph)
+
+
+class KeepIR(Instrument):
+    """Keep the IR text before the pipeline (``"input"``) and after every pass that changed it, in
+    ``stages`` as (index, pass name, text) (the HTML report's stage links). A text past ``max_chars``
+    keeps its head and tail."""
+
+    def __init__(self, max_chars: int = 400_000):
+        self.max_chars = max_chars
+        self.stages: list[tuple[int, str, str]] = []
+
+    def _text(self, graph: Graph) -> str:
+        from ..ir.printer import print_graph
+
+        text = print_graph(graph)
+        if len(text) <= self.max_chars:
+            return text
+        half = self.max_chars // 2
+        return f"{text[:half]}\n  ... ({len(text) - 2 * half} characters left out)\n{text[-half:]}"
+
+    def before_pipeline(self, graph: Graph) -> None:
+        self.stages.append((0, "input", self._text(graph)))
+
+    def after_pass(self, p: Pass, index: int, graph: Graph, changed: bool) -> None:
+        if changed:
+            self.stages.append((index, p.name, self._text(graph)))
+
+
+class Progress(Instrument):
+    """One line on ``stream`` (a terminal), rewritten in place: the pass running, ``index/total``."""
+
+    def __init__(self, total: int, stream=None):
+        import sys
+
+        self.total = total
+        self.stream = stream or sys.stderr
+
+    def before_pass(self, p: Pass, index: int, graph: Graph) -> None:
+        self.stream.write(f"\r\033[Kpass {index}/{self.total} {p.name} ({len(graph.nodes)} nodes)")
+        self.stream.flush()
 
 
 @dataclass

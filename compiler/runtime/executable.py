@@ -19,6 +19,7 @@ import ctypes
 import io
 import os
 import threading
+import time
 from typing import Any, Mapping
 
 import numpy as np
@@ -86,6 +87,8 @@ class Executable:
             else:
                 self._outputs.append((o.name, None, None, None, None, r))
         self._lock = threading.Lock()
+        #: profiling builds: seconds per interpreted node (``fallback_seconds``)
+        self._fallback_seconds: dict[str, float] | None = {} if getattr(manifest, "profile", False) else None
         self.arena_bytes = int(manifest.memory["arena_bytes"])
         self._fast = self._fast_plan()
         self._fast_slots: dict = {}  # id(arena) -> (its input pointer table, its output views)
@@ -190,6 +193,30 @@ class Executable:
             self._module.function("kiln_profile_reset", [])()
         return res
 
+    def fallback_seconds(self, reset: bool = False) -> dict[str, float]:
+        """{node name: seconds} of the steps run in the interpreter, over all runs since the last reset
+        (an artifact compiled with ``profile=True``)."""
+        if self._fallback_seconds is None:
+            raise KilnError("this artifact was not compiled with profile=True: no step is timed")
+        res = dict(self._fallback_seconds)
+        if reset:
+            self._fallback_seconds.clear()
+        return res
+
+    def pool_seconds(self) -> list[list[float]]:
+        """Per thread of the pool (the threads besides the caller's), the seconds it spent running
+        chunks of each kernel's parallel loops since the last reset, in ``step_seconds``' order (an
+        artifact compiled with ``profile=True``; one built before this count existed gives [])."""
+        if not self.manifest.profile:
+            raise KilnError("this artifact was not compiled with profile=True: no step is timed")
+        try:
+            count = self._module.function("kiln_profile_threads", [], ctypes.c_int32)
+            read = self._module.function("kiln_profile_thread_seconds", [ctypes.c_int32, ctypes.c_int32],
+                                         ctypes.c_double)
+        except KilnError:
+            return []
+        return [[read(t, k["step"]) for k in self.kernels] for t in range(1, count() + 1)]
+
     @property
     def fallback(self) -> list[dict]:
         """The nodes that run in the reference interpreter (op, node, reason)."""
@@ -276,9 +303,15 @@ class Executable:
                     if status is not None:
                         dev.synchronize()
                         raise_reported(mem.host, status, self.manifest.kernels)
-                else:
+                elif self._fallback_seconds is None:
                     dev.synchronize()
                     self._run_fallback(step, arrays, mem, env)
+                else:  # profiling: each interpreted step is timed too
+                    dev.synchronize()
+                    t0 = time.perf_counter()
+                    self._run_fallback(step, arrays, mem, env)
+                    name = self._graph.nodes[step.node].name
+                    self._fallback_seconds[name] = self._fallback_seconds.get(name, 0.0) + time.perf_counter() - t0
             dev.synchronize()
             result = {}
             for name, start, stop, dt, shape, ref in self._outputs:

@@ -405,7 +405,7 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             exe = compiler.compile(kiln_model, opt_level=opt_level, input_shapes=input_shapes, nthreads=nthreads,
-                                   timings=timings)
+                                   timings=timings, progress=log is not None and sys.stderr.isatty())
         compile_seconds = time.perf_counter() - t0
         for w in caught:
             if w.category.__name__ == "FallbackWarning":
@@ -606,13 +606,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    """``kiln bench``: prints the table (or JSON with --json); progress goes to stderr."""
+    """``kiln bench``: prints the table (or JSON with --json); progress goes to stderr when it is a
+    terminal."""
     shapes = dict(args.input_shape) or None
     if shapes:
         bad = [n for n, dims in shapes.items() if any(not isinstance(d, int) for d in dims)]
         if bad:
             raise BenchError(f"--input-shape for a benchmark needs every dimension as a number: {bad}")
-    quiet = args.json
+    quiet = args.json or not sys.stderr.isatty()  # progress on a terminal only
     log = None if quiet else (lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True))
     result = bench_model(args.model, compare=args.compare, nthreads=args.threads, runs=args.runs,
                          warmup=args.warmup, opt_level=args.opt_level, input_shapes=shapes, rtol=args.rtol,

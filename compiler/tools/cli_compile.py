@@ -228,8 +228,7 @@ def cmd_compile(args) -> int:
                       target=_target(args.target), fallback=not args.strict, verify=args.verify, timings=timings,
                       disabled_passes=args.disable_pass, memory_limit=args.memory_limit, model_name=args.model,
                       quantize=quantize, calibration=args.calibration, specialize=not args.no_specialize,
-                      profile=args.profile,
-                      max_dims=dict(args.max_dim))
+                      profile=args.profile, max_dims=dict(args.max_dim), progress=sys.stderr.isatty())
     if not hasattr(exe.manifest, "kernels"):  # a CUDA artifact
         return _report_cuda_compile(args, exe, caught, timings)
     summary = summarize(exe.manifest, args.output)

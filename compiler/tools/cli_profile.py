@@ -23,11 +23,15 @@ def add_commands(sub, parse_shape, parse_input) -> None:
                                    "steps, output copies, the call). See docs/profiling.md.",
                        epilog="examples:\n  kiln profile zoo:bert --runs 50\n"
                               "  kiln profile light:resnet50 --trace trace.json   # chrome://tracing, ui.perfetto.dev\n"
+                              "  kiln profile light:resnet50 --html report.html    # one page, opens offline\n"
                               "  kiln compile m.onnx -o m.kiln --profile && kiln profile m.kiln --json")
     p.add_argument("model", metavar="ARTIFACT|MODEL")
     p.add_argument("--runs", type=int, default=20, help="timed runs (default 20), after 3 untimed ones")
     p.add_argument("--top", type=int, default=25, help="kernels listed, slowest first (default 25; 0: all)")
     p.add_argument("--trace", metavar="TRACE.json", help="write the runs as a Chrome trace / Perfetto JSON file")
+    p.add_argument("--html", metavar="REPORT.html",
+                   help="write a self-contained report page: model summary, passes with their IR, the fused "
+                        "kernels drawn, the memory plan, the kernel table, roofline plot and timeline")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.add_argument("--input", "-i", action="append", type=parse_input, default=[], metavar="NAME=FILE.npy",
                    help="an input from a .npy file (repeatable; the others are random)")
@@ -56,8 +60,12 @@ def cmd_profile(args) -> int:
     from ..profiling import profile
     from .cli_compile import _is_artifact, artifact_feeds, model_feeds, read_input
 
+    import sys
+
+    from ..profiling import CompileRecord
+
     given = {name: read_input(name, path) for name, path in args.input}
-    compile_seconds = None
+    compile_seconds, record, summary = None, None, None
     if _is_artifact(args.model):
         if args.input_shape:
             raise KilnError("--input-shape applies to models; an artifact has its input shapes")
@@ -66,19 +74,32 @@ def cmd_profile(args) -> int:
     else:
         model, feeds, shapes = model_feeds(args.model, args.input_shape, given, args.seed)
         timings: dict = {}
+        record = CompileRecord() if args.html else None
         exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model, profile=True,
-                      timings=timings)
+                      timings=timings, record=record, progress=sys.stderr.isatty())
         compile_seconds = {k: v for k, v in timings.items() if k != "total"}
+        if args.html:
+            from ..models import load_graph
+            from .summary import summarize_graph
+
+            summary = summarize_graph(load_graph(model, shapes or None))
     prof = profile(exe, feeds, runs=args.runs)
     if args.trace:
         with open(args.trace, "w", encoding="utf-8") as f:
             json.dump(prof.chrome_trace(compile_seconds), f)
+    if args.html:
+        from .report import report_html
+
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(report_html(prof, record, summary, title=args.model))
     if args.json:
         print(json.dumps(prof.to_json(), indent=1))
     else:
         print(prof.table(args.top or None))
         if args.trace:
             print(f"wrote {args.trace} (open it in chrome://tracing or ui.perfetto.dev)")
+        if args.html:
+            print(f"wrote {args.html} (open it in a browser; it needs no network)")
     return 0
 
 

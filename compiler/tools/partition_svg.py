@@ -38,16 +38,17 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def partition_svg(graph: Graph, title: str = "") -> str:
-    """The SVG of ``graph`` (annotated by split-devices: every node has a device)."""
+def partition_svg(graph: Graph, title: str = "", lane: str = "?") -> str:
+    """The SVG of ``graph`` (annotated by split-devices: every node has a device; a node without one
+    is drawn in the lane named ``lane``: the report's kernel graph of a one-device compile)."""
     devices: list[str] = []
     for n in graph.nodes:
-        if n.device not in devices:
-            devices.append(n.device or "?")
-    lane = {d: i for i, d in enumerate(devices)}
+        if (n.device or lane) not in devices:
+            devices.append(n.device or lane)
+    lanes = {d: i for i, d in enumerate(devices)}
     pos = {}
     for i, n in enumerate(graph.nodes):
-        x = LEFT + lane[n.device or "?"] * LANE
+        x = LEFT + lanes[n.device or lane] * LANE
         pos[id(n)] = (x, TOP + i * ROW)
     width = LEFT * 2 + LANE * len(devices)
     height = TOP + ROW * len(graph.nodes) + 20
@@ -56,7 +57,7 @@ def partition_svg(graph: Graph, title: str = "") -> str:
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
            'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#d62728"/></marker></defs>',
            f'<text x="{LEFT}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>']
-    for d, i in lane.items():
+    for d, i in lanes.items():
         out.append(f'<text x="{LEFT + i * LANE}" y="38" font-weight="bold" fill="{COLORS[i % len(COLORS)]}">'
                    f'{escape(d)}</text>')
     for n in graph.nodes:  # edges first, under the boxes
@@ -78,7 +79,7 @@ def partition_svg(graph: Graph, title: str = "") -> str:
                            f'stroke="#999" stroke-width="0.8"/>')
     for n in graph.nodes:
         x, y = pos[id(n)]
-        color = COLORS[lane[n.device or "?"] % len(COLORS)]
+        color = COLORS[lanes[n.device or lane] % len(COLORS)]
         transfer = isinstance(n.op, Transfer)
         fill = "#fff" if transfer else color
         stroke = "#d62728" if transfer else color

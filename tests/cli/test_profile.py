@@ -121,3 +121,43 @@ def test_summary_of_resnet50(capsys):
     assert main(["summary", "light:resnet50", "--json", "--depth", "1"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["total"]["params"] == 25610152 and sum(n["flops"] for n in doc["nodes"]) == doc["total"]["flops"]
+
+
+def test_the_trace_has_a_track_per_pool_thread_within_each_kernel():
+    """With 2 threads a large product runs chunks on the pool thread: its track holds that kernel, from
+    the kernel's start, no longer than the kernel on the calling thread. (The caller never waits for
+    a pool thread that has not started, so on a loaded machine a run may have none: any of 10.)"""
+    w = RNG.standard_normal((512, 512)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["y"])]
+    model = float_model(nodes, [("x", [256, 512])], [("w", w)])
+    exe = compiler.compile(model, profile=True, nthreads=2)
+    p = profile(exe, {"x": RNG.standard_normal((256, 512)).astype(np.float32)}, runs=10, roofline=ROOF)
+    assert len(p.pool_runs) == 10 and all(len(r) >= 1 for r in p.pool_runs)
+    assert any(sum(r[0]) > 0 for r in p.pool_runs)  # pool thread 1 ran chunks
+    events = p.chrome_trace()["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names[2].startswith("pool thread 1")
+    caller = {(e["args"]["run"], e["name"]): e for e in events if e["ph"] == "X" and e["tid"] == 1}
+    pool = [e for e in events if e["ph"] == "X" and e["tid"] == 2]
+    assert pool
+    for e in pool:
+        k = caller[(e["args"]["run"], e["name"])]
+        assert e["ts"] == k["ts"] and e["dur"] <= k["dur"] + 1e-6
+
+
+def test_interpreted_steps_are_timed_too():
+    from onnx import TensorProto
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NonZero", ["r"], ["nz"], name="nonzero1"),
+             helper.make_node("Cast", ["nz"], ["y"], to=TensorProto.FLOAT, name="cast1")]
+    from compiler.driver import FallbackWarning
+
+    with pytest.warns(FallbackWarning):
+        exe = compiler.compile(float_model(nodes, [("x", [4, 8])]), profile=True)
+    p = profile(exe, {"x": RNG.standard_normal((4, 8)).astype(np.float32)}, runs=3, roofline=ROOF)
+    timed = {f["node"]: f["median_s"] for f in p.fallback}
+    assert set(timed) == {"nonzero1", "cast1"} and all(s > 0 for s in timed.values())
+    assert sum(timed.values()) + p.kernel_sum_s <= p.latency_max_s
+    assert "interpreted: NonZero node 'nonzero1'" in p.table() and " ms (median, in 'other')" in p.table()
+    assert exe.fallback_seconds() and not exe.fallback_seconds(reset=True) == {}
+    assert exe.fallback_seconds() == {}

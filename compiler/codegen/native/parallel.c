@@ -6,6 +6,9 @@
  *   void kiln_parallel_wake(int32_t nthreads);   (a forward pass starts: get the threads polling)
  *   void kiln_profile_mark(int32_t step);        (profiling builds: step done; -1 when a pass starts)
  *   double kiln_profile_seconds(int32_t step);   (seconds spent in step since the last reset)
+ *   double kiln_profile_thread_seconds(int32_t thread, int32_t step);
+ *                                                (seconds pool thread `thread` (1..) ran chunks of step)
+ *   int32_t kiln_profile_threads(void);          (pool threads started)
  *   void kiln_profile_reset(void);
  *
  * runs task(ctx, b, e) over [0, n) cut into about 4 chunks per thread, on the calling thread and up
@@ -44,18 +47,40 @@ static kiln_job *pool_job;                                       /* guarded by p
 static atomic_llong pool_generation;
 static int pool_threads;                                         /* guarded by pool_mu */
 
+/* Profiling builds (profile_on, set by the first kiln_profile_mark): each pool thread adds the time
+ * it spends in chunks to its pending_busy slot, which kiln_profile_mark charges to the step just done
+ * (the caller has joined every pool thread of the step's loops by then). */
+#define KILN_PROFILE_THREADS 16
+static _Thread_local int pool_slot;                 /* 0: a calling thread; k: the k-th pool thread */
+static int profile_on;
+static double pending_busy[KILN_PROFILE_THREADS];
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + 1e-9 * (double)(now.tv_nsec - t0->tv_nsec);
+}
+
 static void run_chunks(kiln_job *j) {
+    int timed = profile_on && pool_slot > 0 && pool_slot < KILN_PROFILE_THREADS;
     for (;;) {
         int64_t c = atomic_fetch_add(&j->next, 1);
         if (c >= j->nchunks)
             return;
         int64_t b = c * j->chunk, e = b + j->chunk;
-        j->fn(j->ctx, b, e < j->n ? e : j->n);
+        if (timed) {
+            struct timespec t0;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            j->fn(j->ctx, b, e < j->n ? e : j->n);
+            pending_busy[pool_slot] += seconds_since(&t0);
+        } else {
+            j->fn(j->ctx, b, e < j->n ? e : j->n);
+        }
     }
 }
 
-static void *pool_worker(void *unused) {
-    (void)unused;
+static void *pool_worker(void *slot) {
+    pool_slot = (int)(intptr_t)slot;
     long long seen = atomic_load(&pool_generation);
     for (;;) {
         for (int i = 0; i < KILN_POOL_SPIN && atomic_load(&pool_generation) == seen; i++)
@@ -82,7 +107,7 @@ static void start_threads(int32_t nthreads) { /* pool_mu held */
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&t, &attr, pool_worker, 0);
+        int rc = pthread_create(&t, &attr, pool_worker, (void *)(intptr_t)(pool_threads + 1));
         pthread_attr_destroy(&attr);
         if (rc != 0)
             break; /* fewer threads: the caller still does all remaining chunks */
@@ -145,17 +170,28 @@ void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
 
 /* Per-step time of forward passes built with profile=True (build_program): the forward function
  * calls kiln_profile_mark(-1) on entry and kiln_profile_mark(i) after step i's kernel, so step i is
- * charged the time since the previous mark. One profiling caller at a time. */
+ * charged the time since the previous mark, and each pool thread's chunk time since then. One
+ * profiling caller at a time. */
 #define KILN_PROFILE_MAX 16384
 static struct timespec profile_last;
 static double profile_seconds[KILN_PROFILE_MAX];
+static double profile_busy[KILN_PROFILE_THREADS][KILN_PROFILE_MAX];
+static int32_t profile_steps; /* 1 + the largest step marked since the last reset */
 
 void kiln_profile_mark(int32_t step) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (step >= 0 && step < KILN_PROFILE_MAX)
+    profile_on = 1;
+    if (step >= 0 && step < KILN_PROFILE_MAX) {
         profile_seconds[step] += (double)(now.tv_sec - profile_last.tv_sec) +
                                  1e-9 * (double)(now.tv_nsec - profile_last.tv_nsec);
+        for (int t = 1; t < KILN_PROFILE_THREADS; t++)
+            profile_busy[t][step] += pending_busy[t];
+        if (step >= profile_steps)
+            profile_steps = step + 1;
+    }
+    for (int t = 1; t < KILN_PROFILE_THREADS; t++)
+        pending_busy[t] = 0.0;
     profile_last = now;
 }
 
@@ -163,7 +199,24 @@ double kiln_profile_seconds(int32_t step) {
     return step >= 0 && step < KILN_PROFILE_MAX ? profile_seconds[step] : 0.0;
 }
 
+double kiln_profile_thread_seconds(int32_t thread, int32_t step) {
+    if (thread < 1 || thread >= KILN_PROFILE_THREADS || step < 0 || step >= KILN_PROFILE_MAX)
+        return 0.0;
+    return profile_busy[thread][step];
+}
+
+int32_t kiln_profile_threads(void) {
+    pthread_mutex_lock(&pool_mu);
+    int32_t n = pool_threads < KILN_PROFILE_THREADS - 1 ? pool_threads : KILN_PROFILE_THREADS - 1;
+    pthread_mutex_unlock(&pool_mu);
+    return n;
+}
+
 void kiln_profile_reset(void) {
-    for (int i = 0; i < KILN_PROFILE_MAX; i++)
+    for (int i = 0; i < profile_steps; i++) {
         profile_seconds[i] = 0.0;
+        for (int t = 1; t < KILN_PROFILE_THREADS; t++)
+            profile_busy[t][i] = 0.0;
+    }
+    profile_steps = 0;
 }
