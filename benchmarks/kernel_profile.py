@@ -32,12 +32,13 @@ def main(argv=None) -> int:
     feeds = random_feeds(exe.inputs)
     for _ in range(5):
         exe.run(feeds)
-    exe.step_seconds(reset=True)
+    sums = [0.0] * len(exe.kernels)
     t0 = time.perf_counter()
     for _ in range(a.runs):
-        exe.run(feeds)
+        _, t = exe.run_timed(feeds)
+        sums = [s + k for s, k in zip(sums, t.steps)]
     wall = (time.perf_counter() - t0) / a.runs
-    rows = sorted(exe.step_seconds(), key=lambda r: -r[1])
+    rows = sorted(zip(exe.kernels, sums), key=lambda r: -r[1])
     total = sum(s for _, s in rows) / a.runs
     print(f"{a.model}: {wall * 1e3:.3f} ms per run, {total * 1e3:.3f} ms in {len(rows)} kernels")
     print(f"{'ms':>8} {'%':>5} {'GF/s':>6} {'GB/s':>6}  kernel")

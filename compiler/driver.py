@@ -55,7 +55,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     them in the reference interpreter (with a ``FallbackWarning``). ``nthreads``: threads per run
     (default: the CPUs this process may use). ``timings``, if given, receives seconds per phase.
     ``profile=True`` builds the forward pass with a clock read after every step
-    (``Executable.step_seconds``). ``memory_limit``: the most bytes the model may need (arena plus
+    (``Executable.run_timed``). ``memory_limit``: the most bytes the model may need (arena plus
     weights, and any one value; default: this machine's memory); past it a ``LimitError`` names the
     size and the node. ``model_name``: the model's name in the artifact (default: ``model`` when it is
     a string, else the graph's name). ``quantize``: int8 quantization of the matrix products with
@@ -434,7 +434,7 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
         inputs=inputs, outputs=outputs, plan=runtime_plan(prog, index, input_pos, buffer),
         memory=prog.memory_summary(), kernels=kernels, fallback=fallback, concats_in_place=concats,
         views=sum(1 for s in prog.steps if s.native and s.alias), nodes=len(graph.nodes),
-        status_offset=prog.status_offset, profile=profile,
+        status_offset=prog.status_offset, profile=profile, profile_offset=prog.profile_offset,
         compile_seconds={k: round(v, 4) for k, v in times.items()})
 
 

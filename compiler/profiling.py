@@ -7,10 +7,11 @@ and a Chrome trace of them (``kiln profile``).
     json.dump(p.chrome_trace(), open("trace.json", "w"))
 
 An artifact built with ``profile=True`` (``kiln compile --profile``) reads a clock after every step of
-its forward function (``kiln_profile_mark``, ``codegen/native/parallel.c``); ``profile`` zeroes those
-counters before each run and reads them after it, so each run gives each kernel's time. The
-end-to-end latency of the same runs is measured around ``run``; what the kernels do not cover (steps
-run in the interpreter, copying the outputs out, the call itself) is reported as ``other``.
+its forward function (``kiln_profile_mark``, ``codegen/native/parallel.c``) into a profile record in
+the run's arena; ``Executable.run_timed`` zeroes the record before the run and reads it after, so each
+run gives each kernel's time, each pool thread's time in it, and each interpreted step's time. The
+end-to-end latency of the same call is measured around it; what the kernels do not cover (steps run
+in the interpreter, copying the outputs out, the call itself) is reported as ``other``.
 
 **Roofline.** ``machine_roofline`` measures this machine once (Kiln's sgemm at 1024^3 on the threads
 used: the compute peak; a NumPy copy of 256 MiB: the memory bandwidth, read + write) and caches the
@@ -20,21 +21,20 @@ from the op table: bytes are every member op's operands and results, an upper es
 kernel whose intermediates stay in registers); its % of roofline is its GFLOP/s over that bound, and
 for kernels without FLOPs (data movement) its GB/s over the bandwidth.
 
-**Limits.** The counters belong to the loaded library: two threads profiling one executable at once
-would mix their times (``profile`` holds the executable's profiling lock; plain ``run`` calls from
-other threads are not excluded). The trace's kernel track is the calling thread's, each run's
+**No global state.** The record lives in the arena of the call, and each concurrent caller has its
+own arena, so profiling one executable from several threads, or profiling while other threads call
+``run``, times each run by itself. The trace's kernel track is the calling thread's, each run's
 kernels one after another at their measured durations; each pool thread's track shows, per kernel,
 the time that thread spent in the kernel's parallel chunks (placed from the kernel's start: the
-native code sums a thread's chunk times per step rather than keeping each chunk's start).
+native code sums a thread's chunk times per step rather than keeping each chunk's start). A loop
+whose caller found the pool busy with another caller's kernel runs on the calling thread alone.
 """
 from __future__ import annotations
 
 import json
 import os
 import statistics
-import threading
 import time
-import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -45,9 +45,6 @@ from .errors import KilnError
 
 #: bytes of the arrays copied to measure the memory bandwidth
 BANDWIDTH_BYTES = 256 << 20
-#: one profiling lock per executable (weakly held: a dropped executable takes its lock with it)
-_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_LOCKS_GUARD = threading.Lock()
 
 
 @dataclass
@@ -278,26 +275,19 @@ def profile(exe, feeds: Mapping[str, Any], runs: int = 20, warmup: int = 3, roof
     if runs < 1:
         raise KilnError(f"runs must be at least 1, got {runs}")
     roof = roofline or machine_roofline(exe.nthreads, cache_dir)
-    with _LOCKS_GUARD:
-        lock = _LOCKS.setdefault(exe, threading.Lock())
     per_run: list[list[float]] = []
     pool_runs: list[list[list[float]]] = []
     interpreted: list[dict[str, float]] = []
     latencies: list[float] = []
-    with lock:
-        for _ in range(warmup):
-            exe.run(feeds)
-        for _ in range(runs):
-            exe.step_seconds(reset=True)
-            exe.fallback_seconds(reset=True)
-            t0 = time.perf_counter()
-            exe.run(feeds)
-            latencies.append(time.perf_counter() - t0)
-            timed = exe.step_seconds()
-            order = sorted(range(len(timed)), key=lambda i: timed[i][0]["step"])
-            per_run.append([timed[i][1] for i in order])
-            pool_runs.append([[busy[i] for i in order] for busy in exe.pool_seconds()])
-            interpreted.append(exe.fallback_seconds())
+    order = sorted(range(len(manifest.kernels)), key=lambda i: manifest.kernels[i]["step"])
+    for _ in range(warmup):
+        exe.run(feeds)
+    for _ in range(runs):
+        _, t = exe.run_timed(feeds)
+        latencies.append(t.seconds)
+        per_run.append([t.steps[i] for i in order])
+        pool_runs.append([[busy[i] for i in order] for busy in t.pool])
+        interpreted.append(t.interpreted)
     kernels = []
     for j, k in enumerate(sorted(manifest.kernels, key=lambda k: k["step"])):
         times = [r[j] for r in per_run]

@@ -61,8 +61,8 @@ class MemoryPlan:
     """The places of one program's values (see the module docstring); ``reuse=False`` gives every
     value arena memory of its own (no in-place results, no concat pieces in place)."""
 
-    def __init__(self, graph: Graph, steps: list, reuse: bool = True):
-        self.graph, self.steps, self.reuse = graph, steps, reuse
+    def __init__(self, graph: Graph, steps: list, reuse: bool = True, profile: bool = False):
+        self.graph, self.steps, self.reuse, self.with_profile = graph, steps, reuse, profile
         self.places: dict[int, Place] = {}
         self.native_values: dict[int, Value] = {}
         for st in steps:
@@ -92,6 +92,7 @@ class MemoryPlan:
         self.buffers: list[Buffer] = []
         self.arena_bytes = self.naive_bytes = 0
         self.status: Buffer | None = None
+        self.profile: Buffer | None = None
         self._arena_value: dict[int, Buffer] = {}
 
     def root_of(self, v: Value) -> Value:
@@ -198,6 +199,13 @@ class MemoryPlan:
             self.status = Buffer("status record", STATUS_BYTES, 0, len(self.steps), kind="scratch")
             buffers.append(self.status)
             self.naive_bytes += align(STATUS_BYTES)
+        if self.with_profile:  # the profile record of a timed build (live all along)
+            from .native import profile_record_bytes
+
+            self.profile = Buffer("profile record", profile_record_bytes(len(self.steps)), 0, len(self.steps),
+                                  kind="scratch")
+            buffers.append(self.profile)
+            self.naive_bytes += align(self.profile.size)
         self.arena_bytes = plan_arena(buffers, ALIGN, reuse=self.reuse)
         places = self.places
         for key, buf in arena_value.items():

@@ -89,6 +89,8 @@ class Program:
     profiled: bool = False
     #: the arena offset of the status record (``KernelBuilder.fail_if``), None when no kernel checks
     status_offset: int | None = None
+    #: the arena offset of the profile record (``profile=True``: ``native/parallel.c``), else None
+    profile_offset: int | None = None
 
     def memory_summary(self) -> dict:
         """The memory figures (manifest, ``kiln compile``/``inspect``, docs/memory.md), all from the
@@ -151,15 +153,15 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     With ``fallback=False`` a group without a native lowering is an error naming the op, the node
     and the reason. ``reuse_memory=False`` gives every value arena memory of its own (debugging; no
     in-place reuse either); ``in_place=False`` only turns off kernels writing over their inputs.
-    ``profile=True`` times every step (``kiln_profile_mark`` in ``native/parallel.c``; read with
-    ``kiln_profile_seconds(step index)``). ``verify_shared=True`` (``compile(verify=True)``, ``--verify``)
+    ``profile=True`` times every step (``kiln_profile_mark`` in ``native/parallel.c``) into a profile
+    record in the arena (``profile_offset``; read by ``Executable.run_timed``). ``verify_shared=True`` (``compile(verify=True)``, ``--verify``)
     emits every kernel anyway and checks that a function shared by equal kernels is exactly what each
     step would have got (``kernel_key``).
     """
     module = new_module("kiln_model", target)
     services = Services(module, target, model_config(target))
     steps, lowerings = choose_lowerings(graph, fallback)
-    memory = MemoryPlan(graph, steps, reuse=reuse_memory)
+    memory = MemoryPlan(graph, steps, reuse=reuse_memory, profile=profile)
     memory.choose_in_place(lowerings, enabled=in_place)
     emit_kernels(steps, lowerings, services, verify_shared)
     memory.place_constants()
@@ -169,13 +171,14 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     prog = Program("", steps, segments, memory.places, memory.weights, memory.weights_bytes, memory.arena_bytes,
                    memory.buffers, graph, naive_bytes=memory.naive_bytes)
     prog.status_offset = memory.status.offset if memory.status is not None else None
+    prog.profile_offset = memory.profile.offset if memory.profile is not None and segments else None
     if not any(st.native and not st.alias for st in steps):
         prog.segments = segments = []  # nothing to run natively: no library at all
     if profile and segments:
         services.uses_parallel = True
     for j, seg in enumerate(segments):
-        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg], services.uses_parallel, profile,
-                      prog.status_offset)
+        _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg], services.uses_parallel,
+                      prog.profile_offset, prog.status_offset, len(steps))
     prog.llvm_ir = str(module)
     prog.uses_gemm, prog.gemm_cfg = services.uses_gemm, services.gemm_cfg
     prog.uses_parallel = services.uses_parallel
@@ -385,8 +388,10 @@ SEGMENT_PART_STEPS = 256
 
 
 def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool: bool = False,
-                  profile: bool = False, status: int | None = None) -> None:
-    """The forward function of one segment: each step's kernel called with its slot table. A kernel
+                  profile: int | None = None, status: int | None = None, nsteps: int = 0) -> None:
+    """The forward function of one segment: each step's kernel called with its slot table (and with
+    ``profile``, the arena offset of the profile record of ``nsteps`` steps, ``kiln_profile_mark``
+    after each). A kernel
     that checks its input data (a status slot) is followed by a look at the status record: if it
     reported an error, the step's index is written there and the function returns. A long segment
     calls its steps in parts (``SEGMENT_PART_STEPS``), each a function that returns nonzero when a
@@ -401,10 +406,12 @@ def _emit_segment(module: ir.Module, name: str, steps: Sequence[Step], wake_pool
             module, ir.FunctionType(VOID, [I32]), "kiln_parallel_wake")
         b.call(wake, [fn.args[3]])
     mark = None
-    if profile:
-        mark = module.globals.get("kiln_profile_mark") or ir.Function(
-            module, ir.FunctionType(VOID, [I32]), "kiln_profile_mark")
-        b.call(mark, [ir.Constant(I32, -1)])
+    if profile is not None:  # (kiln_profile_mark, the profile record's arena offset)
+        fn_mark = module.globals.get("kiln_profile_mark") or ir.Function(
+            module, ir.FunctionType(VOID, [PTR, I32, I32]), "kiln_profile_mark")
+        mark = (fn_mark, profile, nsteps)
+        b.call(fn_mark, [b.gep(fn.args[2], [c64(profile)], inbounds=True, source_etype=ir.IntType(8)),
+                         ir.Constant(I32, -1), ir.Constant(I32, nsteps)])
     if len(steps) <= SEGMENT_PART_STEPS:
         _emit_steps(module, fn, b, steps, mark, status, b.ret_void)
         b.ret_void()
@@ -457,4 +464,5 @@ def _emit_steps(module: ir.Module, fn: ir.Function, b: ir.IRBuilder, steps: Sequ
                 b.store(c64(st.index), b.gep(rec, [c64(3)], source_etype=I64))
                 fail()
         if mark is not None:
-            b.call(mark, [ir.Constant(I32, st.index)])
+            b.call(mark[0], [b.gep(arena, [c64(mark[1])], inbounds=True, source_etype=ir.IntType(8)),
+                             ir.Constant(I32, st.index), ir.Constant(I32, mark[2])])

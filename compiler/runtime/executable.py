@@ -20,10 +20,12 @@ import io
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
+from ..codegen.native import PROFILE_THREADS, profile_record_bytes
 from ..errors import InputError, KilnError
 from .artifact import MAX_LIBRARY_BYTES, ArtifactDir, ArtifactError, read_manifest
 from .device import CpuDevice, Device, Memory
@@ -43,6 +45,16 @@ def default_threads() -> int:
 
 
 _char_at, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+@dataclass
+class RunTiming:
+    """How one ``Executable.run_timed`` call's time went."""
+
+    seconds: float                  # the whole call
+    steps: list[float]              # per kernel (``Executable.kernels`` order): seconds on the calling thread
+    pool: list[list[float]]         # per pool thread: its seconds in each kernel's parallel loops
+    interpreted: dict[str, float]   # per interpreted node name: seconds
 
 
 class Executable:
@@ -87,8 +99,6 @@ class Executable:
             else:
                 self._outputs.append((o.name, None, None, None, None, r))
         self._lock = threading.Lock()
-        #: profiling builds: seconds per interpreted node (``fallback_seconds``)
-        self._fallback_seconds: dict[str, float] | None = {} if getattr(manifest, "profile", False) else None
         self.arena_bytes = int(manifest.memory["arena_bytes"])
         self._fast = self._fast_plan()
         self._fast_slots: dict = {}  # id(arena) -> (its input pointer table, its output views)
@@ -181,41 +191,37 @@ class Executable:
     def kernels(self) -> list[dict]:
         return self.manifest.kernels
 
-    def step_seconds(self, reset: bool = False) -> list[tuple[dict, float]]:
-        """(kernel, seconds) for every kernel of an artifact compiled with ``profile=True``: the time
-        spent in it over all runs since the last reset (``reset=True`` zeroes the counters after
-        reading). Fallback steps are not timed."""
-        if not self.manifest.profile:
+    def run_timed(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], "RunTiming"]:
+        """``run(inputs)`` on an artifact compiled with ``profile=True``, and how its time went
+        (``RunTiming``): each kernel's seconds, each pool thread's seconds in each kernel's parallel
+        loops, and each interpreted step's seconds. The times are kept in this call's arena (the
+        profile record, ``native/parallel.c``), so concurrent callers each time their own run."""
+        m = self.manifest
+        if not m.profile:
             raise KilnError("this artifact was not compiled with profile=True: no step is timed")
-        read = self._module.function("kiln_profile_seconds", [ctypes.c_int32], ctypes.c_double)
-        res = [(k, read(k["step"])) for k in self.kernels]
-        if reset:
-            self._module.function("kiln_profile_reset", [])()
-        return res
-
-    def fallback_seconds(self, reset: bool = False) -> dict[str, float]:
-        """{node name: seconds} of the steps run in the interpreter, over all runs since the last reset
-        (an artifact compiled with ``profile=True``)."""
-        if self._fallback_seconds is None:
-            raise KilnError("this artifact was not compiled with profile=True: no step is timed")
-        res = dict(self._fallback_seconds)
-        if reset:
-            self._fallback_seconds.clear()
-        return res
-
-    def pool_seconds(self) -> list[list[float]]:
-        """Per thread of the pool (the threads besides the caller's), the seconds it spent running
-        chunks of each kernel's parallel loops since the last reset, in ``step_seconds``' order (an
-        artifact compiled with ``profile=True``; one built before this count existed gives [])."""
-        if not self.manifest.profile:
-            raise KilnError("this artifact was not compiled with profile=True: no step is timed")
+        mem = self._take_arena()
         try:
-            count = self._module.function("kiln_profile_threads", [], ctypes.c_int32)
-            read = self._module.function("kiln_profile_thread_seconds", [ctypes.c_int32, ctypes.c_int32],
-                                         ctypes.c_double)
-        except KilnError:
-            return []
-        return [[read(t, k["step"]) for k in self.kernels] for t in range(1, count() + 1)]
+            rec = None
+            if m.profile_offset is not None:
+                nsteps = m.nodes  # a step per node of the final graph (build_program)
+                rec = self.device.view(mem, m.profile_offset, np.dtype(np.float64),
+                                       (profile_record_bytes(nsteps) // 8,))
+                rec[:] = 0.0
+            interpreted: dict[str, float] = {}
+            t0 = time.perf_counter()
+            out = self._run_on(inputs, mem, interpreted)
+            seconds = time.perf_counter() - t0
+            at = 1 + PROFILE_THREADS  # the last clock and the pending slots come first
+            steps = [float(rec[at + k["step"]]) if rec is not None else 0.0 for k in self.kernels]
+            pool = []
+            if rec is not None:
+                table = rec[at:at + nsteps * PROFILE_THREADS].reshape(PROFILE_THREADS, nsteps)
+                pool = [[float(table[t, k["step"]]) for k in self.kernels] for t in range(1, PROFILE_THREADS)]
+                while pool and not any(pool[-1]):  # the threads the pool has (those that ran something)
+                    pool.pop()
+            return out, RunTiming(seconds, steps, pool, interpreted)
+        finally:
+            self._give_arena(mem)
 
     @property
     def fallback(self) -> list[dict]:
@@ -251,6 +257,12 @@ class Executable:
         return check_feeds(self._signature_, inputs, self._shown)
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return self._run_on(inputs)
+
+    def _run_on(self, inputs: Mapping[str, Any], mem: Memory | None = None,
+                interpreted: dict | None = None) -> dict[str, np.ndarray]:
+        """``run`` on ``mem`` (default: an arena of the pool's, one per concurrent caller), adding each
+        interpreted step's seconds to ``interpreted`` when given."""
         fast = self._fast
         if fast is not None and type(inputs) is dict:
             fn, signature = fast
@@ -262,14 +274,16 @@ class Executable:
                 arrays.append(a)
             else:
                 if len(inputs) == len(signature):
-                    return self._run_fast(fn, arrays)
-        return self._run_general(inputs)
+                    return self._run_fast(fn, arrays, mem)
+        return self._run_general(inputs, mem, interpreted)
 
-    def _run_fast(self, fn, arrays: list) -> dict[str, np.ndarray]:
-        try:
-            mem = self._arenas.pop()  # list.pop is atomic: one arena per concurrent caller
-        except IndexError:
-            mem = self.device.allocate(max(self.arena_bytes, 64))
+    def _run_fast(self, fn, arrays: list, given: Memory | None = None) -> dict[str, np.ndarray]:
+        mem = given
+        if mem is None:
+            try:
+                mem = self._arenas.pop()  # list.pop is atomic: one arena per concurrent caller
+            except IndexError:
+                mem = self.device.allocate(max(self.arena_bytes, 64))
         slot = self._fast_slots.get(id(mem))
         if slot is None:
             views = [(name, self.device.view(mem, start, dt, shape)) for name, start, _, dt, shape, _ in self._outputs]
@@ -284,14 +298,16 @@ class Executable:
             fn(_addressof(table), self._wptr, mem.address, self.nthreads)
             return {name: v.copy() for name, v in views}
         finally:
-            self._arenas.append(mem)
+            if given is None:
+                self._arenas.append(mem)
 
-    def _run_general(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _run_general(self, inputs: Mapping[str, Any], given: Memory | None = None,
+                     interpreted: dict | None = None) -> dict[str, np.ndarray]:
         arrays = self.check_inputs(inputs)
         table = self._table_t(*[a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else None
                                 for a in arrays])
         dev = self.device
-        mem = self._take_arena()
+        mem = given or self._take_arena()
         try:
             env: dict[str, Any] = {}
             status = self.manifest.status_offset
@@ -303,15 +319,15 @@ class Executable:
                     if status is not None:
                         dev.synchronize()
                         raise_reported(mem.host, status, self.manifest.kernels)
-                elif self._fallback_seconds is None:
+                elif interpreted is None:
                     dev.synchronize()
                     self._run_fallback(step, arrays, mem, env)
-                else:  # profiling: each interpreted step is timed too
+                else:  # run_timed: each interpreted step is timed too
                     dev.synchronize()
                     t0 = time.perf_counter()
                     self._run_fallback(step, arrays, mem, env)
-                    name = self._graph.nodes[step.node].name
-                    self._fallback_seconds[name] = self._fallback_seconds.get(name, 0.0) + time.perf_counter() - t0
+                    name = self._graph.nodes[step.node].name or ""
+                    interpreted[name] = interpreted.get(name, 0.0) + time.perf_counter() - t0
             dev.synchronize()
             result = {}
             for name, start, stop, dt, shape, ref in self._outputs:
@@ -321,7 +337,8 @@ class Executable:
                     result[name] = self._read(ref, arrays, mem, env)
             return result
         finally:
-            self._give_arena(mem)
+            if given is None:
+                self._give_arena(mem)
 
     def _take_arena(self) -> Memory:
         with self._lock:
@@ -453,4 +470,4 @@ def load(path: str | os.PathLike, nthreads: int | None = None) -> Executable:
         return Executable(path, manifest, nthreads, _dir=d)
 
 
-__all__ = ["Executable", "check_feeds", "default_threads", "load"]
+__all__ = ["Executable", "RunTiming", "check_feeds", "default_threads", "load"]

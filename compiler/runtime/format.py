@@ -36,6 +36,8 @@ from typing import Any, Union
 
 import numpy as np
 
+from ..codegen.native import profile_record_bytes
+
 FORMAT = "kiln-artifact"
 FORMAT_VERSION = 2  # 2: the library records its layout (``kiln_layout``)
 MANIFEST = "manifest.json"
@@ -241,6 +243,14 @@ def check_memory(m: dict) -> None:
     status = m.get("status_offset")
     if status is not None and _int(status, "status_offset") + STATUS_BYTES > arena:
         raise SchemaError("status_offset", f"the status record at {status} runs past the arena ({arena} bytes)")
+    prof = m.get("profile_offset")
+    if prof is not None:
+        if not m.get("profile", False):
+            raise SchemaError("profile_offset", "a profile record in an artifact not built for profiling")
+        steps = _int(m.get("nodes", 0), "nodes")  # a step per node of the final graph
+        if _int(prof, "profile_offset") + profile_record_bytes(steps) > arena:
+            raise SchemaError("profile_offset", f"the profile record at {prof} ({profile_record_bytes(steps)} bytes "
+                                                f"for {steps} steps) runs past the arena ({arena} bytes)")
 
 
 def check_kernels(m: dict) -> None:
@@ -383,13 +393,15 @@ def native_layout(m: "Manifest") -> bytes:
     those only the interpreter reads) and the native functions in plan order. Canonical JSON."""
     layout = {"arena_bytes": m.memory["arena_bytes"], "weights_bytes": m.memory["weights_bytes"],
               "status_offset": m.status_offset,
+              **({"profile_offset": m.profile_offset} if m.profile_offset is not None else {}),
               "inputs": [[i.dtype, list(i.shape)] if i.dtype is not None else None for i in m.inputs],
               "native": [s.function for s in m.plan if isinstance(s, NativeStep)]}
     return json.dumps(layout, sort_keys=True, separators=(",", ":")).encode()
 
 
 _LAYOUT_FIELDS = {"arena_bytes": "memory.arena_bytes", "weights_bytes": "memory.weights_bytes",
-                  "status_offset": "status_offset", "inputs": "inputs", "native": "plan"}
+                  "status_offset": "status_offset", "profile_offset": "profile_offset", "inputs": "inputs",
+                  "native": "plan"}
 
 
 def check_layout(m: "Manifest", recorded: bytes) -> None:
@@ -591,6 +603,7 @@ class Manifest:
     nodes: int = 0
     status_offset: int | None = None
     profile: bool = False
+    profile_offset: int | None = None   # the profile record in the arena (``profile``)
     compile_seconds: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)           # file name -> SHA-256
     manifest_sha256: str = ""
@@ -614,7 +627,8 @@ class Manifest:
             "plan": [s.to_json() for s in self.plan],
             "kernels": self.kernels, "views": self.views, "concats_in_place": self.concats_in_place,
             "fallback": self.fallback, "memory": self.memory, "status_offset": self.status_offset,
-            "nodes": self.nodes, "profile": self.profile, "compile_seconds": self.compile_seconds,
+            "nodes": self.nodes, "profile": self.profile, "profile_offset": self.profile_offset,
+            "compile_seconds": self.compile_seconds,
             "files": self.files, "manifest_sha256": self.manifest_sha256,
         }
 
@@ -631,6 +645,7 @@ class Manifest:
             plan=[step_from_json(s) for s in m["plan"]], memory=m["memory"], kernels=m["kernels"],
             fallback=m["fallback"], concats_in_place=m.get("concats_in_place", []), views=m["views"],
             nodes=m["nodes"], status_offset=m.get("status_offset"), profile=m.get("profile", False),
+            profile_offset=m.get("profile_offset"),
             compile_seconds=m["compile_seconds"], files=m["files"], manifest_sha256=m["manifest_sha256"],
             format_version=m["format_version"])
 

@@ -132,8 +132,8 @@ def test_the_trace_has_a_track_per_pool_thread_within_each_kernel():
     model = float_model(nodes, [("x", [256, 512])], [("w", w)])
     exe = compiler.compile(model, profile=True, nthreads=2)
     p = profile(exe, {"x": RNG.standard_normal((256, 512)).astype(np.float32)}, runs=10, roofline=ROOF)
-    assert len(p.pool_runs) == 10 and all(len(r) >= 1 for r in p.pool_runs)
-    assert any(sum(r[0]) > 0 for r in p.pool_runs)  # pool thread 1 ran chunks
+    assert len(p.pool_runs) == 10
+    assert any(r and sum(r[0]) > 0 for r in p.pool_runs)  # pool thread 1 ran chunks
     events = p.chrome_trace()["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     assert names[2].startswith("pool thread 1")
@@ -159,5 +159,5 @@ def test_interpreted_steps_are_timed_too():
     assert set(timed) == {"nonzero1", "cast1"} and all(s > 0 for s in timed.values())
     assert sum(timed.values()) + p.kernel_sum_s <= p.latency_max_s
     assert "interpreted: NonZero node 'nonzero1'" in p.table() and " ms (median, in 'other')" in p.table()
-    assert exe.fallback_seconds() and not exe.fallback_seconds(reset=True) == {}
-    assert exe.fallback_seconds() == {}
+    _, t = exe.run_timed({"x": RNG.standard_normal((4, 8)).astype(np.float32)})
+    assert set(t.interpreted) == {"nonzero1", "cast1"}

@@ -11,6 +11,15 @@ import tempfile
 from ..llvm.toolchain import CodegenError, find_cc
 
 _SOURCE = os.path.join(os.path.dirname(__file__), "parallel.c")
+#: pool threads a profile record keeps chunk times of, the caller's slot 0 included
+#: (``KILN_PROFILE_THREADS`` in parallel.c)
+PROFILE_THREADS = 16
+
+
+def profile_record_bytes(nsteps: int) -> int:
+    """The size of a profile record for ``nsteps`` steps (``kiln_profile_rec`` in parallel.c: the last
+    clock, a pending slot per thread, then nsteps step times and nsteps per pool thread)."""
+    return 8 * (1 + PROFILE_THREADS + nsteps * PROFILE_THREADS)
 _OBJECTS: dict[str, bytes] = {}
 
 

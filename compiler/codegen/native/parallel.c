@@ -4,12 +4,8 @@
  *   void kiln_parallel_for(void (*task)(void *ctx, int64_t begin, int64_t end), void *ctx,
  *                          int64_t n, int32_t nthreads);
  *   void kiln_parallel_wake(int32_t nthreads);   (a forward pass starts: get the threads polling)
- *   void kiln_profile_mark(int32_t step);        (profiling builds: step done; -1 when a pass starts)
- *   double kiln_profile_seconds(int32_t step);   (seconds spent in step since the last reset)
- *   double kiln_profile_thread_seconds(int32_t thread, int32_t step);
- *                                                (seconds pool thread `thread` (1..) ran chunks of step)
- *   int32_t kiln_profile_threads(void);          (pool threads started)
- *   void kiln_profile_reset(void);
+ *   void kiln_profile_mark(kiln_profile_rec *rec, int32_t step, int32_t nsteps);
+ *       (profiling builds: step done, charged to the pass's record in its arena; -1 when a pass starts)
  *
  * runs task(ctx, b, e) over [0, n) cut into about 4 chunks per thread, on the calling thread and up
  * to nthreads - 1 pool threads, and returns when every chunk is done. Chunks are taken from an
@@ -32,12 +28,29 @@
 
 typedef void (*kiln_task)(void *ctx, int64_t begin, int64_t end);
 
+/* Profiling builds (build_program(profile=True)) keep one profile record per forward pass, in its
+ * arena: no global state, so concurrent callers (each with its own arena) time their own runs. The
+ * forward function calls kiln_profile_mark(rec, -1, n) on entry and kiln_profile_mark(rec, i, n) after
+ * step i's kernel, and step i is charged the time since the previous mark. A loop that
+ * kiln_parallel_for posts from that thread carries the record: each pool thread adds the time it
+ * spends in the loop's chunks to its pending slot, which the next mark charges to the step just done
+ * (the caller has joined every pool thread of the step's loops by then). n is the program's step
+ * count, a constant of the generated code; the runtime zeroes the record before a timed run
+ * (Executable.run_timed; its size: codegen/native profile_record_bytes). */
+#define KILN_PROFILE_THREADS 16
+typedef struct {
+    double last;                           /* the previous mark's clock, seconds */
+    double pending[KILN_PROFILE_THREADS];  /* pool thread k's chunk seconds since the previous mark */
+    double seconds[];                      /* nsteps step times, then nsteps per pool thread 1.. */
+} kiln_profile_rec;
+
 typedef struct {
     kiln_task fn;
     void *ctx;
     int64_t n, chunk, nchunks;
     atomic_llong next;   /* the next chunk to take */
     atomic_int active;   /* pool threads working on this job */
+    kiln_profile_rec *rec; /* the poster's profile record (profiling builds), else 0 */
 } kiln_job;
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -47,32 +60,26 @@ static kiln_job *pool_job;                                       /* guarded by p
 static atomic_llong pool_generation;
 static int pool_threads;                                         /* guarded by pool_mu */
 
-/* Profiling builds (profile_on, set by the first kiln_profile_mark): each pool thread adds the time
- * it spends in chunks to its pending_busy slot, which kiln_profile_mark charges to the step just done
- * (the caller has joined every pool thread of the step's loops by then). */
-#define KILN_PROFILE_THREADS 16
 static _Thread_local int pool_slot;                 /* 0: a calling thread; k: the k-th pool thread */
-static int profile_on;
-static double pending_busy[KILN_PROFILE_THREADS];
+static _Thread_local kiln_profile_rec *thread_rec;  /* the record of the pass this thread runs */
 
-static double seconds_since(const struct timespec *t0) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) + 1e-9 * (double)(now.tv_nsec - t0->tv_nsec);
+static double clock_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static void run_chunks(kiln_job *j) {
-    int timed = profile_on && pool_slot > 0 && pool_slot < KILN_PROFILE_THREADS;
+    kiln_profile_rec *rec = pool_slot > 0 && pool_slot < KILN_PROFILE_THREADS ? j->rec : 0;
     for (;;) {
         int64_t c = atomic_fetch_add(&j->next, 1);
         if (c >= j->nchunks)
             return;
         int64_t b = c * j->chunk, e = b + j->chunk;
-        if (timed) {
-            struct timespec t0;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (rec) {
+            double t0 = clock_seconds();
             j->fn(j->ctx, b, e < j->n ? e : j->n);
-            pending_busy[pool_slot] += seconds_since(&t0);
+            rec->pending[pool_slot] += clock_seconds() - t0;
         } else {
             j->fn(j->ctx, b, e < j->n ? e : j->n);
         }
@@ -150,6 +157,7 @@ void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
     j.nchunks = (n + j.chunk - 1) / j.chunk;
     atomic_init(&j.next, 0);
     atomic_init(&j.active, 0);
+    j.rec = thread_rec;
 
     pthread_mutex_lock(&pool_mu);
     start_threads(nthreads);
@@ -168,55 +176,15 @@ void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
     pthread_mutex_unlock(&pool_owner);
 }
 
-/* Per-step time of forward passes built with profile=True (build_program): the forward function
- * calls kiln_profile_mark(-1) on entry and kiln_profile_mark(i) after step i's kernel, so step i is
- * charged the time since the previous mark, and each pool thread's chunk time since then. One
- * profiling caller at a time. */
-#define KILN_PROFILE_MAX 16384
-static struct timespec profile_last;
-static double profile_seconds[KILN_PROFILE_MAX];
-static double profile_busy[KILN_PROFILE_THREADS][KILN_PROFILE_MAX];
-static int32_t profile_steps; /* 1 + the largest step marked since the last reset */
-
-void kiln_profile_mark(int32_t step) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    profile_on = 1;
-    if (step >= 0 && step < KILN_PROFILE_MAX) {
-        profile_seconds[step] += (double)(now.tv_sec - profile_last.tv_sec) +
-                                 1e-9 * (double)(now.tv_nsec - profile_last.tv_nsec);
+void kiln_profile_mark(kiln_profile_rec *r, int32_t step, int32_t nsteps) {
+    double now = clock_seconds();
+    thread_rec = r;
+    if (step >= 0 && step < nsteps) {
+        r->seconds[step] += now - r->last;
         for (int t = 1; t < KILN_PROFILE_THREADS; t++)
-            profile_busy[t][step] += pending_busy[t];
-        if (step >= profile_steps)
-            profile_steps = step + 1;
+            r->seconds[(int64_t)t * nsteps + step] += r->pending[t];
     }
     for (int t = 1; t < KILN_PROFILE_THREADS; t++)
-        pending_busy[t] = 0.0;
-    profile_last = now;
-}
-
-double kiln_profile_seconds(int32_t step) {
-    return step >= 0 && step < KILN_PROFILE_MAX ? profile_seconds[step] : 0.0;
-}
-
-double kiln_profile_thread_seconds(int32_t thread, int32_t step) {
-    if (thread < 1 || thread >= KILN_PROFILE_THREADS || step < 0 || step >= KILN_PROFILE_MAX)
-        return 0.0;
-    return profile_busy[thread][step];
-}
-
-int32_t kiln_profile_threads(void) {
-    pthread_mutex_lock(&pool_mu);
-    int32_t n = pool_threads < KILN_PROFILE_THREADS - 1 ? pool_threads : KILN_PROFILE_THREADS - 1;
-    pthread_mutex_unlock(&pool_mu);
-    return n;
-}
-
-void kiln_profile_reset(void) {
-    for (int i = 0; i < profile_steps; i++) {
-        profile_seconds[i] = 0.0;
-        for (int t = 1; t < KILN_PROFILE_THREADS; t++)
-            profile_busy[t][i] = 0.0;
-    }
-    profile_steps = 0;
+        r->pending[t] = 0.0;
+    r->last = now;
 }
