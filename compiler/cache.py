@@ -47,8 +47,13 @@ def kiln_fingerprint() -> str:
     """A digest of Kiln's sources and the libraries that shape its output (once per process)."""
     global _fingerprint
     if _fingerprint is None:
-        import llvmlite
-        import onnx
+        from importlib.metadata import PackageNotFoundError, version
+
+        def installed(name: str) -> str:  # the version without importing the package (onnx: 1 s)
+            try:
+                return version(name)
+            except PackageNotFoundError:
+                return "-"
 
         h = hashlib.sha256()
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +66,7 @@ def kiln_fingerprint() -> str:
                         h.update(os.path.relpath(path, root).encode())
                         with open(path, "rb") as fh:
                             h.update(hashlib.sha256(fh.read()).digest())
-        h.update(f"{sys.version}|{llvmlite.__version__}|{np.__version__}|{onnx.__version__}".encode())
+        h.update(f"{sys.version}|{installed('llvmlite')}|{np.__version__}|{installed('onnx')}".encode())
         _fingerprint = h.hexdigest()
     return _fingerprint
 
@@ -126,6 +131,31 @@ def cache_key(model: Any, options: Mapping[str, Any]) -> str | None:
         return None
     doc = {"model": digest, "options": _plain(dict(options)), "kiln": kiln_fingerprint()}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:40]
+
+
+def compile_key(model, opt_level, input_shapes, input_values, target, fallback, disabled_passes, memory_limit,
+                quantize, specialize, max_dims, profile, model_name) -> str | None:
+    """The key of ``driver.compile``'s arguments (``cache_key`` of the model and the options that
+    shape the artifact; the target resolved to this CPU's)."""
+    from .codegen.llvm.target import host_target
+
+    t = host_target() if target in (None, "cpu") else target
+    return cache_key(model, dict(
+        opt_level=opt_level, input_shapes=dict(input_shapes or {}), input_values=dict(input_values or {}),
+        target=t, fallback=fallback, disabled_passes=sorted(disabled_passes), memory_limit=memory_limit,
+        quantize=quantize, specialize=specialize, max_dims=dict(max_dims or {}), profile=profile,
+        model_name=model_name))
+
+
+def from_cache(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Any] | None = None, *,
+               nthreads: int | None = None, model_name: str | None = None, cache: Any = True):
+    """The artifact ``compile(model, opt_level, input_shapes, nthreads=, model_name=, cache=cache)``
+    would load from the cache (its other options at their defaults), or None when the cache holds
+    none. It reads the model's bytes only: no ONNX import and no compiler import, so a hit costs the
+    load alone (``kiln run``'s start)."""
+    key = compile_key(model, opt_level, input_shapes, None, None, True, (), None, None, True, None, False,
+                      model_name)
+    return None if key is None else lookup(cache_root(cache), key, nthreads)
 
 
 def lookup(root: str, key: str, nthreads: int | None):

@@ -97,12 +97,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     if cache and calibration is None and record is None and not _is_cuda(target):
         from . import cache as artifacts
 
-        t = host_target() if target in (None, "cpu") else target
-        key = artifacts.cache_key(model, dict(
-            opt_level=opt_level, input_shapes=dict(input_shapes or {}), input_values=dict(input_values or {}),
-            target=t, fallback=fallback, disabled_passes=sorted(disabled_passes), memory_limit=memory_limit,
-            quantize=quantize, specialize=specialize, max_dims=dict(max_dims or {}), profile=profile,
-            model_name=model_name))
+        key = artifacts.compile_key(model, opt_level, input_shapes, input_values, target, fallback, disabled_passes,
+                                    memory_limit, quantize, specialize, max_dims, profile, model_name)
         if key is not None:
             t0 = time.perf_counter()
             root = artifacts.cache_root(cache)

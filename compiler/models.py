@@ -19,9 +19,14 @@ from .ir.graph import Graph
 
 
 def light_model_dir() -> str:
-    import onnx
+    """Where the onnx package keeps its light model-zoo networks (found without importing onnx,
+    which takes a second)."""
+    import importlib.util
 
-    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    spec = importlib.util.find_spec("onnx")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("light: models come with the onnx package, which is not installed")
+    return os.path.join(list(spec.submodule_search_locations)[0], "backend", "test", "data", "light")
 
 
 def light_models() -> list[str]:

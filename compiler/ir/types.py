@@ -15,14 +15,15 @@ from typing import Union
 
 import numpy as np
 
-try:  # the narrow float and int types; ml_dtypes comes with onnx
-    import ml_dtypes as _ml
-except ImportError:  # pragma: no cover - the IR itself works without them
-    _ml = None
-
-
 def _ml_type(name: str):
-    return np.dtype(getattr(_ml, name)) if _ml is not None and hasattr(_ml, name) else None
+    """The NumPy dtype ``ml_dtypes`` names ``name`` (the narrow float and int types; ml_dtypes comes
+    with onnx), or None without it. Imported on first use: the import takes 0.5 to 1 s, and most
+    programs (every float32 model) never need it."""
+    try:
+        import ml_dtypes
+    except ImportError:  # pragma: no cover - the IR itself works without them
+        return None
+    return np.dtype(getattr(ml_dtypes, name)) if hasattr(ml_dtypes, name) else None
 
 
 class DType(enum.Enum):
@@ -43,22 +44,30 @@ class DType(enum.Enum):
     u64 = ("u64", np.dtype(np.uint64), 13)
     c64 = ("c64", np.dtype(np.complex64), 14)
     c128 = ("c128", np.dtype(np.complex128), 15)
-    bf16 = ("bf16", _ml_type("bfloat16"), 16)
-    f8e4m3fn = ("f8e4m3fn", _ml_type("float8_e4m3fn"), 17)
-    f8e4m3fnuz = ("f8e4m3fnuz", _ml_type("float8_e4m3fnuz"), 18)
-    f8e5m2 = ("f8e5m2", _ml_type("float8_e5m2"), 19)
-    f8e5m2fnuz = ("f8e5m2fnuz", _ml_type("float8_e5m2fnuz"), 20)
-    u4 = ("u4", _ml_type("uint4"), 21)
-    i4 = ("i4", _ml_type("int4"), 22)
-    f4e2m1 = ("f4e2m1", _ml_type("float4_e2m1fn"), 23)
-    f8e8m0 = ("f8e8m0", _ml_type("float8_e8m0fnu"), 24)
-    u2 = ("u2", _ml_type("uint2"), 25)
-    i2 = ("i2", _ml_type("int2"), 26)
+    bf16 = ("bf16", "bfloat16", 16)
+    f8e4m3fn = ("f8e4m3fn", "float8_e4m3fn", 17)
+    f8e4m3fnuz = ("f8e4m3fnuz", "float8_e4m3fnuz", 18)
+    f8e5m2 = ("f8e5m2", "float8_e5m2", 19)
+    f8e5m2fnuz = ("f8e5m2fnuz", "float8_e5m2fnuz", 20)
+    u4 = ("u4", "uint4", 21)
+    i4 = ("i4", "int4", 22)
+    f4e2m1 = ("f4e2m1", "float4_e2m1fn", 23)
+    f8e8m0 = ("f8e8m0", "float8_e8m0fnu", 24)
+    u2 = ("u2", "uint2", 25)
+    i2 = ("i2", "int2", 26)
 
     def __init__(self, short: str, np_dtype, onnx_code: int):
         self.short = short
-        self.np = np_dtype
+        self._np = np_dtype  # a NumPy dtype, or the name of an ml_dtypes type (loaded on first use)
         self.onnx = onnx_code
+
+    @property
+    def np(self):
+        """The NumPy dtype (None for an ml_dtypes type when that package is missing)."""
+        d = self._np
+        if isinstance(d, str):
+            d = self._np = _ml_type(d)
+        return d
 
     def __repr__(self) -> str:
         return f"DType.{self.name}"
@@ -82,13 +91,19 @@ class DType(enum.Enum):
     @property
     def itemsize(self) -> int:
         """Bytes per element (sub-byte types round up to one byte, as NumPy stores them)."""
-        return 8 if self is DType.string else (self.np.itemsize if self.np is not None else 1)
+        if self is DType.string:
+            return 8
+        if isinstance(self._np, str):  # an ml_dtypes type not loaded yet: bfloat16 is 2 bytes, the rest 1
+            return 2 if self is DType.bf16 else 1
+        return self.np.itemsize if self.np is not None else 1
 
     # -- conversion ----------------------------------------------------------------------------
     @staticmethod
     def from_numpy(dtype) -> "DType":
         dt = np.dtype(dtype)
         found = _BY_NP.get(dt)
+        if found is None and dt.type.__module__.startswith("ml_dtypes"):  # (so ml_dtypes is loaded)
+            found = next((d for d in _LAZY if d.np == dt), None)
         if found is None:
             if dt.kind in "OUS":
                 return DType.string
@@ -115,7 +130,8 @@ _FLOATS = frozenset({DType.f16, DType.bf16, DType.f32, DType.f64, DType.f8e4m3fn
 _SIGNED_INTS = frozenset({DType.i8, DType.i16, DType.i32, DType.i64, DType.i4, DType.i2})
 _INTS = _SIGNED_INTS | {DType.u8, DType.u16, DType.u32, DType.u64, DType.u4, DType.u2}
 _SIGNED = _SIGNED_INTS | _FLOATS
-_BY_NP = {d.np: d for d in DType if d.np is not None and d is not DType.string}
+_LAZY = [d for d in DType if isinstance(d._np, str)]  # the ml_dtypes types
+_BY_NP = {d.np: d for d in DType if d not in _LAZY and d is not DType.string}
 _BY_ONNX = {d.onnx: d for d in DType}
 _BY_SHORT = {d.short: d for d in DType}
 

@@ -385,9 +385,18 @@ def cmd_run(args) -> int:
         else:
             if args.cluster:
                 raise KilnError("--cluster runs a compiled multi-device artifact (kiln compile --devices ...)")
-            model, feeds, shapes = model_feeds(args.model, args.input_shape, given, args.seed)
-            exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model,
-                          cache=not args.no_cache)
+            from ..cache import from_cache
+
+            exe = None
+            if not args.no_cache and not args.input_shape:  # a hit needs no ONNX import: the start is the load
+                _refuse_directory(args.model)
+                exe = from_cache(args.model, args.opt_level, {}, nthreads=args.threads, model_name=args.model)
+            if exe is not None:
+                feeds = artifact_feeds(exe, given, args.seed)
+            else:
+                model, feeds, shapes = model_feeds(args.model, args.input_shape, given, args.seed)
+                exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model,
+                              cache=not args.no_cache)
         outs = exe.run(feeds)
     for name, arr in outs.items():
         print(describe_array(name, arr))

@@ -113,3 +113,34 @@ def test_kiln_run_uses_the_cache_unless_told_not_to(tmp_path, monkeypatch, capsy
     assert len(entries(root)) == 1
     out = capsys.readouterr().out
     assert out.count("y: float32[2, 8]") == 3
+
+
+def test_a_cache_hit_of_kiln_run_imports_neither_onnx_nor_the_compiler(tmp_path):
+    """The start of a second ``kiln run MODEL`` is the load: the key reads the model's bytes, so no
+    ONNX import (a second with ml_dtypes), no pass or code generator is imported, and the outputs are
+    the same random-input outputs as the first run's."""
+    import subprocess
+    import sys
+
+    model = write_model(tmp_path / "m.onnx")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    code = ("import sys; from compiler.tools.cli import main; main(['run', sys.argv[1]]); "
+            "print(sorted(m for m in ('onnx', 'ml_dtypes', 'compiler.driver', 'compiler.passes', "
+            "'compiler.codegen.program') if m in sys.modules))")
+    runs = [subprocess.run([sys.executable, "-c", code, model], capture_output=True, text=True, env=env,
+                           timeout=300) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    first, second = (r.stdout.splitlines() for r in runs)
+    assert "compiler.driver" in first[-1] and "onnx" in first[-1]  # the miss compiled
+    assert second[-1] == "[]", second[-1]
+    assert first[:-1] == second[:-1] and "y: float32[2, 8]" in second[0]
+
+
+def test_importing_the_compiler_leaves_ml_dtypes_for_when_a_narrow_type_is_used():
+    import subprocess
+    import sys
+
+    code = ("import sys, compiler.driver, compiler.runtime.executable; print('ml_dtypes' in sys.modules); "
+            "from compiler.ir.types import DType; print(DType.bf16.itemsize, DType.bf16.np, DType.f32.np)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.stdout.split("\n")[:2] == ["False", "2 bfloat16 float32"], r.stdout + r.stderr
