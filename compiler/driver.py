@@ -90,9 +90,10 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
         return _compile_on_devices(model, opt_level, input_shapes, devices, device_memory, parallel, microbatch,
                                    output=output, target=target, fallback=fallback, verify=verify,
                                    disabled_passes=disabled_passes, timings=timings, model_name=model_name,
+                                   profile=bool(profile),
                                    unsupported={"quantize": quantize, "calibration": calibration,
                                                 "input_values": input_values or None, "max_dims": max_dims or None,
-                                                "memory_limit": memory_limit, "profile": profile or None,
+                                                "memory_limit": memory_limit,
                                                 "cache": cache or None, "record": record})
     if cache and calibration is None and record is None and not _is_cuda(target):
         from . import cache as artifacts
@@ -242,7 +243,7 @@ def _compile_on_devices(model, opt_level, input_shapes, devices, device_memory, 
     given = [k for k, v in unsupported.items() if v is not None]
     if given:
         raise OptionError(f"{', '.join(given)}: not supported with devices yet (a multi-device compile takes "
-                          f"opt_level, input_shapes, output, target, fallback, verify, disabled_passes)")
+                          f"opt_level, input_shapes, output, target, fallback, verify, disabled_passes, profile)")
     if _is_cuda(target):
         raise OptionError("devices with target='cuda': CUDA devices are not placed on yet; compile for one GPU "
                           "without devices")

@@ -45,7 +45,7 @@ PLACEMENT_TRIES = 4
 def compile_multidevice(model: Any, opt_level: int, input_shapes: Mapping[str, tuple], devices: DeviceOptions, *,
                         output=None, target=None, fallback: bool = True, verify: bool = False,
                         disabled_passes=(), timings: dict | None = None, model_name: str | None = None,
-                        roofline=None) -> MultiDeviceExecutable:
+                        roofline=None, profile: bool = False) -> MultiDeviceExecutable:
     """``compiler.compile`` with ``devices`` (see the module docstring)."""
     from .driver import _destination
     from .models import load_graph
@@ -67,7 +67,7 @@ def compile_multidevice(model: Any, opt_level: int, input_shapes: Mapping[str, t
                           f"input_shapes / --input-shape")
     name = str(model_name or (model if isinstance(model, str) else getattr(full, "name", "model")))
     common = dict(opt_level=opt_level, target=target, fallback=fallback, verify=verify,
-                  disabled_passes=tuple(disabled_passes), model_name=name)
+                  disabled_passes=tuple(disabled_passes), model_name=name, profile=profile)
     mode, why = _choose(devices, symbol, batch, why_not)
     dest, owner = _destination(output)
     with staging(dest) as tmp:
@@ -250,7 +250,8 @@ def _stages(model, shapes, specs, tmp, common) -> tuple[list, dict]:
             else:
                 if gpu:
                     PassManager(_fusion_passes(opts, CPU_FUSION), checks).run(stage.graph)
-                prog = build_program(stage.graph, target, fallback=common["fallback"], verify_shared=common["verify"])
+                prog = build_program(stage.graph, target, fallback=common["fallback"], verify_shared=common["verify"],
+                                     profile=common["profile"])
             need = prog.arena_bytes + prog.weights_bytes
             if need > specs[k].memory_bytes:
                 over = (k, j, need, prog, split.stages[j].memory_bytes)

@@ -63,6 +63,8 @@ class KernelTime:
     gbs: float
     roofline_pct: float | None
     notes: list = field(default_factory=list)
+    device: str | None = None   # a multi-device artifact's device of the kernel's part
+    part: int | None = None     # the index of its part in ``Profile.parts``
 
 
 @dataclass
@@ -76,11 +78,15 @@ class Profile:
     kernels: list[KernelTime]
     roofline: dict
     fallback: list
-    per_run: list[list[float]]  # seconds of each kernel (in step order) per run
+    per_run: list[list[float]]  # seconds of each kernel (in ``kernels`` order) per run
     latencies: list[float]
     #: per run, per pool thread (the threads besides the caller's), its seconds in each kernel's
     #: parallel loops (step order)
     pool_runs: list[list[list[float]]] = field(default_factory=list)
+    #: a multi-device artifact's parts ({"name", "device"}) and, per run, each part's start (seconds
+    #: from the run's)
+    parts: list[dict] = field(default_factory=list)
+    part_starts: list[list[float]] = field(default_factory=list)
 
     @property
     def kernel_sum_s(self) -> float:
@@ -101,7 +107,7 @@ class Profile:
         total = max(self.kernel_sum_s, 1e-12)
         for k in ks:
             roof = f"{k.roofline_pct:.0f}" if k.roofline_pct is not None else "-"
-            label = f"{k.step} {k.name}"
+            label = f"{k.device + ' ' if k.device else ''}{k.step} {k.name}"
             lines.append(f"{label[:34]:<34} {'+'.join(k.ops)[:26]:<26} {k.median_s * 1e3:8.3f} "
                          f"{k.min_s * 1e3:7.3f}-{k.max_s * 1e3:<7.3f} {100 * k.median_s / total:5.1f} "
                          f"{k.gflops:8.1f} {k.gbs:7.1f} {roof:>6}")
@@ -116,7 +122,7 @@ class Profile:
     def to_json(self) -> dict:
         d = asdict(self)
         d["kernel_sum_s"] = self.kernel_sum_s
-        del d["per_run"], d["latencies"], d["pool_runs"]
+        del d["per_run"], d["latencies"], d["pool_runs"], d["part_starts"]
         return d
 
     def chrome_trace(self, compile_seconds: Mapping[str, float] | None = None) -> dict:
@@ -129,21 +135,30 @@ class Profile:
         ev: list[dict] = [
             {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"kiln run: {self.model}"}},
             {"ph": "M", "pid": 1, "tid": 0, "name": "thread_name", "args": {"name": "runs"}},
-            {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name",
-             "args": {"name": "calling thread: every kernel, in step order"}},
-        ] + [{"ph": "M", "pid": 1, "tid": 2 + t, "name": "thread_name",
-              "args": {"name": f"pool thread {t + 1}: its chunks of parallel loops"}} for t in range(pools)]
-        by_step = sorted(self.kernels, key=lambda k: k.step)
+        ]
+        if self.parts:  # a track per part, on its device
+            ev += [{"ph": "M", "pid": 1, "tid": 1 + i, "name": "thread_name",
+                    "args": {"name": f"{p['device']}: {p['name']}"}} for i, p in enumerate(self.parts)]
+        else:
+            ev += [{"ph": "M", "pid": 1, "tid": 1, "name": "thread_name",
+                    "args": {"name": "calling thread: every kernel, in step order"}}]
+            ev += [{"ph": "M", "pid": 1, "tid": 2 + t, "name": "thread_name",
+                    "args": {"name": f"pool thread {t + 1}: its chunks of parallel loops"}} for t in range(pools)]
         t = 0.0
         for r, (lat, times) in enumerate(zip(self.latencies, self.per_run)):
             ev.append({"ph": "X", "pid": 1, "tid": 0, "name": f"run {r}", "ts": t * 1e6, "dur": lat * 1e6,
                        "args": {"kernels_ms": round(sum(times) * 1e3, 4)}})
             at = t
             pool = self.pool_runs[r] if r < len(self.pool_runs) else []
-            for j, (k, s) in enumerate(zip(by_step, times)):
-                ev.append({"ph": "X", "pid": 1, "tid": 1, "name": k.name, "ts": at * 1e6, "dur": s * 1e6,
+            starts = self.part_starts[r] if r < len(self.part_starts) else []
+            part = None
+            for j, (k, s) in enumerate(zip(self.kernels, times)):
+                if k.part is not None and k.part != part:  # a part's kernels start where the part did
+                    part, at = k.part, t + starts[k.part]
+                ev.append({"ph": "X", "pid": 1, "tid": 1 + (k.part or 0), "name": k.name, "ts": at * 1e6,
+                           "dur": s * 1e6,
                            "args": {"run": r, "ops": "+".join(k.ops), "nodes": k.nodes[:8], "lowering": k.lowering,
-                                    "flops": k.flops}})
+                                    "flops": k.flops, **({"device": k.device} if k.device else {})}})
                 for th, busy in enumerate(pool):
                     if busy[j] > 0:
                         ev.append({"ph": "X", "pid": 1, "tid": 2 + th, "name": k.name, "ts": at * 1e6,
@@ -264,44 +279,72 @@ def profile(exe, feeds: Mapping[str, Any], runs: int = 20, warmup: int = 3, roof
             cache_dir: str | None = None) -> Profile:
     """Run ``exe`` (compiled with ``profile=True``) ``runs`` times on ``feeds`` and time each kernel and
     each run (see the module docstring); ``roofline`` defaults to ``machine_roofline``."""
+    from .runtime.multidevice import MultiDeviceExecutable
     from .specialize import Specializing
 
     if isinstance(exe, Specializing):  # the executable of these feeds' sizes
         exe = exe.specialized(exe.sizes_of(feeds))
-    manifest = exe.manifest
-    if not getattr(manifest, "profile", False):
+    multi = isinstance(exe, MultiDeviceExecutable)
+    # the units timed: an executable, or each part of a multi-device one on its device
+    units = [(p.exe.manifest, p.device) for p in exe.parts] if multi else [(exe.manifest, None)]
+    gpu = [d for _, d in units if d and d.startswith("cuda")]
+    if gpu:
+        raise KilnError(f"the part on {gpu[0]} cannot be profiled: CUDA kernels have no per-kernel timing yet")
+    if not all(getattr(m, "profile", False) for m, _ in units):
         raise KilnError("this artifact was not built for profiling: compile it with profile=True "
                         "(kiln compile --profile), or give kiln profile the model itself")
     if runs < 1:
         raise KilnError(f"runs must be at least 1, got {runs}")
-    roof = roofline or machine_roofline(exe.nthreads, cache_dir)
+    nthreads = max(p.exe.nthreads for p in exe.parts) if multi else exe.nthreads
+    roof = roofline or machine_roofline(nthreads, cache_dir)
+    device_roof = {d["name"]: dict(roof, gflops=d["gflops"], gbs=d["gbs"]) for d in exe.devices} if multi else {}
+    orders = [sorted(range(len(m.kernels)), key=lambda i, m=m: m.kernels[i]["step"]) for m, _ in units]
     per_run: list[list[float]] = []
     pool_runs: list[list[list[float]]] = []
+    part_starts: list[list[float]] = []
     interpreted: list[dict[str, float]] = []
     latencies: list[float] = []
-    order = sorted(range(len(manifest.kernels)), key=lambda i: manifest.kernels[i]["step"])
     for _ in range(warmup):
         exe.run(feeds)
     for _ in range(runs):
-        _, t = exe.run_timed(feeds)
-        latencies.append(t.seconds)
-        per_run.append([t.steps[i] for i in order])
-        pool_runs.append([[busy[i] for i in order] for busy in t.pool])
-        interpreted.append(t.interpreted)
+        if multi:
+            t0 = time.perf_counter()
+            _, timed = exe.run_timed(feeds)
+            latencies.append(time.perf_counter() - t0)
+            part_starts.append([start for _, start, _ in timed])
+            each = [t for _, _, t in timed]
+        else:
+            _, t = exe.run_timed(feeds)
+            latencies.append(t.seconds)
+            pool_runs.append([[busy[i] for i in orders[0]] for busy in t.pool])
+            each = [t]
+        per_run.append([t.steps[i] for t, order in zip(each, orders) for i in order])
+        merged: dict[str, float] = {}
+        for t in each:
+            for name, s in t.interpreted.items():
+                merged[name] = merged.get(name, 0.0) + s
+        interpreted.append(merged)
     kernels = []
-    for j, k in enumerate(sorted(manifest.kernels, key=lambda k: k["step"])):
-        times = [r[j] for r in per_run]
-        med = statistics.median(times)
-        kernels.append(KernelTime(k["name"], k["step"], list(k["ops"]), list(k["nodes"]), k.get("lowering"),
-                                  int(k["flops"]), int(k["bytes"]), med, min(times), max(times),
-                                  k["flops"] / med / 1e9 if med > 0 else 0.0,
-                                  k["bytes"] / med / 1e9 if med > 0 else 0.0,
-                                  _roofline_pct(int(k["flops"]), int(k["bytes"]), med, roof),
-                                  list(k.get("notes", []))))
+    j = 0
+    for u, ((m, device), order) in enumerate(zip(units, orders)):
+        for i in order:
+            k = m.kernels[i]
+            times = [r[j] for r in per_run]
+            j += 1
+            med = statistics.median(times)
+            kernels.append(KernelTime(k["name"], k["step"], list(k["ops"]), list(k["nodes"]), k.get("lowering"),
+                                      int(k["flops"]), int(k["bytes"]), med, min(times), max(times),
+                                      k["flops"] / med / 1e9 if med > 0 else 0.0,
+                                      k["bytes"] / med / 1e9 if med > 0 else 0.0,
+                                      _roofline_pct(int(k["flops"]), int(k["bytes"]), med,
+                                                    device_roof.get(device, roof)),
+                                      list(k.get("notes", [])), device, u if multi else None))
     fallback = [dict(f, median_s=statistics.median(r.get(f["node"], 0.0) for r in interpreted))
-                for f in manifest.fallback]
-    return Profile(manifest.model, runs, exe.nthreads, statistics.median(latencies), min(latencies),
-                   max(latencies), kernels, roof, fallback, per_run, latencies, pool_runs)
+                for f in exe.fallback]
+    model = exe.index.get("model", "model") if multi else exe.manifest.model
+    parts = [{"name": p.name, "device": p.device} for p in exe.parts] if multi else []
+    return Profile(model, runs, nthreads, statistics.median(latencies), min(latencies), max(latencies), kernels,
+                   roof, fallback, per_run, latencies, pool_runs, parts, part_starts)
 
 
 __all__ = ["CompileRecord", "KernelTime", "Profile", "cpu_name", "machine_roofline", "profile"]

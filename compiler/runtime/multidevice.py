@@ -30,6 +30,7 @@ import os
 import queue
 import re
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -184,6 +185,39 @@ class MultiDeviceExecutable:
             return {n: env[n] for n in self.output_names}
         pieces = self._stream([_rows(feeds, s, s + self.micro) for s in range(0, self.batch, self.micro)])
         return {n: np.concatenate([o[n] for o in pieces]) for n in self.output_names}
+
+    def run_timed(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], list[tuple[Part, float, Any]]]:
+        """``run(inputs)`` with each part timed (parts compiled with ``profile=True``): the outputs and,
+        per part, (the part, its start in seconds from the call's, its ``RunTiming``). Replicas run at
+        once on their devices; a pipeline's stages run in turn on theirs (one item, so a micro-batched
+        pipeline is refused: its stages take micro-batches)."""
+        for p in self._distinct_parts():
+            if not getattr(p.exe.manifest, "profile", False):
+                raise KilnError(f"part {p.name} on {p.device} was not built for profiling: compile with "
+                                f"profile=True (kiln compile --profile)")
+        if self.micro is not None:
+            raise KilnError("profiling a micro-batched pipeline is not supported: its stages take micro-batches; "
+                            "compile it without microbatch to profile it")
+        feeds = self._check(inputs)
+        t0 = time.perf_counter()
+
+        def timed(p: Part, f: dict):
+            start = time.perf_counter() - t0
+            out, t = p.exe.run_timed(f)
+            return out, (p, start, t)
+
+        if self.parallel == "data":
+            futs = [self._threads[p.device].submit(timed, p, _rows(feeds, *p.rows)) for p in self.parts]
+            res = [f.result() for f in _all_done(futs)]
+            return ({n: np.concatenate([o[n] for o, _ in res]) for n in self.output_names}, [t for _, t in res])
+        env, times = feeds, []
+        for p in self.parts:
+            outs, t = self._threads[p.device].submit(timed, p, {n: env[n] for n in p.inputs}).result()
+            times.append(t)
+            nxt = {k: v for k, v in env.items() if k in p.keep}
+            nxt.update((k, v) for k, v in outs.items() if k in p.keep)
+            env = nxt
+        return {n: env[n] for n in self.output_names}, times
 
     def run_many(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, np.ndarray]]:
         """Outputs for each of ``items`` (feed dicts), in order, the devices working at once: a

@@ -191,7 +191,8 @@ def _kernels(p: Profile) -> str:
     for k in sorted(p.kernels, key=lambda k: -k.median_s):
         roof = f"{k.roofline_pct:.0f}" if k.roofline_pct is not None else "-"
         nodes = ", ".join(k.nodes[:3]) + (f" (+{len(k.nodes) - 3})" if len(k.nodes) > 3 else "")
-        rows.append(f'<tr><td>{k.step}</td><td class="l">{escape(k.name)}</td><td class="l">'
+        where = f"{k.device} " if k.device else ""
+        rows.append(f'<tr><td>{k.step}</td><td class="l">{escape(where + k.name)}</td><td class="l">'
                     f'{escape("+".join(k.ops))}</td><td data-v="{k.median_s}">{_ms(k.median_s)}</td>'
                     f'<td class="l">{_ms(k.min_s)}–{_ms(k.max_s)}</td><td>{100 * k.median_s / total:.1f}</td>'
                     f'<td>{k.gflops:.1f}</td><td>{k.gbs:.1f}</td><td data-v="{k.roofline_pct or -1}">{roof}</td>'
@@ -293,11 +294,21 @@ def _timeline(p: Profile, record: CompileRecord | None, trace: dict) -> str:
     mid = order[len(order) // 2] if order else 0
     by_step = sorted(p.kernels, key=lambda k: k.step)
     times = p.per_run[mid] if p.per_run else []
-    spans = _end_to_end(times)
-    items = [(k.name, at, s, _color(k.ops), f"{k.step} {k.name} ({'+'.join(k.ops)}): {_ms(s)} ms")
-             for k, (at, s) in zip(by_step, spans)]
-    body = _track(items, sum(times), f"run {mid} (median)")
-    for t, busy in enumerate(p.pool_runs[mid] if mid < len(p.pool_runs) else []):
+    if p.parts:  # a multi-device artifact: a track per part, from where the part started
+        starts = p.part_starts[mid]
+        per_part = [[(k, s) for k, s in zip(p.kernels, times) if k.part == i] for i in range(len(p.parts))]
+        total = max([starts[i] + sum(s for _, s in ks) for i, ks in enumerate(per_part)] + [1e-9])
+        body = ""
+        for i, (part, ks) in enumerate(zip(p.parts, per_part)):
+            items = [(k.name, starts[i] + at, s, _color(k.ops), f"{part['device']} {k.name} ({'+'.join(k.ops)}): "
+                      f"{_ms(s)} ms") for (k, _), (at, s) in zip(ks, _end_to_end([s for _, s in ks]))]
+            body += _track(items, total, f"{part['device']}: {part['name']}")
+    else:
+        spans = _end_to_end(times)
+        items = [(k.name, at, s, _color(k.ops), f"{k.step} {k.name} ({'+'.join(k.ops)}): {_ms(s)} ms")
+                 for k, (at, s) in zip(by_step, spans)]
+        body = _track(items, sum(times), f"run {mid} (median)")
+    for t, busy in enumerate(p.pool_runs[mid] if mid < len(p.pool_runs) and not p.parts else []):
         pitems = [(k.name, at, min(b, s), _color(k.ops), f"{k.name}: {_ms(b)} ms of {_ms(s)} ms on pool thread {t + 1}")
                   for k, (at, s), b in zip(by_step, spans, busy) if b > 0]
         body += _track(pitems, sum(times), f"pool thread {t + 1} ({100 * sum(busy) / max(sum(times), 1e-12):.0f}% busy)")
