@@ -3,6 +3,7 @@ from, its sections and links, that it fetches nothing, and that a real headless 
 loads it without a script error and finds every section and drawing."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -147,8 +148,15 @@ def test_a_script_error_is_caught_by_the_check(tmp_path):
 def test_the_resnet50_report_renders(tmp_path, monkeypatch):
     """The issue's check: ResNet-50's report, from ``kiln profile --html``, in headless Chromium."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    out = tmp_path / "resnet50.html"
-    assert main(["profile", "light:resnet50", "--runs", "2", "--top", "3", "--html", str(out)]) == 0
+    out, trace = tmp_path / "resnet50.html", tmp_path / "resnet50.json"
+    assert main(["profile", "light:resnet50", "--runs", "2", "--top", "3", "--html", str(out),
+                 "--trace", str(trace)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]  # every kernel once per run, on the caller's track
+    kernels = [e for e in events if e["ph"] == "X" and e["pid"] == 1 and e["tid"] == 1]
+    for run in (0, 1):
+        names = [e["name"] for e in kernels if e["args"]["run"] == run]
+        assert len(names) == len(kernels) // 2 > 50
+    assert any(e["ph"] == "X" and e["pid"] == 2 for e in events)  # the compile's passes
     text = out.read_text()
     assert "25,610,152 parameters" in text  # the summary (kiln summary gives the same)
     attrs = _load_in_browser(out)
