@@ -311,11 +311,12 @@ def test_refusals():
     brain = g.add_input("b", TensorType(DType.bf16, (4, 6)))
     assert "not static" in reason(sh.Transpose(), dyn)
     assert reason(sh.Transpose(), half) is None  # data movement: every type the loop form stores
-    assert "bf16" in reason(sh.Transpose(), brain)
+    assert reason(sh.Transpose(), brain) is None  # (bf16 as its 16 bits)
     assert "every index is out of range" in reason(ix.Gather(axis=1), g.add_input("e", TensorType(DType.f32, (4, 0))),
                                                    n)
-    assert reason(ew.Cast(to=DType.f16), x) is None  # the loop form stores f16
-    assert "bf16" in reason(ew.Cast(to=DType.bf16), x)
+    assert reason(ew.Cast(to=DType.f16), x) is None  # the loop form stores f16 and bf16
+    assert reason(ew.Cast(to=DType.bf16), x) is None
+    assert "f8e4m3fn" in reason(ew.Cast(to=DType.f8e4m3fn), x)
     assert reason(tn.Slice(), x, n, g.add_constant(i64(3)))  # runtime starts: unknown output shape
     assert "out of range" in reason(ix.Gather(axis=0), x, g.add_constant(i64(0, 4)))
     assert reason(tn.Pad(), x, g.add_input("p", TensorType(DType.i64, (4,))))
@@ -341,7 +342,7 @@ def test_scalars():
 # The loop form: every op on every type the form stores, both printers, edge shapes
 # ---------------------------------------------------------------------------------------------
 
-MOVE_TYPES = [DType.f32, DType.f64, DType.f16, DType.i64, DType.i8, DType.bool, DType.u16]
+MOVE_TYPES = [DType.f32, DType.f64, DType.f16, DType.bf16, DType.i64, DType.i8, DType.bool, DType.u16]
 CUDA = pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")
 
 
@@ -387,6 +388,30 @@ def every_op(b: Bench, dt: DType, small: bool = False) -> None:
     b.add(ix.Gather(axis=1), x, b.const(i64(1, 2, 3)))
     fill = np.asarray(bits_rand((6,), dt).reshape(-1)[4 if dt.is_float else 0]).reshape(1)  # a NaN for floats
     b.add(tn.ConstantOfShape(value=fill), b.const(i64(3, 4)))
+
+
+def test_bfloat16_casts_round_to_nearest_even_bit_for_bit():
+    """bf16 is stored as its 16 bits (llvmlite has no bfloat type): float32 -> bf16 rounds in integer
+    arithmetic, ties to even, overflow to infinity, NaN to the quiet NaN of its sign; bf16 -> f32 and
+    f64 are exact. Bit for bit as ml_dtypes (the interpreter's cast)."""
+    u = np.array([0x3F808000, 0x3F818000, 0x3F80C000, 0x3F807FFF, 0x7F7FFFFF, 0x7F7F8000, 0x7F7F7FFF,
+                  0x00008000, 0x00018000, 0x80000001, 0x7FC00001, 0xFFC12345, 0x7F800001, 0xFF800000,
+                  0x80000000], np.uint32)
+    x = np.concatenate([u.view(np.float32), rand((97,), DType.f32)])
+    b = Bench()
+    xv = b.input(x)
+    brain = b.add(ew.Cast(to=DType.bf16), xv)
+    b.add(ew.Cast(to=DType.f32), brain)
+    b.add(ew.Cast(to=DType.f64), brain)
+    b.add(ew.Cast(to=DType.f16), brain)
+    b.add(ew.Cast(to=DType.bf16), b.input(bits_rand((40,), DType.f16)))
+    b.add(ew.Cast(to=DType.i32), b.input(rand((40,), DType.bf16)))
+    for node in b.g.nodes:
+        assert lowering_for(KernelGroup.of_node(node))[0] is not None, node.describe()
+    got = b.check()
+    bits = got["y0"].view(np.uint16)
+    assert list(bits[:7]) == [0x3F80, 0x3F82, 0x3F81, 0x3F80, 0x7F80, 0x7F80, 0x7F7F]  # ties to even, overflow
+    assert list(bits[10:14]) == [0x7FC0, 0xFFC0, 0x7FC0, 0xFF80]  # NaNs quiet with their sign; -inf
 
 
 @pytest.mark.parametrize("dt", MOVE_TYPES)

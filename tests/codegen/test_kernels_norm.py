@@ -200,8 +200,8 @@ def test_refusals():
              g.add_node(nm.LayerNormalization(axis=1), [x, sc], num_outputs=1),
              g.add_node(nm.LayerNormalization(axis=2), [x, sc2], num_outputs=1)]
     g.set_outputs([n.outputs[0] for n in nodes])
-    why = [_reason(n) for n in nodes]
-    assert "bf16" in why[0]
+    assert lowering_for(KernelGroup.of([nodes[0]]))[0] is not None  # bf16: stored as its bits, computed in f32
+    why = [None] + [_reason(n) for n in nodes[1:]]
     assert "static" in why[1]
     assert "run time" in why[2]
     assert "not a constant" in why[3]
@@ -249,13 +249,13 @@ def _typed_graph(dt: DType):
 def _close(got: dict, ref: dict, dt: DType) -> None:
     for name in ref:
         # y4, y13-y15: float32 statistics (stash_type 1) whatever the type
-        tol = {DType.f16: 2e-3, DType.f32: 2e-5, DType.f64: 2e-6 if name in ("y4", "y13", "y14", "y15") else 1e-9}[dt]
+        tol = {DType.f16: 2e-3, DType.bf16: 2e-2, DType.f32: 2e-5, DType.f64: 2e-6 if name in ("y4", "y13", "y14", "y15") else 1e-9}[dt]
         assert got[name].dtype == ref[name].dtype, name
         np.testing.assert_allclose(got[name].astype(np.float64), ref[name].astype(np.float64), rtol=tol,
                                    atol=tol, err_msg=name)
 
 
-@pytest.mark.parametrize("dt", [DType.f64, DType.f16, DType.f32])
+@pytest.mark.parametrize("dt", [DType.f64, DType.f16, DType.bf16, DType.f32])
 def test_every_float_type_on_the_llvm_printer(dt):
     g, ins = _typed_graph(dt)
     for n in g.nodes:

@@ -83,7 +83,7 @@ def _compare(got, want, dt: DType, label: str) -> None:
     if not dt.is_float:
         np.testing.assert_array_equal(got, want, err_msg=label)
         return
-    rtol = {DType.f16: 2e-3, DType.f32: 2e-6, DType.f64: 1e-13}[dt]
+    rtol = {DType.f16: 2e-3, DType.bf16: 2e-2, DType.f32: 2e-6, DType.f64: 1e-13}[dt]
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=rtol, equal_nan=True,
                                err_msg=label)
 

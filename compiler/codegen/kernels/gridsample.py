@@ -55,7 +55,7 @@ class GridSample(FormLowering):
         n = group.node
         x, grid = n.inputs
         why = dtype_reason([x, n.outputs[0]], allowed=tuple(STORAGE_TYPES - {DType.bool})) or \
-            dtype_reason([grid], allowed=(DType.f32, DType.f64, DType.f16))
+            dtype_reason([grid], allowed=(DType.f32, DType.f64, DType.f16, DType.bf16))
         if why:
             return why
         if x.type.numel == 0 or n.outputs[0].type.numel == 0:

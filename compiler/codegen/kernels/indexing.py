@@ -88,7 +88,7 @@ class NegativeLogLikelihoodLoss(FormLowering):
         n = group.node
         x, t = n.inputs[0], n.inputs[1]
         w = n.inputs[2] if len(n.inputs) > 2 else None
-        why = dtype_reason([x, w, n.outputs[0]], allowed=(DType.f32, DType.f64, DType.f16)) or \
+        why = dtype_reason([x, w, n.outputs[0]], allowed=(DType.f32, DType.f64, DType.f16, DType.bf16)) or \
             dtype_reason([t], allowed=(DType.i32, DType.i64))
         if why:
             return why

@@ -23,7 +23,7 @@ class LpPool(FormLowering):
 
     def check(self, group: KernelGroup) -> str | None:
         n = group.node
-        why = dtype_reason([n.inputs[0], n.outputs[0]], allowed=(DType.f32, DType.f64, DType.f16))
+        why = dtype_reason([n.inputs[0], n.outputs[0]], allowed=(DType.f32, DType.f64, DType.f16, DType.bf16))
         if why:
             return why
         if n.inputs[0].type.numel == 0 or n.outputs[0].type.numel == 0:

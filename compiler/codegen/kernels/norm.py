@@ -45,7 +45,7 @@ from ..loops.expr import Const, Expr, cast, compute_type, op, select
 from ..loops.form import Buffer
 from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
-FLOATS = (DType.f32, DType.f64, DType.f16)
+FLOATS = (DType.f32, DType.f64, DType.f16, DType.bf16)
 #: work per element of a softmax row (three passes and an exp), per LayerNorm element (three passes)
 SOFTMAX_COST, LAYERNORM_COST = 4, 3
 #: elements per block of a row sum (``row_sum``)

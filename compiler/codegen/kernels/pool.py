@@ -95,7 +95,7 @@ WIDE_ROWS = 64
 PLANES_PARALLEL = 8
 #: global pools over planes shorter than GLOBAL_SHORT reduce GLOBAL_PLANES planes at a time
 GLOBAL_SHORT, GLOBAL_PLANES = 256, 8
-FLOATS = (DType.f32, DType.f64, DType.f16)
+FLOATS = (DType.f32, DType.f64, DType.f16, DType.bf16)
 #: MaxPool also takes the reference's integer types
 MAX_TYPES = FLOATS + (DType.i8, DType.u8)
 

@@ -22,7 +22,7 @@ from ..loops.expr import INDEX, Const, cast, compute_type, op, select
 from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
 _INTS = (DType.i8, DType.u8, DType.i16, DType.u16, DType.i32)
-_FLOATS = (DType.f32, DType.f16, DType.f64)
+_FLOATS = (DType.f32, DType.f16, DType.bf16, DType.f64)
 #: elements of work a parallel task gets at least
 PAR_MIN_WORK = 1 << 15
 #: DynamicQuantizeLinear's running minima/maxima side by side (a block size, not the vector width)

@@ -228,7 +228,7 @@ class Hardmax(FormLowering):
 
     def check(self, group: KernelGroup) -> str | None:
         n = group.node
-        return dtype_reason([n.inputs[0], n.outputs[0]], allowed=(DType.f32, DType.f64, DType.f16)) or \
+        return dtype_reason([n.inputs[0], n.outputs[0]], allowed=(DType.f32, DType.f64, DType.f16, DType.bf16)) or \
             self.form_reason(group)
 
     def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
@@ -252,7 +252,7 @@ class LpNormalization(FormLowering):
 
     def check(self, group: KernelGroup) -> str | None:
         n = group.node
-        return dtype_reason([n.inputs[0], n.outputs[0]], allowed=(DType.f32, DType.f64, DType.f16)) or \
+        return dtype_reason([n.inputs[0], n.outputs[0]], allowed=(DType.f32, DType.f64, DType.f16, DType.bf16)) or \
             self.form_reason(group)
 
     def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:

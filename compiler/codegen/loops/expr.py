@@ -25,8 +25,8 @@ Number = Union[int, float, bool]
 #: the types arithmetic is done in (narrow floats are converted to f32 first)
 COMPUTE_TYPES = frozenset({DType.f32, DType.f64, DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u16,
                            DType.u32, DType.u64, DType.bool})
-#: the types a buffer may hold (loads and stores convert f16; bf16 waits for an LLVM bfloat type in llvmlite)
-STORAGE_TYPES = COMPUTE_TYPES | {DType.f16}
+#: the types a buffer may hold (loads and stores convert f16 and bf16 to and from f32)
+STORAGE_TYPES = COMPUTE_TYPES | {DType.f16, DType.bf16}
 INDEX = DType.i64
 
 

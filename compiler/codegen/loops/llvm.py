@@ -27,17 +27,33 @@ from .expr import Const, Expr, FormError, Load, Op, Var
 from .form import Acc, Buffer, Check, Kernel, Let, Loop, Store, Update
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-F16, BF16, F32, F64 = ir.HalfType(), ir.BFloatType() if hasattr(ir, "BFloatType") else None, ir.FloatType(), \
-    ir.DoubleType()
+I16 = ir.IntType(16)
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 
 #: compute type -> LLVM type of a value
 VALUE_TYPES = {DType.f32: F32, DType.f64: F64, DType.bool: I1, DType.i8: I8, DType.u8: I8,
                DType.i16: ir.IntType(16), DType.u16: ir.IntType(16), DType.i32: I32, DType.u32: I32,
                DType.i64: I64, DType.u64: I64}
-#: storage type -> LLVM type in memory
-MEMORY_TYPES = {**VALUE_TYPES, DType.bool: I8, DType.f16: F16}
-if BF16 is not None:
-    MEMORY_TYPES[DType.bf16] = BF16
+#: storage type -> LLVM type in memory (bfloat16 as its 16 bits: llvmlite has no bfloat type; loads
+#: widen them to f32 exactly, stores round to nearest even in integer arithmetic, ``bf16_bits``)
+MEMORY_TYPES = {**VALUE_TYPES, DType.bool: I8, DType.f16: F16, DType.bf16: I16}
+
+
+def bf16_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The bfloat16 nearest the f32 ``x`` (ties to even; overflow to infinity) as its 16 bits: the
+    high half of x's bits after adding 0x7FFF plus the lowest kept bit; a NaN becomes the quiet NaN
+    of its sign (0x7FC0 or 0xFFC0), as ml_dtypes and ONNX's reference give."""
+    bits = b.bitcast(x, I32)
+    high = b.lshr(bits, ir.Constant(I32, 16))
+    keep = b.and_(high, ir.Constant(I32, 1))
+    rounded = b.lshr(b.add(bits, b.add(keep, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 16))
+    nan = b.or_(b.and_(high, ir.Constant(I32, 0x8000)), ir.Constant(I32, 0x7FC0))
+    return b.trunc(b.select(b.fcmp_unordered("uno", x, x), nan, rounded), I16)
+
+
+def bf16_value(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
+    """The f32 of bfloat16 ``bits`` (exact: they are its high half)."""
+    return b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)
 
 #: float32 math from MathLib (name -> method); the rest call libm
 _MATHLIB = {"exp": "exp", "expm1": "expm1", "log": "log", "tanh": "tanh", "erf": "erf", "sigmoid": "sigmoid",
@@ -148,8 +164,10 @@ class _Printer:
         raw = self.b.load(self.address(buf, e.index), typ=MEMORY_TYPES[buf.dtype])
         if buf.dtype is DType.bool:
             return self.b.icmp_unsigned("!=", raw, ir.Constant(I8, 0))
-        if buf.dtype in (DType.f16, DType.bf16):
+        if buf.dtype is DType.f16:
             return self.b.fpext(raw, F32)
+        if buf.dtype is DType.bf16:
+            return bf16_value(self.b, raw)
         return raw
 
     def op(self, e: Op) -> ir.Value:
@@ -189,9 +207,9 @@ class _Printer:
         if p == "to_f16":
             return b.fpext(b.fptrunc(xs[0], F16), ty)
         if p == "to_bf16":
-            if BF16 is None:
-                raise FormError("this llvmlite has no bfloat type")
-            return b.fpext(b.fptrunc(xs[0], BF16), ty)
+            x = xs[0] if dt is DType.f32 else b.fptrunc(xs[0], F32)  # (f64: the f32 nearest, then bf16)
+            y = bf16_value(b, bf16_bits(b, x))
+            return y if dt is DType.f32 else b.fpext(y, ty)
         math = self.k.math
         if dt is DType.f32 and p in _MATHLIB:
             return getattr(math, _MATHLIB[p])(b, xs[0])
@@ -351,8 +369,10 @@ class _Printer:
         v = self.expr(s.value)
         if buf.dtype is DType.bool:
             v = b.zext(v, I8)
-        elif buf.dtype in (DType.f16, DType.bf16):
-            v = b.fptrunc(v, MEMORY_TYPES[buf.dtype])
+        elif buf.dtype is DType.f16:
+            v = b.fptrunc(v, F16)
+        elif buf.dtype is DType.bf16:
+            v = bf16_bits(b, v)
         b.store(v, self.address(buf, s.index))
         self.forget(id(buf))
 
