@@ -17,6 +17,8 @@ _SUITE_OF_CLASS = {
     "OnnxBackendRealModelTest": "real",
 }
 _counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+#: per suite, (op, reason) -> passed cases that ran it in the interpreter
+_fallbacks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
 
 import pytest  # noqa: E402
@@ -37,6 +39,9 @@ def pytest_runtest_makereport(item, call):
     exes = [r.executable for r in prepared]
     native = bool(exes) and all(e is not None and not e.fallback for e in exes)
     outcome.get_result().user_properties.append(("kiln_native", native))
+    why = sorted({(f["op"], re.sub(r" \[[^\]]*\]| \(only .*", "", f["reason"]).strip())
+                  for e in exes if e is not None for f in e.fallback})
+    outcome.get_result().user_properties.append(("kiln_fallback", why))
     prepared.clear()
 
 
@@ -53,8 +58,11 @@ def pytest_runtest_logreport(report):
         _counts[suite]["failed"] += 1
     elif report.when == "call":
         _counts[suite]["passed"] += 1
-        if dict(report.user_properties).get("kiln_native"):
+        props = dict(report.user_properties)
+        if props.get("kiln_native"):
             _counts[suite]["native"] += 1
+        for op, why in props.get("kiln_fallback") or ():
+            _fallbacks[suite][op, why] += 1
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -69,3 +77,8 @@ def pytest_terminal_summary(terminalreporter):
             tr.write_line(f"{suite:>18}: {c['passed']:5d} passed of {total:5d}"
                           f"  ({c['failed']} failed, {c['excluded']} excluded; {c['native']} of the passed "
                           f"ran fully native)")
+    top = _fallbacks.get("node")
+    if top:
+        tr.write_line("what keeps passed node cases off native code (cases, op: reason), most first:")
+        for (op, why), n in top.most_common(12):
+            tr.write_line(f"{n:>22}  {op}: {why}")
