@@ -107,7 +107,8 @@ def test_layernorm():
            "z2": RNG.standard_normal((2, 1000)).astype(np.float32) + 100}
     _run(g, ins, rtol=1e-5, atol=2e-6)
     # a large mean: x - mean carries the rounding of the float32 mean (~ulp(100) / std = 8e-6 here);
-    # compare both with float64 (ours is the more accurate: float64 partial sums)
+    # compare both with float64 (ours is the more accurate: the row less its first element, summed in
+    # float64 blocks; plain float32 block sums lost the mean's last bit on Zen 4)
     g.set_outputs([big_mean], ["y"])
     got, ref = run_kernels(g, ins)["y"], interpret(g, ins)["y"]
     d = ins["z2"].astype(np.float64)

@@ -84,15 +84,34 @@ def _finite_or_zero(m: Expr) -> Expr:
     return select(op("lt", op("abs", m), math.inf), m, 0.0)
 
 
-def row_sum(kf: KernelForm, D: int, value: Callable[[Expr], Expr], dt: DType) -> Expr:
-    """sum over i < D of ``value(i)`` (of type ``dt``): in blocks of ``SUM_BLOCK`` elements summed in
-    ``dt`` (vector accumulators), the blocks' sums added in float64, so the error does not grow with
-    the row's length (NumPy's pairwise summation is as accurate) and the vector loops stay ``dt``'s."""
+def row_sum(kf: KernelForm, D: int, value: Callable[[Expr], Expr], dt: DType, mean: bool = False) -> Expr:
+    """sum over i < D of ``value(i)`` (of type ``dt``), or with ``mean`` that sum / D: in blocks of
+    ``SUM_BLOCK`` elements summed in ``dt`` (vector accumulators), the blocks' sums added (and divided)
+    in float64 and rounded to ``dt`` once, so the error does not grow with the row's length (NumPy's
+    pairwise summation is as accurate) and the vector loops stay ``dt``'s."""
+    total, wide = _row_total(kf, D, value, dt)
+    return cast(op("div", total, float(D)) if mean else total, dt) if wide else \
+        (op("div", total, float(D)) if mean else total)
+
+
+def row_mean(kf: KernelForm, D: int, value: Callable[[Expr], Expr], dt: DType) -> Expr:
+    """The mean of ``value(i)`` over i < D, rounded to ``dt`` once: the elements are summed less the
+    first (``value(0)``) and it is added back in float64, so a row whose mean is large against its
+    spread (x = 100 + noise) keeps the digits the float32 block sums would lose."""
+    if dt is DType.f64:
+        return row_sum(kf, D, value, dt, mean=True)
+    x0 = kf.let(value(Const(0, DType.i64)), "x0")
+    total, wide = _row_total(kf, D, lambda i: value(i) - x0, dt)
+    return cast(cast(x0, DType.f64) + op("div", total if wide else cast(total, DType.f64), float(D)), dt)
+
+
+def _row_total(kf: KernelForm, D: int, value: Callable[[Expr], Expr], dt: DType) -> tuple[Expr, bool]:
+    """(the sum of ``value(i)``, whether it is float64 rather than ``dt``): see ``row_sum``."""
     if dt is DType.f64 or D <= SUM_BLOCK:
         s = kf.acc(Const(0.0, dt), "sum")
         with kf.loop(D, "vector") as i:
             kf.update(s, "add", value(i))
-        return s
+        return s, False
     total = kf.acc(Const(0.0, DType.f64), "total")
     nb, tail = divmod(D, SUM_BLOCK)
     with kf.loop(nb, name="blk") as blk:
@@ -105,7 +124,7 @@ def row_sum(kf: KernelForm, D: int, value: Callable[[Expr], Expr], dt: DType) ->
         with kf.loop(tail, "vector") as j:
             kf.update(s, "add", value(j + nb * SUM_BLOCK))
         kf.update(total, "add", cast(s, DType.f64))
-    return cast(total, dt)
+    return total, True
 
 
 def softmax_row(kf: KernelForm, D: int, row: Row, y: Buffer, r: Expr, log: bool) -> None:
@@ -262,8 +281,8 @@ def layernorm_row(kf: KernelForm, D: int, row: Row, y: Buffer, r: Expr, scale: B
     ``y``, times ``scale``, plus ``bias`` (``[D]`` buffers, one value for the whole row, or None);
     returns (mean, 1 / std). ``round_first``: a float16 result is rounded to float16 before the
     scale (LayerNormalization), else only at the end (InstanceNormalization)."""
-    mean = kf.let(op("div", row_sum(kf, D, row.first, stash), float(D)), "mean")
-    var = op("div", row_sum(kf, D, lambda i: (lambda d: d * d)(row.again(i) - mean), stash), float(D))
+    mean = kf.let(row_mean(kf, D, row.first, stash), "mean")
+    var = row_sum(kf, D, lambda i: (lambda d: d * d)(row.again(i) - mean), stash, mean=True)
     inv = kf.let(op("div", Const(1.0, stash), op("sqrt", var + float(epsilon))), "inv")
     out = compute_type(y.dtype)
     with kf.loop(D, "vector") as i:
@@ -370,8 +389,8 @@ class GroupNorm(FormLowering):
         kf.note(f"GroupNorm: {R} rows of {Cg} channel(s) x {HW}")
         with kf.loop(R, "parallel", grain=par_grain(LAYERNORM_COST * D), name="r") as r:
             row = Row.of(xb, r, stash)
-            mean = kf.let(op("div", row_sum(kf, D, row.first, stash), float(D)), "mean")
-            var = op("div", row_sum(kf, D, lambda i: (lambda d: d * d)(row.again(i) - mean), stash), float(D))
+            mean = kf.let(row_mean(kf, D, row.first, stash), "mean")
+            var = row_sum(kf, D, lambda i: (lambda d: d * d)(row.again(i) - mean), stash, mean=True)
             inv = kf.let(op("div", Const(1.0, stash), op("sqrt", var + float(n.op.epsilon))), "inv")
             g = kf.let(op("rem", r, Const(G, r.dtype)), "g")
             with kf.loop(Cg, name="cl") as cl:
@@ -451,4 +470,4 @@ class Lrn(FormLowering):
         return kf.finish()
 
 
-__all__ = ["LayerNorm", "Lrn", "Row", "ScaleBias", "Softmax", "layernorm_row", "row_sum", "softmax_row", "stash_type"]
+__all__ = ["LayerNorm", "Lrn", "Row", "ScaleBias", "Softmax", "layernorm_row", "row_mean", "row_sum", "softmax_row", "stash_type"]

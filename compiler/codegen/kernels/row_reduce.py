@@ -158,9 +158,7 @@ class RowReduce(FormLowering):
             else:
                 kind = _REDUCE_KIND[type(red.op)]
                 if kind in ("sum", "mean"):
-                    s = row_sum(kf, D, first, dt)
-                    total = op("div", s, float(D)) if kind == "mean" else s
-                    kf.store(yb, r, cast(total, dt))
+                    kf.store(yb, r, cast(row_sum(kf, D, first, dt, mean=kind == "mean"), dt))
                 else:
                     m = kf.acc(Const(-math.inf if kind == "max" else math.inf, dt), kind)
                     with kf.loop(D, "vector") as i:
