@@ -414,6 +414,26 @@ def test_bfloat16_casts_round_to_nearest_even_bit_for_bit():
     assert list(bits[10:14]) == [0x7FC0, 0xFFC0, 0x7FC0, 0xFF80]  # NaNs quiet with their sign; -inf
 
 
+def test_four_and_two_bit_integers_cast_and_move_bit_for_bit():
+    """int4/uint4/int2/uint2 are a byte each holding the value's low bits (as ml_dtypes stores them):
+    from floats truncated toward zero, out of range, NaN and infinities giving 0 (as ml_dtypes casts);
+    from integers the low bits; loads sign- or zero-extend. Bit for bit as the interpreter."""
+    x = np.array([-9.7, -8.5, -8, -7.5, -0.5, 0.5, 1.5, 2.5, 3.9, 7.4, 7.5, 8, 9, 15, 15.9, 16, 17, -1.5,
+                  np.nan, np.inf, -np.inf], np.float32)
+    ints = np.arange(-20, 20, dtype=np.int32)
+    b = Bench()
+    xf, xi = b.input(x), b.input(ints)
+    for dt in (DType.i4, DType.u4, DType.i2, DType.u2):
+        small = b.add(ew.Cast(to=dt), xf)
+        b.add(ew.Cast(to=DType.f32), small)
+        wrapped = b.add(ew.Cast(to=dt), xi)
+        b.add(ew.Cast(to=DType.i32), wrapped)
+        b.add(sh.Transpose(), b.add(tn.Expand(), wrapped, b.const(i64(2, 40))))
+    for node in b.g.nodes:
+        assert lowering_for(KernelGroup.of_node(node))[0] is not None, node.describe()
+    b.check()
+
+
 @pytest.mark.parametrize("dt", MOVE_TYPES)
 def test_every_op_on_every_type(dt):
     b = Bench()

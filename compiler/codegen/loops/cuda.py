@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...ir.types import DType
-from .expr import Const, Expr, FormError, Load, Op, Var
+from .expr import NARROW_INTS, Const, Expr, FormError, Load, Op, Var
 from .form import Acc, Buffer, Check, Kernel, Let, Loop, Store, Update
 
 #: compute or storage type -> numba type name
@@ -182,6 +182,8 @@ class _Printer:
         for b in kernel.buffers:
             if b.dtype is DType.bf16:
                 raise FormError(f"buffer {b.name}: numba.cuda has no bfloat16")
+            if b.dtype in NARROW_INTS:
+                raise FormError(f"buffer {b.name}: the numba.cuda printer has no {b.dtype} loads and stores yet")
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)

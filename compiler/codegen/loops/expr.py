@@ -25,14 +25,20 @@ Number = Union[int, float, bool]
 #: the types arithmetic is done in (narrow floats are converted to f32 first)
 COMPUTE_TYPES = frozenset({DType.f32, DType.f64, DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u16,
                            DType.u32, DType.u64, DType.bool})
-#: the types a buffer may hold (loads and stores convert f16 and bf16 to and from f32)
-STORAGE_TYPES = COMPUTE_TYPES | {DType.f16, DType.bf16}
+#: the 4- and 2-bit integers (a byte each, as ml_dtypes stores them: the value's low bits) -> (their
+#: compute type, bits); loads sign- or zero-extend the bits, stores keep them
+NARROW_INTS = {DType.i4: (DType.i8, 4), DType.u4: (DType.u8, 4), DType.i2: (DType.i8, 2), DType.u2: (DType.u8, 2)}
+#: the types a buffer may hold (loads and stores convert f16 and bf16 to and from f32, and the narrow
+#: integers to and from 8 bits)
+STORAGE_TYPES = COMPUTE_TYPES | {DType.f16, DType.bf16} | set(NARROW_INTS)
 INDEX = DType.i64
 
 
 def compute_type(dt: DType) -> DType:
     """The type a buffer's elements are computed in: f32 for f16 and bf16 (loads widen, stores
-    round to nearest even), else the type itself."""
+    round to nearest even), i8/u8 for the 4- and 2-bit integers, else the type itself."""
+    if dt in NARROW_INTS:
+        return NARROW_INTS[dt][0]
     return DType.f32 if dt in (DType.f16, DType.bf16) else dt
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...ir.types import DType
-from .expr import Const, Expr, FormError, Load, Op, Var
+from .expr import NARROW_INTS, Const, Expr, FormError, Load, Op, Var
 from .form import Acc, Buffer, Check, Kernel, Let, Loop, Store, Update
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -36,7 +36,8 @@ VALUE_TYPES = {DType.f32: F32, DType.f64: F64, DType.bool: I1, DType.i8: I8, DTy
                DType.i64: I64, DType.u64: I64}
 #: storage type -> LLVM type in memory (bfloat16 as its 16 bits: llvmlite has no bfloat type; loads
 #: widen them to f32 exactly, stores round to nearest even in integer arithmetic, ``bf16_bits``)
-MEMORY_TYPES = {**VALUE_TYPES, DType.bool: I8, DType.f16: F16, DType.bf16: I16}
+MEMORY_TYPES = {**VALUE_TYPES, DType.bool: I8, DType.f16: F16, DType.bf16: I16,
+                **{t: I8 for t in NARROW_INTS}}
 
 
 def bf16_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -168,6 +169,12 @@ class _Printer:
             return self.b.fpext(raw, F32)
         if buf.dtype is DType.bf16:
             return bf16_value(self.b, raw)
+        if buf.dtype in NARROW_INTS:  # the low bits, sign- or zero-extended
+            bits = NARROW_INTS[buf.dtype][1]
+            if buf.dtype.is_signed:
+                shift = ir.Constant(I8, 8 - bits)
+                return self.b.ashr(self.b.shl(raw, shift), shift)
+            return self.b.and_(raw, ir.Constant(I8, (1 << bits) - 1))
         return raw
 
     def op(self, e: Op) -> ir.Value:
@@ -373,6 +380,8 @@ class _Printer:
             v = b.fptrunc(v, F16)
         elif buf.dtype is DType.bf16:
             v = bf16_bits(b, v)
+        elif buf.dtype in NARROW_INTS:  # as ml_dtypes stores them: the value's low bits only
+            v = b.and_(v, ir.Constant(I8, (1 << NARROW_INTS[buf.dtype][1]) - 1))
         b.store(v, self.address(buf, s.index))
         self.forget(id(buf))
 
@@ -420,7 +429,7 @@ class _Printer:
                 not isinstance(body[0].value, Load):
             return False
         dst, src = body[0].buf, body[0].value.buf
-        if src.dtype is not dst.dtype or dst.dtype in (DType.bool, DType.f16, DType.bf16) or \
+        if src.dtype is not dst.dtype or dst.dtype in (DType.bool, DType.f16, DType.bf16) or dst.dtype in NARROW_INTS or \
                 src.value is dst.value or not isinstance(lp.extent, int) or \
                 lp.extent * dst.dtype.itemsize < MEMCPY_BYTES or \
                 not _unit_step(body[0].index, dst.strides, lp.var) or \

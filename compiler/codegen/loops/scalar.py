@@ -28,7 +28,7 @@ from ...ir.ops import reduce as rd
 from ...ir.ops.base import OpDef
 from ...ir.ops.shape import Identity
 from ...ir.types import DType
-from .expr import COMPUTE_TYPES, STORAGE_TYPES, Const, Expr, cast, compute_type, op, select
+from .expr import COMPUTE_TYPES, NARROW_INTS, STORAGE_TYPES, Const, Expr, cast, compute_type, op, select
 
 Build = Callable[[OpDef, list, DType], Expr]
 
@@ -156,7 +156,25 @@ def _isinf(o, xs, out):
 
 
 def _cast(o, xs, out):
-    return cast(xs[0], compute_type(out))
+    x, want = xs[0], compute_type(out)
+    if out not in NARROW_INTS:
+        return cast(x, want)
+    bits = NARROW_INTS[out][1]
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if out.is_signed else (0, (1 << bits) - 1)
+    if x.dtype.is_float:  # as ml_dtypes: truncated toward zero; out of range, NaN and infinities give 0
+        inside = op("and", op("gt", x, _c(x, lo - 1)), op("lt", x, _c(x, hi + 1)))
+        return select(inside, cast(select(inside, x, _c(x, 0)), want), Const(0, want))
+    return narrow(cast(x, want), out)  # integers: the low bits
+
+
+def narrow(v: Expr, out: DType) -> Expr:
+    """``v`` (in ``out``'s compute type) as the ``out`` value its low bits hold: sign-extended for
+    int4/int2, masked for uint4/uint2."""
+    bits = NARROW_INTS[out][1]
+    if out.is_signed:
+        shift = Const(8 - bits, v.dtype)
+        return op("shr", op("shl", v, shift), shift)
+    return op("and", v, Const((1 << bits) - 1, v.dtype))
 
 
 def _unary(prim: str) -> Build:
@@ -214,6 +232,9 @@ def reason(o: OpDef, in_types: Sequence[DType | None], out: DType) -> str | None
     """Why ``o`` has no loop-form semantics for these element types (None when it has)."""
     if type(o) not in SCALAR:
         return f"{o.name} has no scalar semantics in the loop form"
+    narrow_ints = [t for t in list(in_types) + [out] if t in NARROW_INTS]
+    if narrow_ints and type(o) not in (ew.Cast, ew.CastLike, Identity):
+        return f"{o.name} on {narrow_ints[0]}: the loop form casts and moves 4- and 2-bit integers, no arithmetic"
     for t in list(in_types) + [out]:
         if t is not None and t not in STORAGE_TYPES:
             return f"element type {t} (the loop form computes {', '.join(sorted(d.short for d in STORAGE_TYPES))})"
