@@ -316,7 +316,10 @@ def test_refusals():
                                                    n)
     assert reason(ew.Cast(to=DType.f16), x) is None  # the loop form stores f16 and bf16
     assert reason(ew.Cast(to=DType.bf16), x) is None
-    assert "f8e4m3fn" in reason(ew.Cast(to=DType.f8e4m3fn), x)
+    assert reason(ew.Cast(to=DType.f8e4m3fn), x) is None  # float 8/4: stored as their byte
+    f8 = g.add_input("f8", TensorType(DType.f8e5m2, (4, 6)))
+    assert "f8e5m2 to i32: float 8/4 converts to floats and bool only" in reason(ew.Cast(to=DType.i32), f8)
+    assert "f8e8m0" in reason(ew.Cast(to=DType.f8e8m0), x)
     assert reason(tn.Slice(), x, n, g.add_constant(i64(3)))  # runtime starts: unknown output shape
     assert "out of range" in reason(ix.Gather(axis=0), x, g.add_constant(i64(0, 4)))
     assert reason(tn.Pad(), x, g.add_input("p", TensorType(DType.i64, (4,))))
@@ -432,6 +435,60 @@ def test_four_and_two_bit_integers_cast_and_move_bit_for_bit():
     for node in b.g.nodes:
         assert lowering_for(KernelGroup.of_node(node))[0] is not None, node.describe()
     b.check()
+
+
+@pytest.mark.parametrize("saturate", [1, 0])
+def test_float8_and_float4_casts_bit_for_bit(saturate):
+    """The four float 8 types and float 4 (E2M1): every byte read back (f32, f16, another float 8: NaNs become the quiet
+    NaN of their sign, as ml_dtypes reads them), every float16 and
+    the values around each type's limits written (from f32, f16, f64, int32), both ``saturate``
+    modes, and a transpose; bit for bit as the interpreter (ml_dtypes), NaNs included."""
+    limits = [448, 464, 464.1, 480, 240, 247.9, 248, 256, 57344, 61439, 61440, 65536, 1e9, 2.0 ** -10, 2.0 ** -11,
+              2.0 ** -12, 1.5 * 2.0 ** -17, 2.0 ** -18, 3 * 2.0 ** -19, 1 + 2.0 ** -4 + 2.0 ** -40]
+    tail = np.array(limits + [-v for v in limits] + [np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0])
+    halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    b = Bench()
+    xh, xf, xd = b.input(halves), b.input(np.concatenate([halves.astype(np.float32), tail.astype(np.float32)])), \
+        b.input(tail)
+    xi = b.input(np.array([0, 1, -3, 17, 447, 449, 465, 239, 249, 57343, 61440, 1 << 20, -(1 << 30)], np.int32))
+    for dt in (DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz, DType.f4e2m1):
+        codes = b.input(np.arange(16 if dt is DType.f4e2m1 else 256, dtype=np.uint8).view(dt.np))
+        b.add(ew.Cast(to=DType.f32), codes)
+        b.add(ew.Cast(to=DType.f16), codes)
+        b.add(ew.Cast(to=DType.f8e4m3fn if dt is DType.f8e5m2 else DType.f8e5m2, saturate=saturate), codes)
+        b.add(sh.Transpose(), b.add(tn.Expand(), codes, b.const(i64(3, codes.type.shape[0]))))
+        for x in (xh, xf, xd, xi):
+            b.add(ew.Cast(to=dt, saturate=saturate), x)
+    for node in b.g.nodes:
+        assert lowering_for(KernelGroup.of_node(node))[0] is not None, node.describe()
+    b.check()
+
+
+def round_once(b: Bench, narrow=(DType.f16, DType.bf16, DType.f8e4m3fn)) -> None:
+    x = b.input(np.array([1 + 2.0 ** -11 + 2.0 ** -40, 1 + 2.0 ** -8 + 2.0 ** -40, -(1 + 2.0 ** -11 + 2.0 ** -40),
+                          65519.999, 1e300, -1e300, 2.0 ** -25 + 2.0 ** -60, 1e-300, -1e-300, 2.0 ** -149 * 1.5,
+                          1 + 2.0 ** -4 + 2.0 ** -50, 2.0 - 2.0 ** -60, np.nan, np.inf, 0.0, -0.0]))
+    xi = b.input(np.array([2 ** 25 + 2 ** 17 + 1, -(2 ** 25 + 2 ** 17 + 1), 2 ** 31 - 1], np.int32))
+    for dt in narrow:
+        b.add(ew.Cast(to=dt), x)
+        b.add(ew.Cast(to=dt), xi)
+    b.add(ew.Cast(to=DType.f16), b.input(np.random.default_rng(5).standard_normal(4000) * 10))
+
+
+def test_narrow_floats_round_once_from_float64_and_int32():
+    """A float16/bfloat16/float 8 cast from float64 or int32 rounds once (to odd on the way through
+    float32): rounding to float32 first would land on the narrow type's midpoints and round the wrong way."""
+    b = Bench()
+    round_once(b)
+    got = b.check()
+    assert float(got["y0"][0]) == 1 + 2.0 ** -10 and float(got["y2"][1]) == 1 + 2.0 ** -7
+
+
+@CUDA
+def test_narrow_floats_round_once_on_the_cuda_printer():
+    b = Bench()
+    round_once(b, narrow=(DType.f16,))
+    b.check(cuda=True)
 
 
 @pytest.mark.parametrize("dt", MOVE_TYPES)

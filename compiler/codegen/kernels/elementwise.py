@@ -11,6 +11,7 @@ from ..loops import KernelForm, Kernel
 from ..loops.broadcast import merge_axes
 from ..loops.expr import STORAGE_TYPES, Const, compute_type
 from ..loops.scalar import SCALAR, scalar
+from ..loops.scalar import reason as scalar_reason
 from .base import FormLowering, KernelGroup, Lowering, dtype_reason
 
 
@@ -53,7 +54,8 @@ class Elementwise(FormLowering):
             if len(n.outputs) != 1:
                 return f"{n.op.name} has {len(n.outputs)} results"
             why = dtype_reason([v for v in list(n.inputs) + list(n.outputs) if v is not None],
-                               allowed=tuple(STORAGE_TYPES))
+                               allowed=tuple(STORAGE_TYPES)) or \
+                scalar_reason(n.op, [None if v is None else v.type.dtype for v in n.inputs], n.outputs[0].type.dtype)
             if why:
                 return why
         if any(tuple(o.shape) != tuple(group.outputs[0].shape) for o in group.outputs):

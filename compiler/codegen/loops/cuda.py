@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...ir.types import DType
-from .expr import NARROW_INTS, Const, Expr, FormError, Load, Op, Var
+from .expr import SMALL_FLOATS, NARROW_INTS, Const, Expr, FormError, Load, Op, Var
 from .form import Acc, Buffer, Check, Kernel, Let, Loop, Store, Update
 
 #: compute or storage type -> numba type name
@@ -77,6 +77,22 @@ def _irem(a, b):
     if b == 0:
         return a - a
     return a - _idiv(a, b) * b
+
+
+@cuda.jit(device=True)
+def _odd_f32(x):
+    # x (float64) rounded to float32 toward odd, as a float64 (the odd_f32 primitive)
+    y = float64(float32(x))
+    if y == x or x != x or math.isinf(y):
+        return y
+    if y == 0.0:
+        return math.copysign(1.401298464324817e-45, x)
+    f, e = math.frexp(y)
+    ulp = math.ldexp(1.0, max(e - 24, -149))
+    if math.fmod(y / ulp, 2.0) != 0.0:
+        return y
+    step = ulp / 2.0 if abs(x) < abs(y) and abs(f) == 0.5 and e - 24 > -149 else ulp
+    return y + math.copysign(step, x - y)
 
 
 @cuda.jit(device=True)
@@ -182,6 +198,8 @@ class _Printer:
         for b in kernel.buffers:
             if b.dtype is DType.bf16:
                 raise FormError(f"buffer {b.name}: numba.cuda has no bfloat16")
+            if b.dtype in SMALL_FLOATS:
+                raise FormError(f"buffer {b.name}: the numba.cuda printer has no {b.dtype} loads and stores yet")
             if b.dtype in NARROW_INTS:
                 raise FormError(f"buffer {b.name}: the numba.cuda printer has no {b.dtype} loads and stores yet")
 
@@ -253,6 +271,8 @@ class _Printer:
             return f"{t}(abs({xs[0]}))"
         if p == "to_bf16":
             raise FormError("numba.cuda has no bfloat16")
+        if p == "odd_f32":
+            return xs[0] if dt is DType.f32 else f"{t}(_odd_f32({xs[0]}))"
         if p in _TEMPLATES:
             return _TEMPLATES[p].format(*xs, t=t)
         if p in _MATH:

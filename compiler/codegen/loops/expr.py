@@ -28,18 +28,60 @@ COMPUTE_TYPES = frozenset({DType.f32, DType.f64, DType.i8, DType.i16, DType.i32,
 #: the 4- and 2-bit integers (a byte each, as ml_dtypes stores them: the value's low bits) -> (their
 #: compute type, bits); loads sign- or zero-extend the bits, stores keep them
 NARROW_INTS = {DType.i4: (DType.i8, 4), DType.u4: (DType.u8, 4), DType.i2: (DType.i8, 2), DType.u2: (DType.u8, 2)}
-#: the types a buffer may hold (loads and stores convert f16 and bf16 to and from f32, and the narrow
-#: integers to and from 8 bits)
-STORAGE_TYPES = COMPUTE_TYPES | {DType.f16, DType.bf16} | set(NARROW_INTS)
+
+
+@dataclass(frozen=True)
+class SmallFloat:
+    """A float 8 or float 4 layout: in the low ``width`` bits of a byte, sign, exponent, ``man``
+    mantissa bits, exponent ``bias``. ``fnuz``: no negative zero and no infinities, 0x80 is the NaN;
+    else E4M3FN (0x7F/0xFF are NaN, no infinities), E5M2 (IEEE's infinities and NaNs: the high byte of
+    a float16) or E2M1 (no NaN, no infinities). ``max_code``: the largest finite magnitude;
+    ``nan_code``: what a store writes for NaN (with the value's sign, except FNUZ), as ml_dtypes
+    (E2M1: a zero of the opposite sign)."""
+
+    man: int
+    bias: int
+    fnuz: bool
+    max_code: int
+    nan_code: int
+    width: int = 8
+
+    @property
+    def max(self) -> float:
+        e, m = self.max_code >> self.man, self.max_code & ((1 << self.man) - 1)
+        return (1 + m / (1 << self.man)) * 2.0 ** (e - self.bias)
+
+    @property
+    def has_inf(self) -> bool:
+        return not self.fnuz and self.width == 8 and self.max_code == 0x7B
+
+    def overflows(self, magnitude: Expr) -> Expr:
+        """Whether ``magnitude`` (>= 0, f32) rounds (to nearest even) beyond ``max``: past the midpoint
+        to the next power of the grid, or onto it when max's last mantissa bit is odd."""
+        e = self.max_code >> self.man
+        mid = self.max + 2.0 ** (e - self.bias - self.man) / 2
+        return op("ge" if self.max_code & 1 else "gt", magnitude, Const(mid, magnitude.dtype))
+
+
+#: the float 8 and float 4 types of ONNX: stored as their byte, computed in f32 (loads widen exactly,
+#: stores round to nearest even, saturating finite values to +-max; infinities stay infinite in E5M2,
+#: become +-max in the others: ``scalar._cast`` gives Cast's ``saturate`` semantics on top)
+SMALL_FLOATS = {
+    DType.f8e4m3fn: SmallFloat(3, 7, False, 0x7E, 0x7F), DType.f8e4m3fnuz: SmallFloat(3, 8, True, 0x7F, 0x80),
+    DType.f8e5m2: SmallFloat(2, 15, False, 0x7B, 0x7E), DType.f8e5m2fnuz: SmallFloat(2, 16, True, 0x7F, 0x80),
+    DType.f4e2m1: SmallFloat(1, 1, False, 0x7, 0x8, width=4)}
+#: the types a buffer may hold (loads and stores convert f16, bf16 and the float 8/4 types to and from
+#: f32, and the narrow integers to and from 8 bits)
+STORAGE_TYPES = COMPUTE_TYPES | {DType.f16, DType.bf16} | set(NARROW_INTS) | set(SMALL_FLOATS)
 INDEX = DType.i64
 
 
 def compute_type(dt: DType) -> DType:
-    """The type a buffer's elements are computed in: f32 for f16 and bf16 (loads widen, stores
-    round to nearest even), i8/u8 for the 4- and 2-bit integers, else the type itself."""
+    """The type a buffer's elements are computed in: f32 for f16, bf16, float 8/4 (loads widen,
+    stores round to nearest even), i8/u8 for the 4- and 2-bit integers, else the type itself."""
     if dt in NARROW_INTS:
         return NARROW_INTS[dt][0]
-    return DType.f32 if dt in (DType.f16, DType.bf16) else dt
+    return DType.f32 if dt in (DType.f16, DType.bf16) or dt in SMALL_FLOATS else dt
 
 
 class FormError(Exception):
@@ -99,6 +141,9 @@ PRIMS: dict[str, Prim] = _prims(
     Prim("pow", 2, "float", doc="x ** y as C's pow"),
     Prim("to_f16", 1, "float", doc="the float16 value nearest x (ties to even; overflow to infinity), as x's type"),
     Prim("to_bf16", 1, "float", doc="the bfloat16 value nearest x (ties to even), as x's type"),
+    Prim("odd_f32", 1, "float", doc="x rounded to float32 toward odd (exact values stay, else the neighbour "
+                                    "whose last bit is 1), as x's type: a later rounding to a narrower float "
+                                    "(f16, bf16, float 8) is then the one correct rounding of x"),
 )
 
 

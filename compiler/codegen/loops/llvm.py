@@ -23,7 +23,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...ir.types import DType
-from .expr import NARROW_INTS, Const, Expr, FormError, Load, Op, Var
+from .expr import SMALL_FLOATS, NARROW_INTS, Const, SmallFloat, Expr, FormError, Load, Op, Var
 from .form import Acc, Buffer, Check, Kernel, Let, Loop, Store, Update
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -37,7 +37,7 @@ VALUE_TYPES = {DType.f32: F32, DType.f64: F64, DType.bool: I1, DType.i8: I8, DTy
 #: storage type -> LLVM type in memory (bfloat16 as its 16 bits: llvmlite has no bfloat type; loads
 #: widen them to f32 exactly, stores round to nearest even in integer arithmetic, ``bf16_bits``)
 MEMORY_TYPES = {**VALUE_TYPES, DType.bool: I8, DType.f16: F16, DType.bf16: I16,
-                **{t: I8 for t in NARROW_INTS}}
+                **{t: I8 for t in NARROW_INTS}, **{t: I8 for t in SMALL_FLOATS}}
 
 
 def bf16_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -55,6 +55,64 @@ def bf16_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 def bf16_value(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
     """The f32 of bfloat16 ``bits`` (exact: they are its high half)."""
     return b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)
+
+def small_float_value(b: ir.IRBuilder, code: ir.Value, f: SmallFloat) -> ir.Value:
+    """The f32 of the float 8/4 byte ``code`` (exact). E5M2 is the high byte of a float16; the others:
+    normal magnitudes moved into f32's fields, subnormals ``m * 2**(1 - bias - man)``, the NaN codes
+    a quiet NaN; the sign bit last."""
+    k = lambda v: ir.Constant(I32, v)  # noqa: E731
+    c = b.and_(b.zext(code, I32), k((1 << f.width) - 1))
+    top = 1 << (f.width - 1)
+    mag, sign = b.and_(c, k(top - 1)), b.shl(b.and_(c, k(top)), k(32 - f.width))
+    if f.has_inf:  # its NaNs become the quiet NaN of their sign, as ml_dtypes reads them
+        v = b.fpext(b.bitcast(b.trunc(b.shl(c, k(8)), I16), F16), F32)
+        return b.select(b.fcmp_unordered("uno", v, v), b.bitcast(b.or_(sign, k(0x7FC00000)), F32), v)
+    normal = b.add(b.shl(mag, k(23 - f.man)), k((127 - f.bias) << 23))
+    sub = b.fmul(b.uitofp(b.and_(mag, k((1 << f.man) - 1)), F32), ir.Constant(F32, 2.0 ** (1 - f.bias - f.man)))
+    bits = b.select(b.icmp_unsigned("<", mag, k(1 << f.man)), b.bitcast(sub, I32), normal)
+    if f.width == 8:
+        nan = b.icmp_unsigned("==", c, k(0x80)) if f.fnuz else b.icmp_unsigned("==", mag, k(0x7F))
+        bits = b.select(nan, k(0x7FC00000), bits)
+    return b.bitcast(b.or_(bits, sign), F32)
+
+
+def small_float_bits(b: ir.IRBuilder, x: ir.Value, f: SmallFloat) -> ir.Value:
+    """The float 8/4 byte nearest the f32 ``x``, ties to even, in integer arithmetic on x's bits:
+    normal results by rounding the mantissa at its last kept bit (a carry moves the exponent),
+    subnormal ones by adding (in f32) the power of two whose ulp is the format's smallest step.
+    Finite magnitudes beyond the range become ``max_code``, infinities that too (E5M2: its infinity),
+    NaN ``nan_code``; the sign last, by exclusive or (FNUZ: not on zero and NaN)."""
+    k = lambda v: ir.Constant(I32, v)  # noqa: E731
+    u = b.bitcast(x, I32)
+    top = 1 << (f.width - 1)
+    sign, a = b.and_(b.lshr(u, k(32 - f.width)), k(top)), b.and_(u, k(0x7FFFFFFF))
+    shift = 23 - f.man
+    keep = b.and_(b.lshr(a, k(shift)), k(1))
+    normal = b.sub(b.lshr(b.add(a, b.add(keep, k((1 << (shift - 1)) - 1))), k(shift)), k((127 - f.bias) << f.man))
+    step = 2.0 ** (1 - f.bias - f.man + 23)  # f32 values near it are spaced by the format's subnormal step
+    sub = b.sub(b.bitcast(b.fadd(b.bitcast(a, F32), ir.Constant(F32, step)), I32), k(int(np.float32(step).view(np.int32))))
+    code = b.select(b.icmp_unsigned("<", a, k((1 - f.bias + 127) << 23)), sub, normal)
+    code = b.select(b.icmp_signed(">", code, k(f.max_code)), k(f.max_code), code)
+    if f.has_inf:
+        code = b.select(b.icmp_unsigned("==", a, k(0x7F800000)), k(0x7C), code)
+    code = b.select(b.icmp_unsigned(">", a, k(0x7F800000)), k(f.nan_code), code)
+    signed = b.xor(code, sign)
+    if f.fnuz:
+        signed = b.select(b.icmp_unsigned("==", b.and_(code, k(top - 1)), k(0)), code, signed)
+    return b.trunc(signed, I8)
+
+
+def odd_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The f64 ``x`` rounded to f32 toward odd (see the ``odd_f32`` primitive): rounded to nearest,
+    moved one step toward zero where that went away from zero, the last bit set where inexact."""
+    y = b.fptrunc(x, F32)
+    back = b.fpext(y, F64)
+    fabs = b.module.declare_intrinsic("llvm.fabs", [F64])
+    away = b.fcmp_ordered(">", b.call(fabs, [back]), b.call(fabs, [x]))
+    bits = b.sub(b.bitcast(y, I32), b.zext(away, I32))
+    bits = b.select(b.fcmp_ordered("!=", back, x), b.or_(bits, ir.Constant(I32, 1)), bits)
+    return b.bitcast(bits, F32)
+
 
 #: float32 math from MathLib (name -> method); the rest call libm
 _MATHLIB = {"exp": "exp", "expm1": "expm1", "log": "log", "tanh": "tanh", "erf": "erf", "sigmoid": "sigmoid",
@@ -169,6 +227,8 @@ class _Printer:
             return self.b.fpext(raw, F32)
         if buf.dtype is DType.bf16:
             return bf16_value(self.b, raw)
+        if buf.dtype in SMALL_FLOATS:
+            return small_float_value(self.b, raw, SMALL_FLOATS[buf.dtype])
         if buf.dtype in NARROW_INTS:  # the low bits, sign- or zero-extended
             bits = NARROW_INTS[buf.dtype][1]
             if buf.dtype.is_signed:
@@ -214,9 +274,11 @@ class _Printer:
         if p == "to_f16":
             return b.fpext(b.fptrunc(xs[0], F16), ty)
         if p == "to_bf16":
-            x = xs[0] if dt is DType.f32 else b.fptrunc(xs[0], F32)  # (f64: the f32 nearest, then bf16)
+            x = xs[0] if dt is DType.f32 else odd_f32(b, xs[0])  # (f64: rounded once, through odd)
             y = bf16_value(b, bf16_bits(b, x))
             return y if dt is DType.f32 else b.fpext(y, ty)
+        if p == "odd_f32":
+            return xs[0] if dt is DType.f32 else b.fpext(odd_f32(b, xs[0]), ty)
         math = self.k.math
         if dt is DType.f32 and p in _MATHLIB:
             return getattr(math, _MATHLIB[p])(b, xs[0])
@@ -380,6 +442,8 @@ class _Printer:
             v = b.fptrunc(v, F16)
         elif buf.dtype is DType.bf16:
             v = bf16_bits(b, v)
+        elif buf.dtype in SMALL_FLOATS:
+            v = small_float_bits(b, v, SMALL_FLOATS[buf.dtype])
         elif buf.dtype in NARROW_INTS:  # as ml_dtypes stores them: the value's low bits only
             v = b.and_(v, ir.Constant(I8, (1 << NARROW_INTS[buf.dtype][1]) - 1))
         b.store(v, self.address(buf, s.index))

@@ -28,7 +28,7 @@ from ...ir.ops import reduce as rd
 from ...ir.ops.base import OpDef
 from ...ir.ops.shape import Identity
 from ...ir.types import DType
-from .expr import COMPUTE_TYPES, NARROW_INTS, STORAGE_TYPES, Const, Expr, cast, compute_type, op, select
+from .expr import COMPUTE_TYPES, SMALL_FLOATS, NARROW_INTS, STORAGE_TYPES, Const, Expr, cast, compute_type, op, select
 
 Build = Callable[[OpDef, list, DType], Expr]
 
@@ -155,8 +155,20 @@ def _isinf(o, xs, out):
     return neg if o.detect_negative else pos if o.detect_positive else Const(False, DType.bool)
 
 
+#: the floats stored from an f32 value (rounded to nearest even by the store)
+_NARROW_FLOATS = frozenset({DType.f16, DType.bf16}) | frozenset(SMALL_FLOATS)
+#: the sources an f32 does not hold exactly: a narrow float is rounded from them through ``odd_f32``
+_WIDE_SOURCES = frozenset({DType.f64, DType.i32, DType.u32, DType.i64, DType.u64})
+
+
 def _cast(o, xs, out):
     x, want = xs[0], compute_type(out)
+    if out in _NARROW_FLOATS:
+        # rounded once: f64 and wide integers reach f32 rounded toward odd, the store rounds to nearest even
+        v = cast(op("odd_f32", cast(x, DType.f64)), want) if x.dtype in _WIDE_SOURCES else cast(x, want)
+        if out in SMALL_FLOATS and SMALL_FLOATS[out].width == 8:  # (float 4 saturates always, as ml_dtypes)
+            return _float8(v, SMALL_FLOATS[out], bool(o.saturate))
+        return v
     if out not in NARROW_INTS:
         return cast(x, want)
     bits = NARROW_INTS[out][1]
@@ -165,6 +177,17 @@ def _cast(o, xs, out):
         inside = op("and", op("gt", x, _c(x, lo - 1)), op("lt", x, _c(x, hi + 1)))
         return select(inside, cast(select(inside, x, _c(x, 0)), want), Const(0, want))
     return narrow(cast(x, want), out)  # integers: the low bits
+
+
+def _float8(x: Expr, f, saturate: bool) -> Expr:
+    """Cast's ``saturate`` on top of what a float 8 store does (see ``expr.SMALL_FLOATS``): saturating,
+    infinities become +-max in E5M2 too; not saturating, what rounds beyond the range becomes +-inf
+    (E5M2) or NaN (of the value's sign, as ml_dtypes)."""
+    neg = op("lt", x, _c(x, 0))
+    if saturate:
+        return select(op("isinf", x), select(neg, _c(x, -f.max), _c(x, f.max)), x) if f.has_inf else x
+    beyond = select(neg, _c(x, -math.inf if f.has_inf else -math.nan), _c(x, math.inf if f.has_inf else math.nan))
+    return select(f.overflows(op("abs", x)), beyond, x)
 
 
 def narrow(v: Expr, out: DType) -> Expr:
@@ -232,9 +255,12 @@ def reason(o: OpDef, in_types: Sequence[DType | None], out: DType) -> str | None
     """Why ``o`` has no loop-form semantics for these element types (None when it has)."""
     if type(o) not in SCALAR:
         return f"{o.name} has no scalar semantics in the loop form"
-    narrow_ints = [t for t in list(in_types) + [out] if t in NARROW_INTS]
-    if narrow_ints and type(o) not in (ew.Cast, ew.CastLike, Identity):
-        return f"{o.name} on {narrow_ints[0]}: the loop form casts and moves 4- and 2-bit integers, no arithmetic"
+    narrow = [t for t in list(in_types) + [out] if t in NARROW_INTS or t in SMALL_FLOATS]
+    if narrow and type(o) not in (ew.Cast, ew.CastLike, Identity):
+        return f"{o.name} on {narrow[0]}: the loop form casts and moves 4- and 2-bit integers and float 8/4, " \
+               "no arithmetic"
+    if in_types and in_types[0] in SMALL_FLOATS and not (out.is_float or out is DType.bool):
+        return f"{o.name} from {in_types[0]} to {out}: float 8/4 converts to floats and bool only"
     for t in list(in_types) + [out]:
         if t is not None and t not in STORAGE_TYPES:
             return f"element type {t} (the loop form computes {', '.join(sorted(d.short for d in STORAGE_TYPES))})"
