@@ -1,7 +1,7 @@
 """The default pipeline: one readable recipe per optimization level.
 
     -O0  infer-shapes
-    -O1  + fold-constants · canonicalize · eliminate-common-subexpressions · eliminate-dead
+    -O1  + fold-constants · unroll-loops · canonicalize · eliminate-common-subexpressions · eliminate-dead
     -O2  + fold-batchnorm · fold-scale-bias, then clean up again · sink-reshapes · fuse · schedule-memory  (the default)
     -O3  as -O2 (later issues add aggressive rewrites here)
     any level with devices: + split-products (before sink-reshapes) and split-devices (last)
@@ -37,6 +37,7 @@ from .simplify.dce import EliminateDead
 from .simplify.fold_batchnorm import FoldBatchNorm, FoldScaleBias
 from .simplify.fold_constants import FoldConstants
 from .simplify.infer_shapes import InferShapes
+from .simplify.unroll import UnrollLoops
 
 
 def pipeline(opts: CompileOptions, fusion: FusionCapabilities = NO_FUSION,
@@ -46,8 +47,8 @@ def pipeline(opts: CompileOptions, fusion: FusionCapabilities = NO_FUSION,
     the devices to split the model over as pipeline stages (two or more)."""
     passes: list[Pass] = [InferShapes(opts.input_shapes, opts.input_values)]
     if opts.opt_level >= 1:
-        passes += [FoldConstants(opts.fold_limit_bytes), Canonicalize(max_rounds=opts.max_rewrite_rounds),
-                   EliminateCommonSubexpressions(), EliminateDead()]
+        passes += [FoldConstants(opts.fold_limit_bytes), UnrollLoops(),  # short Loops/Scans: their bodies
+                   Canonicalize(max_rounds=opts.max_rewrite_rounds), EliminateCommonSubexpressions(), EliminateDead()]
     if opts.opt_level >= 2:
         passes += [FoldBatchNorm(), FoldScaleBias(), FoldConstants(opts.fold_limit_bytes),
                    Canonicalize(max_rounds=opts.max_rewrite_rounds), EliminateDead()]

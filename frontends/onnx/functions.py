@@ -20,7 +20,8 @@ import onnx.shape_inference
 
 #: ops imported as their ONNX function body (each in ONNX's default domain)
 EXPANDED = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding", "CausalConvWithState", "SwiGLU",
-                      "GroupNormalization", "MeanVarianceNormalization", "SpaceToDepth", "DepthToSpace"})
+                      "GroupNormalization", "MeanVarianceNormalization", "SpaceToDepth", "DepthToSpace",
+                      "CenterCropPad", "LinearAttention"})
 #: the domain the expanded nodes' functions are put in before they are inlined
 DOMAIN = "kiln.expanded"
 _NARROW = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)

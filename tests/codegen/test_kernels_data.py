@@ -17,6 +17,7 @@ from compiler.ir.graph import Graph
 from compiler.ir.interpreter import interpret
 from compiler.ir.ops import elementwise as ew
 from compiler.ir.ops import indexing as ix
+from compiler.ir.ops import quant as qt
 from compiler.ir.ops import shape as sh
 from compiler.ir.ops import tensor as tn
 from compiler.ir.types import DType, TensorType
@@ -461,6 +462,23 @@ def test_float8_and_float4_casts_bit_for_bit(saturate):
             b.add(ew.Cast(to=dt, saturate=saturate), x)
     for node in b.g.nodes:
         assert lowering_for(KernelGroup.of_node(node))[0] is not None, node.describe()
+    b.check()
+
+
+def test_bitcast_moves_bits():
+    """BitCast: the same bytes seen as another type of their width (NaN payloads, -0.0, a float 8's
+    NaNs, int4 as uint4); to bool a non-zero byte is true."""
+    b = Bench()
+    f = np.array([1.5, -0.0, np.inf, 3e-45], np.float32)
+    f = np.concatenate([f, np.array([0x7FA00001, 0xFFC00123], np.uint32).view(np.float32)])
+    b.add(qt.BitCast(to=DType.i32), b.input(f))
+    b.add(qt.BitCast(to=DType.f16), b.input(np.arange(-300, 300, 7, dtype=np.int16)))
+    b.add(qt.BitCast(to=DType.u8), b.input(np.arange(256, dtype=np.uint8).view(DType.f8e5m2.np)))
+    b.add(qt.BitCast(to=DType.bool), b.input(np.array([0, 1, 2, 255], np.uint8)))
+    b.add(qt.BitCast(to=DType.u4), b.input(np.arange(-8, 8).astype(DType.i4.np)))
+    b.add(qt.BitCast(to=DType.f64), b.input(np.array([[1, -1], [0, 1 << 62]], np.int64)))
+    for node in b.g.nodes:
+        assert type(lowering_for(KernelGroup.of_node(node))[0]) is data.BitCast, node.describe()
     b.check()
 
 

@@ -86,6 +86,26 @@ def test_inputs_needed_together_are_bound_together_and_data_beside_them_is_not()
     assert shape_determining_inputs(g, feeds) == ["a", "b", "d", "s"]
 
 
+def test_inputs_that_decide_shapes_through_computed_values_are_bound():
+    """A window's size cast and scaled before its Range (as ONNX's HannWindow body does) decides the
+    Range's length through the values computed from it; the Cast's other input, data, does not."""
+    g = ir("""
+    graph @t(%n: i64[], %x: f32[3]) -> (r: f32[?], y: f32[3]) {
+      %two = const f32[] dense<2.0>
+      %zero = const f32[] dense<0.0>
+      %one = const f32[] dense<1.0>
+      %0 = Cast(%n) {to=f32} : f32[]
+      %1 = Mul(%0, %two) : f32[]
+      %2 = Range(%zero, %1, %one) : f32[?]
+      %3 = Cast(%x) {to=f32} : f32[3]
+      return r=%2, y=%3
+    }""")
+    feeds = {"n": np.array(4), "x": np.ones(3, np.float32)}
+    assert shape_determining_inputs(g, feeds) == ["n"]
+    assert InferShapes(input_values={"n": feeds["n"]}).run(g)
+    assert g.outputs[0].type.shape == (8,)
+
+
 @pytest.mark.parametrize("values, message", [
     ({"nope": np.array([1])}, "unknown input"),
     ({"axes": np.array([1], np.int32)}, "the value is int32"),

@@ -1,5 +1,5 @@
 """Data movement on the loop form, for every element type the form stores: Concat, Split, Slice,
-Transpose, Expand, Tile, Pad, Gather and ConstantOfShape.
+Transpose, Expand, Tile, Pad, Gather, ConstantOfShape and BitCast.
 
 Elements move as their bits: every buffer is seen flat, as unsigned integers of its element's size
 (u8, u16, u32, u64), so each copy is exact for every type (NaN payloads, -0.0, f16, bool bytes) and a
@@ -44,6 +44,7 @@ import numpy as np
 
 from ...ir.graph import Value
 from ...ir.ops import indexing as ix
+from ...ir.ops import quant as qt
 from ...ir.ops import shape as sh
 from ...ir.ops import tensor as tn
 from ...ir.types import DType
@@ -733,8 +734,29 @@ class Gather(_Copy):
         return kf.finish()
 
 
-LOWERINGS = (Concat(), Split(), Slice(), Transpose(), Expand(), Tile(), ConstantOfShape(), Pad(), Gather())
+class BitCast(_Copy):
+    """Each element's bits as type ``to`` of their width: a flat copy of the unsigned integers of that
+    size (4- and 2-bit types: their byte); to bool, a byte that is not 0 is true (as the reference)."""
 
-__all__ = ["LOWERINGS", "Concat", "ConstantOfShape", "Expand", "Gather", "Pad", "Slice", "Split", "Tile",
+    ops = (qt.BitCast,)
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        x, y = n.inputs[0], n.outputs[0]
+        kf = KernelForm(name)
+        xb, size = _flat(kf, "x", x), x.type.dtype.itemsize
+        if y.type.dtype is DType.bool:
+            yb = kf.buffer("y", DType.bool, (y.type.numel,), "out", value=y)
+            if y.type.numel:
+                with kf.loop(y.type.numel, "vector") as i:
+                    kf.store(yb, (i,), op("ne", xb[i], Const(0, xb.dtype)))
+        else:
+            copy(kf, [y.type.numel], _Side(_flat(kf, "y", y, "out"), 0, [1]), _Side(xb, 0, [1]), size)
+        return kf.finish()
+
+
+LOWERINGS = (Concat(), Split(), Slice(), Transpose(), Expand(), Tile(), ConstantOfShape(), Pad(), Gather(), BitCast())
+
+__all__ = ["LOWERINGS", "BitCast", "Concat", "ConstantOfShape", "Expand", "Gather", "Pad", "Slice", "Split", "Tile",
            "Transpose", "broadcast_strides", "const_array", "const_ints", "copy", "merge_dims", "shape_of",
            "static_reason"]

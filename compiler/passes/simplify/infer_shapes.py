@@ -61,12 +61,15 @@ def bind_inputs(graph: Graph, values: Mapping[str, np.ndarray]) -> bool:
 
 def shape_determining_inputs(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[str]:
     """The small numeric inputs whose values (not only their shapes) some user's result type depends
-    on (a Reduce's axes, a Reshape's shape, a OneHot's depth, a Range's bounds fed as inputs), or that
-    some user takes as a parameter (``OpDef.parameters``: a CumSum's axis, a Trilu's k). Binding them
-    (``input_values``) gives static shapes and known parameters where the model otherwise has none.
-    An input is listed only if its own value is needed: other inputs of the same node (data, Gather
-    indices) are not."""
+    on (a Reduce's axes, a Reshape's shape, a OneHot's depth, a Range's bounds fed as inputs, also
+    through values computed from them alone: a window's size cast and scaled before its Range), or
+    that some user takes as a parameter (``OpDef.parameters``: a CumSum's axis, a Trilu's k). Binding
+    them (``input_values``) gives static shapes and known parameters where the model otherwise has
+    none. An input is listed only if its own value is needed: other inputs of the same node (data,
+    Gather indices) are not."""
     stand_ins: dict[int, Value] = {}
+    #: id(stand-in's value) -> the graph inputs its value comes from
+    origins: dict[int, frozenset] = {}
     out: dict[str, None] = {}
     for v in graph.inputs:
         arr = feeds.get(v.name)
@@ -79,18 +82,36 @@ def shape_determining_inputs(graph: Graph, feeds: Mapping[str, np.ndarray]) -> l
             continue
         s = Value(TensorType(v.dtype, tuple(np.shape(arr))), name=v.name)
         s.known = np.asarray(arr)
-        stand_ins[id(v)] = s
-    users = {id(u): u for v in graph.inputs if id(v) in stand_ins for u in v.users}
-    for user in users.values():
+        stand_ins[id(v)], origins[id(v)] = s, frozenset({v.name})
+    for user in graph.nodes:  # in order: a value derived from the stand-ins is one before its users
         known = {id(x) for x in user.inputs if x is not None and id(x) in stand_ins}
-        full = _unknown_after(user, known, stand_ins)
-        if full is None or full >= sum(_unknown_dims(o.type) for o in user.outputs):
+        if not known:
             continue
-        for k in known:  # each input whose value is needed: without it the types are worse
-            without = _unknown_after(user, known - {k}, stand_ins)
-            if without is None or without > full:
-                out[stand_ins[k].name] = None
+        full = _unknown_after(user, known, stand_ins)
+        if full is not None and full < sum(_unknown_dims(o.type) for o in user.outputs):
+            for k in known:  # each input whose value is needed: without it the types are worse
+                without = _unknown_after(user, known - {k}, stand_ins)
+                if without is None or without > full:
+                    out.update(dict.fromkeys(origins[k]))
+        _derive(user, known, stand_ins, origins)
     return [v.name for v in graph.inputs if v.name in out]
+
+
+def _derive(user, known: set, stand_ins: dict, origins: dict) -> None:
+    """``user``'s results as stand-ins where the stand-ins and constants decide their values."""
+    if any(x is not None and id(x) not in known and x.known is None for x in user.inputs):
+        return
+    ins = [stand_ins[id(x)] if x is not None and id(x) in known else x for x in user.inputs]
+    try:
+        types, values = infer_node(user.op, ins, len(user.outputs))
+    except Exception:  # noqa: BLE001 - a value this op refuses: not ours to judge here
+        return
+    came_from = frozenset().union(*(origins[k] for k in known))
+    for o, t, val in zip(user.outputs, types, values):
+        if val is not None:
+            s = Value(t, name=o.name)
+            s.known = val
+            stand_ins[id(o)], origins[id(o)] = s, came_from
 
 
 def _unknown_after(user, known: set, stand_ins: dict) -> int | None:
