@@ -60,6 +60,8 @@ def test_conv_gemm_paths(monkeypatch, task_budget):
     conv(t, (1, 24, 7, 7), 48, (1, 1))
     conv(t, (1, 16, 7, 7), 48, (1, 1), bias=False, const_w=False)
     conv(t, (1, 16, 5, 5), 96, (3, 3), group=2, strides=(2, 2), pads=(1, 1, 1, 1))
+    conv(t, (1, 64, 2, 2), 128, (3, 3), pads=(1, 1, 1, 1))  # one image, 2x2 map: transposed too
+    conv(t, (1, 32, 4, 4), 64, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1), bias=False)
     # 1-D (as 2-D of height 1): plain, strided/dilated/padded, depthwise
     conv(t, (2, 6, 19), 5, (3,), pads=(1, 2))
     conv(t, (1, 4, 23), 8, (5,), strides=(2,), dilations=(2,), pads=(3, 1))

@@ -14,9 +14,9 @@ By shape:
   straight from the padded input into the GEMM's panel layout (``packed_cols.py``).
 * **several images or groups**: im2col per image and group (``im2col.py``), then the same GEMM; a
   col matrix over ``COL_BUDGET`` is made and multiplied by blocks of output rows.
-* **few pixels, many channels** (7x7 maps) of several images or groups: the same GEMM transposed,
-  ``Y^T = col^T @ W^T``, then a transposing copy, when the pixels would fill sgemm's NR-wide
-  register tiles much worse.
+* **few pixels, many channels** (7x7 maps of several images or groups, 2x2 maps of one): the same
+  GEMM transposed, ``Y^T = col^T @ W^T``, then a transposing copy, when the pixels would fill
+  sgemm's NR-wide register tiles much worse (``_prefer_transposed``).
 
 A constant weight is packed for sgemm at compile time (``ta = 2``, one packed panel set per group).
 The bias and a fused elementwise chain run inside the GEMM on each finished block of Y
@@ -128,7 +128,7 @@ class Conv(Lowering):
         # a col matrix over the budget is made and multiplied in blocks of output rows
         block = max(1, COL_BUDGET // (kk * ow * 4))
         chunked = not direct and block < oh
-        trans = not chunked and n * g > 1 and _prefer_transposed(mg, p, cfg.MR, cfg.NR)
+        trans = not chunked and prologue is None and _prefer_transposed(mg, p, cfg.MR, cfg.NR, n * g)
         if w.const is not None:
             wm = np.asarray(w.const, np.float32).reshape(g, mg, kk)
             if trans:  # W^T (K x Mg) is the B operand
@@ -164,7 +164,7 @@ class Conv(Lowering):
             fill_bias(k, y, bias, n * m, m, p)
         k.note("1x1: GEMM on the input" if direct else "im2col packed block by block for the GEMM" if packed else
                f"im2col by blocks of {block} output rows" if chunked else
-               "transposed GEMM (few pixels, several images or groups)" if trans else "im2col + GEMM")
+               "transposed GEMM (few pixels)" if trans else "im2col + GEMM")
         if te is not None:
             k.note("bias and chain inside the GEMM" if fused else "bias inside the GEMM")
         if prologue:
@@ -302,14 +302,16 @@ class Conv(Lowering):
 DW_MIN = 1 << 16
 
 
-def _prefer_transposed(mg: int, p: int, mr: int, nr: int) -> bool:
+def _prefer_transposed(mg: int, p: int, mr: int, nr: int, gemms: int) -> bool:
     """Compute ``Y^T = col^T @ W^T`` when the pixels fill the register tiles much worse than the
-    channels would (few pixels, e.g. 7x7 maps: 49 of 72 columns of 3 NR=24 panels used). Only for
-    several images or groups: for one, packed panels and the epilogue inside the GEMM (which the
-    transposed result cannot have) measured 2% faster on ResNet-50 than transposing."""
+    channels would: for several images or groups by 15% (e.g. 7x7 maps: 49 of 72 columns of 3 NR=24
+    panels used); for one, by 2x (a 2x2 map: 4 of NR=32 columns, against 4 of MR=12 rows
+    transposed, 2.6x less work: ResNet-18's last stage at 64x64 input), since packed panels and the
+    epilogue inside the GEMM (which the transposed result cannot have) measured 2% faster on
+    ResNet-50's 7x7 maps than transposing."""
     def eff(rows, cols):
         return rows / (-(-rows // mr) * mr) * cols / (-(-cols // nr) * nr)
-    return eff(p, mg) > 1.15 * eff(mg, p)
+    return eff(p, mg) > (1.15 if gemms > 1 else 2.0) * eff(mg, p)
 
 
 def _transpose_out(k: KernelBuilder, ct, yp, p: int, mg: int, bp, boff) -> None:
