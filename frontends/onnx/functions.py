@@ -9,7 +9,8 @@ types), and ``onnx.inliner`` splices it into the graph (names prefixed, attribut
 so the result is exactly what ONNX means by the op. An op whose schema has no function at that
 opset, whose input types are unknown, or that reads float16/bfloat16 (Kiln's own op computes those in
 float32 and rounds once; the body would round every step, and has no native kernels for them either)
-is imported as the op.
+is imported as the op, except for the ops of ``WIDENED`` (Attention, LinearAttention): their narrow nodes become
+float32 nodes between Casts, whose bodies are expanded (the same single rounding, native code).
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ import onnx.shape_inference
 EXPANDED = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding", "CausalConvWithState", "SwiGLU",
                       "GroupNormalization", "MeanVarianceNormalization", "SpaceToDepth", "DepthToSpace",
                       "CenterCropPad", "LinearAttention"})
+#: ops whose float16/bfloat16 nodes are imported as float32 ones between Casts (then expanded):
+#: Kiln's own op computes them in float32 and rounds the results once, which is what the Casts give
+WIDENED = frozenset({"Attention", "LinearAttention"})
 #: the domain the expanded nodes' functions are put in before they are inlined
 DOMAIN = "kiln.expanded"
 _NARROW = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
@@ -38,6 +42,16 @@ def expand_functions(model: onnx.ModelProto, ops=EXPANDED) -> onnx.ModelProto:
     out.CopyFrom(model)
     types = _types(out)
     found = False
+    order: list[onnx.NodeProto] = []
+    for node in out.graph.node:  # narrow nodes of WIDENED ops: float32 nodes between Casts
+        if node.op_type in WIDENED and node.op_type in ops and node.domain in ("", "ai.onnx"):
+            before, after = _widen(node, types)
+            order += before + [node] + after
+        else:
+            order.append(node)
+    if len(order) != len(out.graph.node):
+        del out.graph.node[:]
+        out.graph.node.extend(order)
     for i, node in enumerate(n for n in out.graph.node if n.op_type in ops and n.domain in ("", "ai.onnx")):
         fn = _function(node, opset, types)
         if fn is None:
@@ -63,6 +77,32 @@ def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     for t in graph.initializer:
         types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
     return types
+
+
+def _widen(node: onnx.NodeProto, types: dict) -> tuple[list, list]:
+    """Casts to float32 of ``node``'s float16/bfloat16 inputs, which it now reads, and of its results
+    (renamed) back to that type: (the Casts before, the Casts after); none when it reads no narrow
+    float. ``types`` learns the new names."""
+    narrow = [types[x].tensor_type.elem_type for x in node.input if x and x in types
+              and types[x].tensor_type.elem_type in _NARROW]
+    if not narrow:
+        return [], []
+    tag = node.name or node.output[0]
+    before, after = [], []
+    for k, name in enumerate(node.input):
+        t = types.get(name)
+        if name and t is not None and t.tensor_type.elem_type in _NARROW:
+            wide = f"{name}__f32__{tag}"
+            before.append(onnx.helper.make_node("Cast", [name], [wide], to=onnx.TensorProto.FLOAT))
+            types[wide] = onnx.TypeProto()
+            types[wide].CopyFrom(t)
+            types[wide].tensor_type.elem_type = onnx.TensorProto.FLOAT
+            node.input[k] = wide
+    for k, name in enumerate(node.output):
+        if name:
+            node.output[k] = f"{name}__f32"
+            after.append(onnx.helper.make_node("Cast", [node.output[k]], [name], to=narrow[0]))
+    return before, after
 
 
 def _function(node: onnx.NodeProto, opset: int, types: dict) -> onnx.FunctionProto | None:
@@ -93,4 +133,4 @@ def _function(node: onnx.NodeProto, opset: int, types: dict) -> onnx.FunctionPro
     return fn if fn.node else None
 
 
-__all__ = ["DOMAIN", "EXPANDED", "expand_functions"]
+__all__ = ["DOMAIN", "EXPANDED", "WIDENED", "expand_functions"]

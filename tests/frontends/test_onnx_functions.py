@@ -49,10 +49,25 @@ def test_expanded_ops_run_natively_and_agree_with_onnx(name, node, inputs, opset
 
 
 def test_narrow_floats_stay_ops():
-    """f16 Attention keeps Kiln's op (f32 inside, rounded once), not a body that rounds each step."""
-    m = _model(helper.make_node("Attention", ["q", "k", "v"], ["y"]),
-               [("q", (1, 2, 3, 4)), ("k", (1, 2, 3, 4)), ("v", (1, 2, 3, 4))], 25, TensorProto.FLOAT16)
+    """f16 RMSNormalization keeps Kiln's op (f32 inside, rounded once), not a body that rounds each step."""
+    m = _model(helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1),
+               [("x", (2, 3, 16)), ("s", (16,))], 23, TensorProto.FLOAT16)
     assert expand_functions(m) is m
+
+
+def test_narrow_attention_is_a_float32_body_between_casts():
+    """f16 Attention (``WIDENED``): Casts to f32, the f32 body, one Cast of the result back -- the single
+    rounding Kiln's op makes -- all native, within an f16 ulp of ONNX's reference."""
+    m = _model(helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1),
+               [("q", (1, 2, 3, 8)), ("k", (1, 2, 5, 8)), ("v", (1, 2, 5, 8))], 25, TensorProto.FLOAT16)
+    ops = [n.op_type for n in expand_functions(m).graph.node]
+    assert "Attention" not in ops and ops[:3] == ["Cast"] * 3 and ops[-1] == "Cast"
+    feeds = {n: RNG.standard_normal(s).astype(np.float16) for n, s in (("q", (1, 2, 3, 8)), ("k", (1, 2, 5, 8)),
+                                                                        ("v", (1, 2, 5, 8)))}
+    exe = compiler.compile(m)
+    assert exe.fallback == []
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_allclose(exe.run(feeds)["y"].astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3)
 
 
 def test_an_op_without_a_function_at_the_models_opset_stays():

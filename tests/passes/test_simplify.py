@@ -470,6 +470,7 @@ def test_fold_scale_bias_into_gemm_only_with_a_per_column_c(cshape, folds):
     ("ij,jk->ki", "3,4", "4,5", "5,3", {"MatMul": 1, "Transpose": 1}),
     ("i,j->ij", "3", "4", "3,4", {"MatMul": 1, "Reshape": 2}),
     ("abc,cd->dba", "2,3,4", "4,5", "5,3,2", {"MatMul": 1, "Reshape": 2, "Transpose": 1}),
+    ("ij,jk->i", "3,4", "4,5", "3", {"MatMul": 1, "ReduceSum": 1, "Reshape": 2}),  # k summed within B first
 ])
 def test_einsum_becomes_a_matmul(eq, a, b, out, counts):
     g = ir(f"""
@@ -504,7 +505,6 @@ def test_einsum_to_matmul_structure():
 
 @pytest.mark.parametrize("eq, a, b, out, why", [
     ("ii,i->i", "3,3", "3", "3", "repeats within an operand"),
-    ("ij,jk->i", "3,4", "4,5", "3", "summed within one operand"),
     ("ij,jk->ik", "3,1", "4,5", "3,5", "broadcast"),
 ])
 def test_einsum_refusals(eq, a, b, out, why):
@@ -514,6 +514,43 @@ def test_einsum_refusals(eq, a, b, out, why):
       return y=%0
     }}""")
     assert any(why in r for r in refusals(g, "einsum-to-matmul"))
+
+
+@pytest.mark.parametrize("eq, a, out, dt, counts", [
+    ("ij->i", "3,4", "3", "f64", {"ReduceSum": 1}),
+    ("ij->ji", "3,4", "4,3", "bf16", {"Transpose": 1}),
+    ("ijk->ki", "2,3,4", "4,2", "i32", {"ReduceSum": 1, "Transpose": 1}),
+    ("->", "", "", "f32", {}),
+])
+def test_einsum_of_one_operand_is_a_sum_and_a_transpose(eq, a, out, dt, counts):
+    g = ir(f"""
+    graph @t(%a: {dt}[{a}]) -> (y: {dt}[{out}]) {{
+      %0 = Einsum(%a) {{equation="{eq}"}} : {dt}[{out}]
+      return y=%0
+    }}""")
+    assert run_pass(Canonicalize(), g)
+    assert {k: v for k, v in g.op_counts().items() if k != "Reshape"} == counts
+
+
+@pytest.mark.parametrize("eq, a, out", [("ii->i", "3,3", "3"), ("...ii->...i", "2,4,4", "2,4"),
+                                         ("iji->j", "3,2,3", "2"), ("ii", "3,3", ""), ("bij->...", "2,3,4", "")])
+def test_einsum_of_one_operand_takes_diagonals_and_ellipses(eq, a, out):
+    g = ir(f"""
+    graph @t(%a: f32[{a}]) -> (y: f32[{out}]) {{
+      %0 = Einsum(%a) {{equation="{eq}"}} : f32[{out}]
+      return y=%0
+    }}""")
+    assert run_pass(Canonicalize(), g)
+    assert "Einsum" not in g.op_counts()
+
+
+def test_einsum_of_one_operand_refuses_a_label_three_times():
+    g = ir("""
+    graph @t(%a: f32[3,3,3]) -> (y: f32[3]) {
+      %0 = Einsum(%a) {equation="iii->i"} : f32[3]
+      return y=%0
+    }""")
+    assert any("a label appears three times or more" in r for r in refusals(g, "einsum-of-one"))
 
 
 def test_an_attention_einsum_runs_natively_and_matches_onnxruntime():
@@ -533,24 +570,25 @@ def test_an_attention_einsum_runs_natively_and_matches_onnxruntime():
     np.testing.assert_allclose(exe.run(feeds)["y"], want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_float16_matmul_becomes_a_float32_one_between_casts():
-    g = ir("""
-    graph @t(%a: f16[2,3,4], %b: f16[4,5]) -> (y: f16[2,3,5]) {
-      %0 = MatMul(%a, %b) : f16[2,3,5]
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_a_narrow_float_matmul_becomes_a_float32_one_between_casts(dt):
+    g = ir(f"""
+    graph @t(%a: {dt}[2,3,4], %b: {dt}[4,5]) -> (y: {dt}[2,3,5]) {{
+      %0 = MatMul(%a, %b) : {dt}[2,3,5]
       return y=%0
-    }""")
-    assert run_pass(Canonicalize(), g, rtol=1e-3)
-    same_ir(g, """
-    graph @t(%a: f16[2,3,4], %b: f16[4,5]) -> (y: f16[2,3,5]) {
+    }}""")
+    assert run_pass(Canonicalize(), g, rtol=1e-2)
+    same_ir(g, f"""
+    graph @t(%a: {dt}[2,3,4], %b: {dt}[4,5]) -> (y: {dt}[2,3,5]) {{
       %0 = Cast(%a) : f32[2,3,4]
       %1 = Cast(%b) : f32[4,5]
       %2 = MatMul(%0, %1) : f32[2,3,5]
-      %3 = Cast(%2) {to=f16} : f16[2,3,5]
+      %3 = Cast(%2) {{to={dt}}} : {dt}[2,3,5]
       return y=%3
-    }""")
+    }}""")
     f32 = ir("""
     graph @t(%a: f32[2,3], %b: f32[3,5]) -> (y: f32[2,5]) {
       %0 = MatMul(%a, %b) : f32[2,5]
       return y=%0
     }""")
-    assert "the operands are not float16" in refusals(f32, "narrow-matmul-to-f32")
+    assert "the operands are not float16 or bfloat16" in refusals(f32, "narrow-matmul-to-f32")

@@ -14,6 +14,7 @@ from .empty import Empty
 from .indexing import LOWERINGS as INDEXING_LOWERINGS
 from .epilogue import Epilogue
 from .linalg import Gemm, MatMul
+from .matmul_loops import LOWERINGS as MATMUL_LOOPS_LOWERINGS
 from .onehot import LOWERINGS as ONEHOT_LOWERINGS
 from .norm import GroupNorm, InstanceNorm, LayerNorm, Lrn, Softmax
 from .pool import GlobalPool, Pool
@@ -33,7 +34,7 @@ from .shuffle import ShuffledDepthwise
 
 #: every lowering, in the order they are consulted
 _GEMM, _MATMUL, _CONV, _CONVT = Gemm(), MatMul(), Conv(), ConvTranspose()
-ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
+ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, *MATMUL_LOOPS_LOWERINGS, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
                              Hardmax(), LpNormalization(), *ONEHOT_LOWERINGS,
                              Softmax(), LayerNorm(), InstanceNorm(), GroupNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
                              *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS, *TOPK_LOWERINGS, *GRIDSAMPLE_LOWERINGS, *LPPOOL_LOWERINGS, _CONVT,

@@ -7,10 +7,12 @@
 * Transpose chains compose into one Transpose; an identity permutation disappears.
 * MatMul by a constant matrix followed by Add of a constant bias becomes Gemm (through a Reshape to
   2-D when the activation has more dimensions, as in transformer layers).
-* MatMul of float16 operands becomes Casts to float32 around a float32 MatMul (what its reference
-  computes: the product of the widened operands, rounded once).
-* Einsum of two float32 operands whose labels are batch, row, column or contracted labels (each in
-  the places a matrix product puts it) becomes Transposes and Reshapes around one MatMul.
+* MatMul of float16 or bfloat16 operands becomes Casts to float32 around a float32 MatMul (what its
+  reference computes: the product of the widened operands, rounded once).
+* Einsum of two operands of a type MatMul takes whose labels are batch, row, column or
+  contracted labels (each in the places a matrix product puts it; a label in one operand only, not
+  in the result, is summed there first) becomes Transposes and Reshapes around one MatMul; Einsum of
+  one operand (a sum, a transpose) becomes a ReduceSum and a Transpose.
 """
 from __future__ import annotations
 
@@ -310,22 +312,28 @@ class MatMulAddToGemm(Rule):
 
 
 class NarrowMatMulToFloat32(Rule):
-    """MatMul of float16 operands: Cast both to float32, MatMul, Cast the product back. The op's
-    definition widens narrow floats and rounds the product once, so this is the same computation,
-    and the float32 GEMM runs natively."""
+    """MatMul of float16 or bfloat16 operands: Cast both to float32, MatMul, Cast the product back.
+    The op's definition widens narrow floats and rounds the product once, so this is the same
+    computation, and the float32 GEMM runs natively."""
 
     name = "narrow-matmul-to-f32"
     roots = ("MatMul",)
 
     def check(self, node):
-        if node.inputs[0].type.dtype is not DType.f16:
-            return "the operands are not float16"
+        if node.inputs[0].type.dtype not in (DType.f16, DType.bf16):
+            return "the operands are not float16 or bfloat16"
         return None
 
     def rewrite(self, graph, node):
+        dt = node.inputs[0].type.dtype
         f32 = [graph.add_node(op("Cast", to=DType.f32), [v], before=node).output for v in node.inputs]
         mm = graph.add_node(op("MatMul"), f32, name=node.name, before=node).output
-        node.output.replace_all_uses_with(graph.add_node(op("Cast", to=DType.f16), [mm], before=node).output)
+        node.output.replace_all_uses_with(graph.add_node(op("Cast", to=dt), [mm], before=node).output)
+
+
+#: the element types of MatMul (float32 on the GEMM core, float16/bfloat16 through float32, float64
+#: and integers as loops)
+_MATMUL_TYPES = frozenset({DType.f32, DType.f16, DType.bf16, DType.f64, DType.i32, DType.i64, DType.u32, DType.u64})
 
 
 class EinsumToMatMul(Rule):
@@ -343,8 +351,8 @@ class EinsumToMatMul(Rule):
 
         if len(node.inputs) != 2:
             return None, f"{len(node.inputs)} operands (only two become a MatMul)"
-        if not all(v.type.is_static and v.type.dtype is DType.f32 for v in node.inputs):
-            return None, "the operands are not float32 of static shape"
+        if not all(v.type.is_static and v.type.dtype in _MATMUL_TYPES for v in node.inputs):
+            return None, "the operands are not of static shape and a type MatMul takes"
         eq, _ = node.op.resolve([tuple(v.shape) for v in node.inputs])
         lhs, out = eq.split("->")
         a, b = lhs.split(",")
@@ -357,9 +365,6 @@ class EinsumToMatMul(Rule):
             for label, d in zip(term, v.shape):
                 if sizes.setdefault(label, int(d)) != int(d):
                     return None, f"label {label!r} has sizes {sizes[label]} and {int(d)} (broadcast)"
-        for label in set(a) | set(b):
-            if label not in out and not (label in a and label in b):
-                return None, f"label {label!r} is summed within one operand"
         return (a, b, out, sizes), None
 
     def check(self, node):
@@ -367,6 +372,15 @@ class EinsumToMatMul(Rule):
 
     def rewrite(self, graph, node):
         (a, b, out, sizes), _ = self._labels(node)
+        # a label in one operand only and not in Y is summed there first
+        operands = []
+        for term, other, v in ((a, b, node.inputs[0]), (b, a, node.inputs[1])):
+            alone = [i for i, x in enumerate(term) if x not in other and x not in out]
+            if alone:
+                v = _sum_axes(graph, v, alone, node)
+                term = "".join(x for i, x in enumerate(term) if i not in alone)
+            operands.append((term, v))
+        (a, va), (b, vb) = operands
         # labels in their operand's order: the operands move as little as they can, Y's order last
         batch = [x for x in a if x in b and x in out]
         rows = [x for x in a if x in out and x not in b]
@@ -383,8 +397,8 @@ class EinsumToMatMul(Rule):
             return v
 
         lead = [size(batch)] if batch else []
-        x = arrange(node.inputs[0], a, batch + rows + red, lead + [size(rows), size(red)])
-        y = arrange(node.inputs[1], b, batch + red + cols, lead + [size(red), size(cols)])
+        x = arrange(va, a, batch + rows + red, lead + [size(rows), size(red)])
+        y = arrange(vb, b, batch + red + cols, lead + [size(red), size(cols)])
         z = graph.add_node(op("MatMul"), [x, y], name=node.name, before=node).output
         grouped = batch + rows + cols
         full = [sizes[x] for x in grouped]
@@ -396,10 +410,74 @@ class EinsumToMatMul(Rule):
         node.output.replace_all_uses_with(z)
 
 
+def _sum_axes(graph: Graph, v: Value, axes, before: Node) -> Value:
+    """``v`` summed over ``axes`` (dropped)."""
+    ax = graph.add_constant(np.asarray(axes, dtype=np.int64))
+    return graph.add_node(op("ReduceSum", keepdims=0), [v, ax], before=before).output
+
+
+class EinsumOfOne(Rule):
+    """``A -> Y`` (no label three times): an ellipsis stands for labels of its own, each label taken
+    twice becomes its diagonal (the two axes moved last and merged, every (n+1)-th element sliced),
+    then a ReduceSum over the labels Y lacks and a Transpose to Y's order ("->" of a scalar: the
+    operand itself). Any element type (Transpose, Reshape, Slice and ReduceSum take them all)."""
+
+    name = "einsum-of-one"
+    roots = ("Einsum",)
+
+    def _terms(self, node):
+        if len(node.inputs) != 1:
+            return None, f"{len(node.inputs)} operands"
+        x = node.inputs[0]
+        if not x.type.is_static:
+            return None, "the operand's shape is not static"
+        eq, _ = node.op.resolve([tuple(x.shape)])
+        a, out = eq.split("->")
+        if "..." in eq:  # the ellipsis: labels no term uses, one per dimension it covers (maybe none)
+            free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in eq]
+            ell = "".join(free[:x.type.rank - (len(a) - 3)]) if "..." in a else ""
+            a, out = a.replace("...", ell), out.replace("...", ell)
+        if any(a.count(c) > 2 for c in a):
+            return None, "a label appears three times or more within the operand"
+        return (a, out), None
+
+    def check(self, node):
+        return self._terms(node)[1]
+
+    def rewrite(self, graph, node):
+        (a, out), _ = self._terms(node)
+        v = node.inputs[0]
+        for c in sorted({c for c in a if a.count(c) == 2}):
+            v, a = _diagonal(graph, v, a, c, node)
+        summed = [i for i, x in enumerate(a) if x not in out]
+        if summed:
+            v = _sum_axes(graph, v, summed, node)
+        kept = [x for x in a if x in out]
+        perm = [kept.index(x) for x in out]
+        if perm != list(range(len(perm))):
+            v = graph.add_node(op("Transpose", perm=tuple(perm)), [v], before=node).output
+        node.output.replace_all_uses_with(v)
+
+
+def _diagonal(graph: Graph, v: Value, term: str, label: str, before: Node) -> tuple[Value, str]:
+    """The diagonal of ``v`` over the two axes ``label`` names in ``term``, as its last axis: those
+    axes moved last and merged (n*n), every (n+1)-th element taken; the new term."""
+    i, j = term.index(label), term.rindex(label)
+    rest = [k for k in range(len(term)) if k not in (i, j)]
+    if rest + [i, j] != list(range(len(term))):
+        v = graph.add_node(op("Transpose", perm=tuple(rest + [i, j])), [v], before=before).output
+    shape = [int(d) for d in v.shape]
+    n = shape[-1]
+    v = reshape_to(graph, v, shape[:-2] + [n * n], before)
+    const = lambda x: graph.add_constant(np.asarray([x], dtype=np.int64))  # noqa: E731
+    v = graph.add_node(op("Slice"), [v, const(0), const(n * n), const(-1), const(n + 1)], before=before).output
+    return v, "".join(term[k] for k in rest) + label
+
+
 RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), CastLikeToCast(),
                            SoftmaxCrossEntropyToNLL(), BlocksToTranspose(), BatchNormToElementwise(),
                            ReshapeLikeToReshape(), CollapseReshapes(), ComposeTransposes(),
-                           MatMulAddToGemm(), EinsumToMatMul(), NarrowMatMulToFloat32())
+                           MatMulAddToGemm(), EinsumToMatMul(), EinsumOfOne(), NarrowMatMulToFloat32())
 
 
 class Canonicalize(Pass):
