@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.codegen.kernels import KernelBuilder, KernelGroup, Services, data, lowering_for
+from compiler.codegen.kernels import EMPTY, KernelBuilder, KernelGroup, Services, data, lowering_for
 from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
 from compiler.codegen.loops.cuda import KernelReport
 from compiler.errors import InputError
@@ -477,8 +477,11 @@ def test_bitcast_moves_bits():
     b.add(qt.BitCast(to=DType.bool), b.input(np.array([0, 1, 2, 255], np.uint8)))
     b.add(qt.BitCast(to=DType.u4), b.input(np.arange(-8, 8).astype(DType.i4.np)))
     b.add(qt.BitCast(to=DType.f64), b.input(np.array([[1, -1], [0, 1 << 62]], np.int64)))
-    for node in b.g.nodes:
-        assert type(lowering_for(KernelGroup.of_node(node))[0]) is data.BitCast, node.describe()
+    b.add(qt.BitCast(to=DType.u32), b.input(np.ones((2, 1, 3), np.float32)))
+    b.add(qt.BitCast(to=DType.bool), b.input(np.zeros((2, 0, 3), np.int8)))
+    for node in b.g.nodes:  # (an empty result needs no code: the Empty lowering)
+        want = data.BitCast if node.output.type.numel else type(EMPTY)
+        assert type(lowering_for(KernelGroup.of_node(node))[0]) is want, node.describe()
     b.check()
 
 

@@ -110,7 +110,8 @@ def test_matmul_of_float64_and_integers_as_loops():
     t = Bench()
     for dt, sa, sb in ((DType.f64, (5, 2, 3), (5, 3, 4)), (DType.f64, (5,), (5,)), (DType.i32, (2, 1, 3, 4), (3, 4, 5)),
                        (DType.i64, (4,), (2, 4, 3)), (DType.u32, (3, 4), (4,)), (DType.u64, (1, 3, 7), (4, 7, 2)),
-                       (DType.f64, (70, 33), (33, 65))):
+                       (DType.f64, (70, 33), (33, 65)), (DType.f64, (3, 1, 4, 0), (2, 0, 5)),  # K = 0: zeros
+                       (DType.i64, (1, 1, 1), (1, 1, 1))):
         v = t.add(la.MatMul(), t.input(*sa, dtype=dt), t.input(*sb, dtype=dt))
         assert type(lowering_for(KernelGroup.of([v.producer]))[0]) is MatMulLoops
     t.feed = {k: (v if v.dtype.kind != "f" else RNG.standard_normal(v.shape) * 100) for k, v in t.feed.items()}
