@@ -22,7 +22,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SUITE = [("mlp (batch 64)", "zoo:mlp?batch=64"), ("mlp (batch 1)", "zoo:mlp?batch=1"),
-         ("bert (seq 128)", "zoo:bert?seq=128")]
+         ("bert (seq 128)", "zoo:bert?seq=128"), ("mobilenetv2 (224)", "zoo:mobilenetv2"),
+         ("resnet50 (224)", "zoo:resnet")]
 
 
 def _best(fn, rounds=7):

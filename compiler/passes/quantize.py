@@ -5,7 +5,7 @@ shows it and the reference interpreter checks it):
 
     static (``int8``):           xq = QuantizeLinear(x, sx, zx)              sx, zx from x's calibrated range
     dynamic (``int8-dynamic``):  xq, sx, zx = DynamicQuantizeLinear(x)        from each run's x
-    then                          acc = MatMulInteger(xq, Wq, zx)            int32 sums (the VNNI kernel)
+    then                          acc = MatMulInteger(xq, Wq, zx)            int32 sums (the int8 tiles)
                                         (ConvInteger for a Conv, its attributes kept)
                                   y   = Cast(acc, f32) * (sx * sw) [+ bias]  (per output channel for a Conv)
 

@@ -67,8 +67,9 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     c.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
                    help="refuse a model needing more memory than this (arena + weights, or any one value), "
                         "e.g. 512MiB, 8GiB (default: this machine's memory)")
-    q = c.add_argument_group("int8 quantization", "MatMul/Gemm with constant weights computed in int8 (int32 sums, "
-                             "AVX-512 VNNI where the CPU has it), rescaled to float after; see docs/quantization.md")
+    q = c.add_argument_group("int8 quantization", "MatMul/Gemm/Conv with constant weights computed in int8 (exact int32 "
+                             "sums: AVX-512 VNNI, else vpmaddwd on AVX-512 BW or AVX2), rescaled to float after; see "
+                             "docs/quantization.md")
     q.add_argument("--quantize", choices=["int8", "int8-dynamic"], default=None,
                    help="int8: activation ranges measured on --calibration data; int8-dynamic: from each run's "
                         "own inputs (no calibration; the usual choice for transformers)")

@@ -2,8 +2,8 @@
 channels,
 groups (depthwise), u8/i8 operands, zero points per tensor and per output channel, QLinearConv's int32
 bias; bit-exact against the reference interpreter on the portable loop form (an AVX2 target and
-numba's CUDA simulator) and, for constant weights of one group on an AVX-512 VNNI target, on the
-im2col + VNNI tile kernel."""
+numba's CUDA simulator) and, for constant weights of one group, on the im2col + int8 tile kernel of
+each instruction set (AVX-512 VNNI, AVX-512 BW, AVX2) the host can run."""
 from __future__ import annotations
 
 import os
@@ -66,6 +66,15 @@ def _check(g, got, want):
         np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
 
 
+#: (target CPU, the note its int8 tiles leave): VNNI, AVX-512 BW without VNNI, AVX2
+ISAS = [("icelake-server", "VNNI int8 tiles (vpdpbusd, 512-bit)"),
+        ("skylake-avx512", "int8 tiles (vpmaddwd, 512-bit)"), ("x86-64-v3", "int8 tiles (vpmaddwd, 256-bit)")]
+
+
+def _runs_here(cpu: str) -> bool:
+    return target_for(cpu).isa <= host_target().isa
+
+
 def test_the_portable_loop():
     g, feeds = _graph(constant_w=False)
     for n in g.nodes:
@@ -73,21 +82,32 @@ def test_the_portable_loop():
     _check(g, run_kernels(g, feeds, target=target_for("x86-64-v3")), interpret(g, feeds))
 
 
-def test_constant_weights_take_the_vnni_kernel_on_a_vnni_target():
+@pytest.mark.parametrize("cpu,note", ISAS)
+def test_constant_weights_take_the_int8_tiles(cpu, note):
+    """Structure on any host: one group with constant weights gets the im2col + int8 tiles of the
+    target's best instructions; a grouped conv the portable loop, saying why."""
     g, _ = _graph()
-    _, _, plan = build_kernels(g, target_for("icelake-server"))
+    _, _, plan = build_kernels(g, target_for(cpu))
     for group, k in plan:
         grouped = group.node.op.group > 1
-        assert any(x.startswith("VNNI int8 tiles") for x in k.notes) != grouped, (group.node.describe(), k.notes)
+        assert any(x.startswith(note) for x in k.notes) != grouped, (group.node.describe(), k.notes)
         if grouped:
             assert any("a grouped convolution" in x for x in k.notes)
 
 
-@pytest.mark.skipif(not host_target().has("avx512vnni"), reason="runs the VNNI kernel: this CPU has no AVX-512 VNNI "
-                    "(test_constant_weights_take_the_vnni_kernel_on_a_vnni_target checks it is built)")
-def test_vnni_kernel_numbers():
+def test_a_target_without_avx2_runs_the_portable_loop():
+    g, _ = _graph(cases=CASES[:1], types=TYPES[:1])
+    _, _, plan = build_kernels(g, target_for("x86-64-v2"))
+    assert all(any("neither AVX-512 BW nor AVX2" in x for x in k.notes) for _, k in plan)
+
+
+@pytest.mark.parametrize("cpu", [c for c, _ in ISAS])
+def test_int8_tile_numbers(cpu):
+    if not _runs_here(cpu):
+        pytest.skip(f"this CPU lacks {cpu}'s instructions (test_constant_weights_take_the_int8_tiles checks "
+                    f"the kernel is built)")
     g, feeds = _graph(seed=1)
-    _check(g, run_kernels(g, feeds), interpret(g, feeds))
+    _check(g, run_kernels(g, feeds, target=target_for(cpu)), interpret(g, feeds))
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")

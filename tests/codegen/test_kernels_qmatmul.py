@@ -1,8 +1,8 @@
 """MatMulInteger and QLinearMatMul (compiler/codegen/kernels/qmatmul.py): on the loop form, u8/i8
 operands both ways, zero points per tensor/row/column, batch broadcasting, 1-D operands, K of 0 and
 1, N not a multiple of any vector width; bit-exact against the reference interpreter on the LLVM
-printer and in numba's CUDA simulator. With constant weights on an AVX-512 VNNI target: the packed
-tile kernel (gemm/int8.py), with every correction path (signed A, unsigned B, B's zero point per
+printer and in numba's CUDA simulator. With constant weights, on each instruction set the host runs
+(AVX-512 VNNI, AVX-512 BW, AVX2): the packed tile kernel (gemm/int8.py), with every correction path (signed A, unsigned B, B's zero point per
 column, A's per row), K not a multiple of 4, partial tiles and panels."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
 from compiler.codegen.kernels.qmatmul import MatMulInteger, QLinearMatMul
-from compiler.codegen.gemm.int8 import Int8Tiling, pack_b
+from compiler.codegen.gemm.int8 import MADD256, VNNI, Int8Tiling, pack_b
 from compiler.codegen.kernels.testing import build_kernels, run_cuda_forms, run_kernels
 from compiler.codegen.llvm.target import host_target, target_for
 from compiler.ir.graph import Graph
@@ -138,50 +138,61 @@ def _constant_b_graph(seed=2):
     return g, feeds
 
 
-def test_constant_weights_take_the_vnni_kernel_on_a_vnni_target():
-    """Structure on any host: for an AVX-512 VNNI CPU every node gets the packed kernel; for AVX2 the
+#: (target CPU, the note its int8 tiles leave): VNNI, AVX-512 BW without VNNI, AVX2
+ISAS = [("icelake-server", "VNNI int8 tiles (vpdpbusd, 512-bit)"),
+        ("skylake-avx512", "int8 tiles (vpmaddwd, 512-bit)"), ("x86-64-v3", "int8 tiles (vpmaddwd, 256-bit)")]
+
+
+@pytest.mark.parametrize("cpu,note", ISAS)
+def test_constant_weights_take_the_int8_tiles(cpu, note):
+    """Structure on any host: each target gets the tiles of its best instructions; without AVX2 the
     portable loop, saying why."""
     g, _ = _constant_b_graph()
-    _, _, plan = build_kernels(g, target_for("icelake-server"))
-    assert all(any(n.startswith("VNNI int8 tiles") for n in k.notes) for _, k in plan)
-    _, _, plan = build_kernels(g, target_for("x86-64-v3"))
-    assert all(any("no AVX-512 VNNI" in n for n in k.notes) for _, k in plan)
+    _, _, plan = build_kernels(g, target_for(cpu))
+    assert all(any(n.startswith(note) for n in k.notes) for _, k in plan)
+    _, _, plan = build_kernels(g, target_for("x86-64-v2"))
+    assert all(any("neither AVX-512 BW nor AVX2" in n for n in k.notes) for _, k in plan)
 
 
-@pytest.mark.skipif(not host_target().has("avx512vnni"), reason="runs the VNNI kernel: this CPU has no AVX-512 VNNI "
-                    "(test_constant_weights_take_the_vnni_kernel_on_a_vnni_target checks it is built)")
-def test_vnni_kernel_numbers():
+@pytest.mark.parametrize("cpu", [c for c, _ in ISAS])
+def test_int8_tile_numbers(cpu):
+    if not target_for(cpu).isa <= host_target().isa:
+        pytest.skip(f"this CPU lacks {cpu}'s instructions (test_constant_weights_take_the_int8_tiles checks "
+                    f"the kernel is built)")
     g, feeds = _constant_b_graph()
-    want, got = interpret(g, feeds), run_kernels(g, feeds)
+    want, got = interpret(g, feeds), run_kernels(g, feeds, target=target_for(cpu))
     for n, name in zip(g.nodes, g.output_names):
         np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
 
 
-def test_constant_weights_on_an_avx2_target_run_the_portable_loop():
+def test_constant_weights_on_a_baseline_target_run_the_portable_loop():
     g, feeds = _constant_b_graph(seed=3)
-    want, got = interpret(g, feeds), run_kernels(g, feeds, target=target_for("x86-64-v3"))
+    want, got = interpret(g, feeds), run_kernels(g, feeds, target=target_for("x86-64-v2"))
     for n, name in zip(g.nodes, g.output_names):
         np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
 
 
+@pytest.mark.parametrize("isa", [VNNI, MADD256], ids=lambda i: i.name)
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
-def test_packed_b_layout(dtype):
-    """Each packed word holds one column's 4 consecutive k as signed bytes of b' (b - 128 for uint8);
-    the column sums and zero points of the correction come with it, zero past N."""
+def test_packed_b_layout(dtype, isa):
+    """Each packed word holds one column's KPW consecutive k (4 signed bytes for VNNI, 2 signed 16-bit
+    values for vpmaddwd) of b' (b - 128 for uint8); the column sums and zero points of the correction
+    come with it, zero past N."""
     rng = np.random.default_rng(4)
     lo, hi = (-128, 128) if dtype == np.int8 else (0, 256)
     b = rng.integers(lo, hi, (10, 37)).astype(dtype)
     zb = rng.integers(lo, hi, 37).astype(dtype)
-    t = Int8Tiling.for_shape(5, 37)
+    t = Int8Tiling.for_shape(5, 37, isa)
     p = pack_b(b, zb, t)
     shift = 128 if dtype == np.uint8 else 0
-    panels = -(-37 // t.NR)
-    assert p.words.shape == (panels, 3, t.NR)
-    bytes_ = p.words.view(np.int8).reshape(panels, 3, t.NR, 4)
+    panels, kpw = -(-37 // t.NR), t.KPW
+    words = -(-10 // kpw)
+    assert p.words.shape == (panels, words, t.NR)
+    values = p.words.view(np.int8 if kpw == 4 else np.int16).reshape(panels, words, t.NR, kpw)
     for n in range(37):
-        for k in range(12):
+        for k in range(words * kpw):
             want = int(b[k, n]) - shift if k < 10 else 0
-            assert bytes_[n // t.NR, k // 4, n % t.NR, k % 4] == want
+            assert values[n // t.NR, k // kpw, n % t.NR, k % kpw] == want
     np.testing.assert_array_equal(p.colsum[:37], b.astype(np.int64).sum(0) - 10 * shift)
     np.testing.assert_array_equal(p.zb[:37], zb.astype(np.int32) - shift)
     assert not p.colsum[37:].any() and not p.zb[37:].any()

@@ -1,21 +1,30 @@
-"""The int8 GEMM: uint8 x int8 products summed in int32 with AVX-512 VNNI (``vpdpbusd``), for a
-constant B (weights) packed at compile time.
+"""The int8 GEMM: uint8 x int8 products summed exactly in int32, for a constant B (weights) packed at
+compile time, with the host's best integer dot-product instruction (``Int8Isa``):
 
-``vpdpbusd acc, a, b`` adds, in each 32-bit lane, the four products of a's unsigned bytes with b's
-signed bytes: exact (no 16-bit intermediate, so no saturation: the pair-summing ``vpmaddubsw`` of
-AVX2 saturates at 32767 and needs 7-bit weights; VNNI does not). Any operand types are brought to
-that form and the difference paid back exactly:
+* **AVX-512 VNNI** (``vnni``): ``vpdpbusd acc, a, b`` adds, in each 32-bit lane, the four products of
+  a's unsigned bytes with b's signed bytes: exact, no 16-bit intermediate.
+* **AVX-512 BW** or **AVX2** without VNNI (``madd512``, ``madd256``): ``vpmaddwd`` of 16-bit values
+  (B packed as int16 pairs at compile time, A's two bytes widened per step), each 32-bit lane the sum
+  of two exact products. The AVX2 idiom ``vpmaddubsw`` multiplies bytes directly but sums each pair
+  into a *saturating* int16: 2 x 255 x 127 = 64770 does not fit, so it needs 7-bit weights (one bit
+  of weight precision lost: ONNX Runtime's "reduce_range"). Widening to int16 first costs the same
+  number of multiply instructions per 4 k (two ``vpmaddwd`` instead of ``vpmaddubsw`` + ``vpmaddwd``
+  against ones) and twice B's bytes, and keeps all 8 bits of the weights and the sums exact: the
+  same bits as the VNNI path and the portable loop.
+
+Any operand types are brought to that form and the difference paid back exactly:
 
 * a signed A is read with its sign bit flipped (``a' = a + 128``, an ``xor`` per 4 bytes),
 * an unsigned B is packed less 128 (``b' = b - 128``),
 * so that ``sum (a - za)(b - zb) = sum a'b' - za' colsum(b') - zb' rowsum(a') + K za' zb'`` with
   ``za' = za + 128 [signed A]`` and ``zb' = zb - 128 [unsigned B]``. ``colsum(b')`` is packed with B;
-  ``rowsum(a')`` is summed in the kernel (one more ``vpdpbusd`` per row and 4 k, against a vector of
+  ``rowsum(a')`` is summed in the kernel (one more dot product per row and word, against a vector of
   ones) only where some ``zb'`` is not 0 (symmetric int8 weights: never).
 
-The packed B (``pack_b``): panels of ``NR = 16 * NV`` columns; in a panel, for each group of 4 k,
-``NR`` words of 4 bytes (the column's 4 k). The register tile is ``MR`` rows x ``NV`` vectors; each 4 k
-loads ``NV`` vectors of B, broadcasts 4 bytes of each row of A, and issues ``MR * NV`` ``vpdpbusd``.
+The packed B (``pack_b``): panels of ``NR = lanes * NV`` columns; in a panel, for each word of ``KPW``
+k (4 bytes for VNNI, 2 int16 for ``vpmaddwd``), ``NR`` words (the column's ``KPW`` k). The register
+tile is ``MR`` rows x ``NV`` vectors; each word of k loads ``NV`` vectors of B, broadcasts one word
+of each row of A, and issues ``MR * NV`` dot products.
 """
 from __future__ import annotations
 
@@ -25,35 +34,75 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-LANES = 16  # i32 lanes of a 512-bit register
-I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-VEC = ir.VectorType(I32, LANES)
+I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+
+
+@dataclass(frozen=True)
+class Int8Isa:
+    """An integer dot-product instruction set: its name, 32-bit lanes per vector, k per 32-bit word
+    of packed B, its registers and the LLVM intrinsic."""
+
+    name: str
+    lanes: int
+    kpw: int
+    registers: int
+    intrinsic: str
+    describe: str
+
+    @property
+    def vec(self) -> ir.VectorType:
+        return ir.VectorType(I32, self.lanes)
+
+
+VNNI = Int8Isa("vnni", 16, 4, 32, "llvm.x86.avx512.vpdpbusd.512", "VNNI int8 tiles (vpdpbusd, 512-bit)")
+MADD512 = Int8Isa("madd512", 16, 2, 32, "llvm.x86.avx512.pmaddw.d.512", "int8 tiles (vpmaddwd, 512-bit)")
+MADD256 = Int8Isa("madd256", 8, 2, 16, "llvm.x86.avx2.pmadd.wd", "int8 tiles (vpmaddwd, 256-bit)")
+
+
+def isa_for(target) -> Int8Isa | None:
+    """The best instruction set of ``target`` (a ``Target``) for the tiles; None: none (the portable
+    loop runs)."""
+    if target.has("avx512vnni") and target.has("avx512bw"):
+        return VNNI
+    if target.has("avx512bw"):
+        return MADD512
+    if target.has("avx2"):
+        return MADD256
+    return None
 
 
 @dataclass(frozen=True)
 class Int8Tiling:
-    """The register tile: ``MR`` rows of A by ``NV`` vectors (``NR = 16 * NV`` columns) of B."""
+    """The register tile: ``MR`` rows of A by ``NV`` vectors (``NR = lanes * NV`` columns) of B."""
 
     MR: int
     NV: int
+    isa: Int8Isa = VNNI
 
     @property
     def NR(self) -> int:
-        return LANES * self.NV
+        return self.isa.lanes * self.NV
+
+    @property
+    def KPW(self) -> int:
+        return self.isa.kpw
 
     @staticmethod
-    def for_shape(m: int, n: int) -> "Int8Tiling":
-        """``NV`` vectors enough for N (at most 4), then as many rows as 24 accumulators allow (at
-        most 8, at most M): 32 zmm registers hold the accumulators, the B vectors and a broadcast."""
-        nv = max(1, min(4, math.ceil(n / LANES)))
-        return Int8Tiling(MR=max(1, min(m, 24 // nv, 8)), NV=nv)
+    def for_shape(m: int, n: int, isa: Int8Isa = VNNI) -> "Int8Tiling":
+        """``NV`` vectors enough for N (at most 4; 2 with 16 registers), then as many rows as the
+        accumulators allow (at most 8, at most M): three quarters of the registers hold them, the rest
+        the B vectors and a broadcast."""
+        wide = isa.registers >= 32
+        nv = max(1, min(4 if wide else 2, math.ceil(n / isa.lanes)))
+        acc = isa.registers * 3 // 4
+        return Int8Tiling(MR=max(1, min(m, acc // nv, 8 if wide else 6)), NV=nv, isa=isa)
 
 
 @dataclass(frozen=True)
 class PackedB:
-    """B packed for ``vpdpbusd``, with what the zero-point correction needs."""
+    """B packed for the tiles, with what the zero-point correction needs."""
 
-    words: np.ndarray    # int32 [panels, ceil(K / 4), NR]: 4 signed bytes of b' per word (k in order)
+    words: np.ndarray    # int32 [panels, ceil(K / KPW), NR]: KPW signed values of b' per word (k in order)
     colsum: np.ndarray   # int32 [panels * NR]: sum over k of b' (0 past N)
     zb: np.ndarray       # int32 [panels * NR]: zb' per column (0 past N)
     K: int
@@ -66,16 +115,17 @@ class PackedB:
 
 def pack_b(b: np.ndarray, zero_point: np.ndarray | int, tiling: Int8Tiling) -> PackedB:
     """Pack a constant ``[K, N]`` int8/uint8 B (its zero point per tensor or per column) for
-    ``tiling``."""
+    ``tiling``: signed bytes (VNNI) or signed 16-bit values (``vpmaddwd``)."""
     K, N = b.shape
     shift = 128 if b.dtype == np.uint8 else 0
     bp = b.astype(np.int32) - shift  # in [-128, 127]
-    NR = tiling.NR
-    panels, K4 = max(1, math.ceil(N / NR)), math.ceil(K / 4)
-    full = np.zeros((K4 * 4, panels * NR), np.int8)
-    full[:K, :N] = bp.astype(np.int8)
-    # [K4, 4, panels, NR] -> [panels, K4, NR, 4]: each word's 4 bytes are one column's 4 k
-    words = full.reshape(K4, 4, panels, NR).transpose(2, 0, 3, 1).copy().view(np.int32).reshape(panels, K4, NR)
+    NR, kpw = tiling.NR, tiling.KPW
+    panels, KW = max(1, math.ceil(N / NR)), math.ceil(K / kpw)
+    element = np.int8 if kpw == 4 else np.int16
+    full = np.zeros((KW * kpw, panels * NR), element)
+    full[:K, :N] = bp.astype(element)
+    # [KW, kpw, panels, NR] -> [panels, KW, NR, kpw]: each word holds one column's kpw k
+    words = full.reshape(KW, kpw, panels, NR).transpose(2, 0, 3, 1).copy().view(np.int32).reshape(panels, KW, NR)
     colsum = np.zeros(panels * NR, np.int32)
     colsum[:N] = bp.sum(axis=0, dtype=np.int64).astype(np.int32)
     zb = np.zeros(panels * NR, np.int32)
@@ -89,38 +139,71 @@ class Int8Emitter:
 
     def __init__(self, module: ir.Module, tiling: Int8Tiling):
         self.t = tiling
-        name = "llvm.x86.avx512.vpdpbusd.512"
-        fn = module.globals.get(name)
+        isa = tiling.isa
+        self.vec = vec = isa.vec
+        halves = ir.VectorType(I16, 2 * isa.lanes)
+        args = [vec, vec, vec] if isa is VNNI else [halves, halves]
+        fn = module.globals.get(isa.intrinsic)
         if fn is None:
-            fn = ir.Function(module, ir.FunctionType(VEC, [VEC, VEC, VEC]), name)
-        self.dpbusd = fn
+            fn = ir.Function(module, ir.FunctionType(vec, args), isa.intrinsic)
+        self.fn, self.halves = fn, halves
+
+    def dot(self, b: ir.IRBuilder, acc: ir.Value, a: ir.Value, w: ir.Value) -> ir.Value:
+        """``acc`` plus, in each lane, the dot product of a word of A with a word of B."""
+        if self.t.isa is VNNI:
+            return b.call(self.fn, [acc, a, w])
+        return b.add(acc, b.call(self.fn, [b.bitcast(a, self.halves), b.bitcast(w, self.halves)]))
 
     def splat(self, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-        v = b.insert_element(ir.Constant(VEC, ir.Undefined), x, ir.Constant(I32, 0))
-        return b.shuffle_vector(v, ir.Constant(VEC, ir.Undefined), ir.Constant(VEC, [0] * LANES))
+        lanes = self.t.isa.lanes
+        v = b.insert_element(ir.Constant(self.vec, ir.Undefined), x, ir.Constant(I32, 0))
+        return b.shuffle_vector(v, ir.Constant(self.vec, ir.Undefined), ir.Constant(ir.VectorType(I32, lanes),
+                                                                                    [0] * lanes))
+
+    def _a_vectors(self, b: ir.IRBuilder, w: ir.Value, subs: int) -> list[ir.Value]:
+        """A 32-bit word of A (4 bytes of k) as the dot products read it: broadcast (VNNI), or
+        broadcast and each half's two bytes widened to 16 bits (``vpmaddwd``: ``subs`` halves)."""
+        sp = self.splat(b, w)
+        if self.t.KPW == 4:
+            return [sp]
+        n = 4 * self.t.isa.lanes
+        bytes_ = ir.VectorType(I8, n)
+        v = b.bitcast(sp, bytes_)
+        zero = ir.Constant(bytes_, [0] * n)
+        out = []
+        for half in range(subs):  # bytes (2 half, 2 half + 1) of each lane's word, each followed by a 0
+            mask = [4 * (j // 4) + 2 * half + (j % 4) // 2 if j % 2 == 0 else n for j in range(n)]
+            out.append(b.bitcast(b.shuffle_vector(v, zero, ir.Constant(ir.VectorType(I32, n), mask)), self.vec))
+        return out
 
     def tile(self, f, rows: list[ir.Value], k: int, a_signed: bool, words: ir.Value, rowsum: bool):
         """The sums of ``rows`` (byte pointers to rows of A) against the panel at ``words`` (pointer
         to its first word). Returns (accumulators [row][vector], rowsums [row] or None). ``f`` is the
-        function helper (``f.b`` the builder, ``f.loop``)."""
+        function helper (``f.b`` the builder, ``f.loop``).
+
+        The loop steps over 4 k: one 32-bit word of each row of A, and ``4 / KPW`` words of B per
+        column (one for VNNI; two for ``vpmaddwd``, k 0-1 and k 2-3)."""
         b = f.b
         t = self.t
+        lanes, kpw = t.isa.lanes, t.KPW
+        per = 4 // kpw  # words of B per 4 k
+        vec = self.vec
         k4 = k // 4
-        zero = ir.Constant(VEC, [0] * LANES)
-        ones = ir.Constant(VEC, [0x01010101] * LANES)
-        flip = ir.Constant(I32, 0x80808080 - (1 << 32))
+        zero = ir.Constant(vec, [0] * lanes)
+        ones = ir.Constant(vec, [0x01010101 if kpw == 4 else 0x00010001] * lanes)
         n_acc = len(rows) * t.NV
 
-        def step(wp, accs, words_of_row):
-            bv = [b.load(b.bitcast(b.gep(wp, [ir.Constant(I64, v * LANES)], inbounds=True, source_etype=I32),
-                                   VEC.as_pointer()), typ=VEC, align=4) for v in range(t.NV)]
+        def step(wp, accs, words_of_row, subs):
+            bv = [[b.load(b.bitcast(b.gep(wp, [ir.Constant(I64, (s * t.NR) + v * lanes)], inbounds=True,
+                                          source_etype=I32), vec.as_pointer()), typ=vec, align=4)
+                   for v in range(t.NV)] for s in range(subs)]
             out = list(accs)
             for r, w in enumerate(words_of_row):
-                sp = self.splat(b, w)
-                for v in range(t.NV):
-                    out[r * t.NV + v] = b.call(self.dpbusd, [out[r * t.NV + v], sp, bv[v]])
-                if rowsum:
-                    out[n_acc + r] = b.call(self.dpbusd, [out[n_acc + r], sp, ones])
+                for s, sp in enumerate(self._a_vectors(b, w, subs)):
+                    for v in range(t.NV):
+                        out[r * t.NV + v] = self.dot(b, out[r * t.NV + v], sp, bv[s][v])
+                    if rowsum:
+                        out[n_acc + r] = self.dot(b, out[n_acc + r], sp, ones)
             return out
 
         init = [zero] * (n_acc + (len(rows) if rowsum else 0))
@@ -130,19 +213,20 @@ class Int8Emitter:
         b.branch(head)
         b.position_at_end(head)
         i = b.phi(I64, "k4")
-        accs = [b.phi(VEC, f"acc{j}") for j in range(len(init))]
+        accs = [b.phi(vec, f"acc{j}") for j in range(len(init))]
         i.add_incoming(ir.Constant(I64, 0), pre)
         for phi, v in zip(accs, init):
             phi.add_incoming(v, pre)
         b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, k4)), body, end)
         b.position_at_end(body)
-        wp = b.gep(words, [b.mul(i, ir.Constant(I64, t.NR))], inbounds=True, source_etype=I32)
+        wp = b.gep(words, [b.mul(i, ir.Constant(I64, per * t.NR))], inbounds=True, source_etype=I32)
+        flip = ir.Constant(I32, 0x80808080 - (1 << 32))
         ws = []
         for row in rows:
-            w = b.load(b.bitcast(b.gep(row, [b.mul(i, ir.Constant(I64, 4))], inbounds=True, source_etype=I8),
-                                 I32.as_pointer()), typ=I32, align=1)
+            at = b.gep(row, [b.mul(i, ir.Constant(I64, 4))], inbounds=True, source_etype=I8)
+            w = b.load(b.bitcast(at, I32.as_pointer()), typ=I32, align=1)
             ws.append(b.xor(w, flip) if a_signed else w)
-        new = step(wp, accs, ws)
+        new = step(wp, accs, ws, per)
         i2 = b.add(i, ir.Constant(I64, 1))
         i.add_incoming(i2, b.block)
         for phi, v in zip(accs, new):
@@ -151,7 +235,7 @@ class Int8Emitter:
         b.position_at_end(end)
         accs = list(accs)
         if k % 4:  # the last word: its bytes one by one (reading past A's row could leave the buffer)
-            wp = b.gep(words, [ir.Constant(I64, k4 * t.NR)], inbounds=True, source_etype=I32)
+            wp = b.gep(words, [ir.Constant(I64, k4 * per * t.NR)], inbounds=True, source_etype=I32)
             ws = []
             for row in rows:
                 w = ir.Constant(I32, 0)
@@ -162,9 +246,9 @@ class Int8Emitter:
                         v = b.xor(v, ir.Constant(I32, 0x80))
                     w = b.or_(w, b.shl(v, ir.Constant(I32, 8 * j)) if j else v)
                 ws.append(w)
-            accs = step(wp, accs, ws)
+            accs = step(wp, accs, ws, -(-(k % 4) // kpw))  # only the words of B that exist
         grid = [[accs[r * t.NV + v] for v in range(t.NV)] for r in range(len(rows))]
         return grid, (accs[n_acc:] if rowsum else None)
 
 
-__all__ = ["Int8Emitter", "Int8Tiling", "LANES", "PackedB", "pack_b"]
+__all__ = ["Int8Emitter", "Int8Isa", "Int8Tiling", "MADD256", "MADD512", "PackedB", "VNNI", "isa_for", "pack_b"]

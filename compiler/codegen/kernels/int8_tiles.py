@@ -14,7 +14,7 @@ from llvmlite import ir
 
 from ...ir.graph import Value
 from ...ir.types import DType
-from ..gemm.int8 import VEC, Int8Emitter, Int8Tiling, pack_b
+from ..gemm.int8 import Int8Emitter, Int8Tiling, isa_for, pack_b
 from ..loops import KernelForm
 from ..loops.expr import INDEX, Const, Var, cast
 from ..loops.llvm import MEMORY_TYPES, expr_llvm
@@ -23,7 +23,8 @@ from .base import I8, I32, FormLowering, KernelBuilder, KernelGroup, c64, par_gr
 
 class Int8Lowering(FormLowering):
     """An integer lowering with a portable loop form (``form``) and, where ``packed_reason`` says
-    nothing against it, the VNNI tiles on the CPU (``emit_packed``)."""
+    nothing against it, the int8 tiles on the CPU (``emit_packed``: VNNI, or ``vpmaddwd`` on AVX-512 BW
+    or AVX2)."""
 
     def packed_reason(self, k: KernelBuilder, group: KernelGroup) -> str | None:
         raise NotImplementedError
@@ -79,14 +80,15 @@ def param_reader(kf: KernelForm, specs, bind=lambda p: p):
 
 def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
     R, K, N = job.R, job.K, job.N
-    tiling = Int8Tiling.for_shape(R, N)
+    tiling = Int8Tiling.for_shape(R, N, isa_for(k.target))
     packed = pack_b(job.weights, job.weights_zero_point, tiling)
     MR, NR = tiling.MR, tiling.NR
     panels, K4 = packed.words.shape[:2]
     blocks = -(-R // MR)
-    k.note(f"VNNI int8 tiles of {MR}x{NR}: {blocks} row blocks x {panels} panels, K={K}"
+    k.note(f"{tiling.isa.describe} of {MR}x{NR}: {blocks} row blocks x {panels} panels, K={K}"
            + (", rows summed for the weights' zero point" if packed.needs_rowsum else ""))
     emitter = Int8Emitter(k.module, tiling)
+    lanes, vec = tiling.isa.lanes, emitter.vec
     out_t = MEMORY_TYPES[job.out.type.dtype]
     s_var, m_var, j_var = Var("s", DType.i32), Var("m", INDEX), Var("j", INDEX)
     with k.parallel_for(blocks * panels, min_per_task=par_grain(2 * MR * NR * max(K, 1), 1 << 17)) as (lo, hi):
@@ -117,7 +119,7 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
             cols = k.f.min(b.sub(c64(N), n0), c64(NR))
 
             def vload(p, v):
-                return b.load(b.bitcast(k.at(p, b.add(n0, c64(v * 16)), I32), VEC.as_pointer()), typ=VEC, align=4)
+                return b.load(b.bitcast(k.at(p, b.add(n0, c64(v * lanes)), I32), vec.as_pointer()), typ=vec, align=4)
 
             for r in range(MR):
                 zsplat = emitter.splat(b, za_of(ms[r]))
@@ -126,8 +128,8 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
                     if rowsums is not None:
                         zbv = vload(zbp, v)
                         rs = emitter.splat(b, b.extract_element(rowsums[r], ir.Constant(I32, 0)))
-                        val = b.add(b.sub(val, b.mul(zbv, rs)), b.mul(b.mul(zsplat, ir.Constant(VEC, [K] * 16)), zbv))
-                    b.store(val, b.bitcast(k.at(tile, c64(r * NR + v * 16), I32), VEC.as_pointer()), align=4)
+                        val = b.add(b.sub(val, b.mul(zbv, rs)), b.mul(b.mul(zsplat, ir.Constant(vec, [K] * lanes)), zbv))
+                    b.store(val, b.bitcast(k.at(tile, c64(r * NR + v * lanes), I32), vec.as_pointer()), align=4)
 
             def put(r, c):  # the finished value of the tile's row r, column c
                 n = b.add(n0, c)

@@ -10,7 +10,7 @@ times the weight less its own, added along the row (the vector axis). Then each 
 * QLinearConv: ``(sum + B) * (x_scale * w_scale) / y_scale`` in f64 as the reference, ties to even,
   plus y's zero point, saturated.
 
-On a CPU with AVX-512 VNNI, a convolution of one group with constant weights is an im2col into
+On a CPU with AVX-512 VNNI, AVX-512 BW or AVX2, a convolution of one group with constant weights is an im2col into
 scratch (one row of K = C * kh * kw bytes per output pixel, the loop form, split among the threads)
 and the int8 GEMM's tiles (``int8_tiles.py``) against the weights packed at compile time, each
 finished value written to its NCHW place.
@@ -24,6 +24,7 @@ from ..loops import Kernel, KernelForm
 from ..loops.expr import INDEX, Const, cast, op, select
 from ..loops.llvm import print_llvm
 from .base import KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
+from ..gemm.int8 import isa_for
 from .int8_tiles import Int8Job, Int8Lowering, emit_int8_tiles, param_reader
 from .qmatmul import requantized
 
@@ -118,11 +119,11 @@ class _IntegerConv(Int8Lowering):
                     kf.store(yb, (img, co, oh, ow), self.finish_value(acc[nm, ow], co, param, y.type.dtype))
         return kf.finish()
 
-    # -- the VNNI path (CPU) ----------------------------------------------------------------------
+    # -- the int8 tiles (CPU) ---------------------------------------------------------------------
     def packed_reason(self, k: KernelBuilder, group: KernelGroup) -> str | None:
         x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(group.node)
-        if not k.target.has("avx512vnni"):
-            return "the target has no AVX-512 VNNI"
+        if isa_for(k.target) is None:
+            return "the target has neither AVX-512 BW nor AVX2"
         if w.const is None or (zw is not None and zw.const is None):
             return "the weights or their zero point are not constant"
         if group.node.op.group != 1:

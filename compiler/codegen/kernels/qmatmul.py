@@ -12,8 +12,9 @@ Parameters per tensor, per row of A (an M-vector) and per column of B and y (an 
 dimensions broadcast as NumPy's matmul does (an operand's buffer reads a broadcast axis with stride
 0). This is the portable kernel every printer prints (``form``).
 
-On a CPU with AVX-512 VNNI, a constant 2-D B (weights) is packed at compile time and the int32 sums
-come from the VNNI tile kernel (``gemm/int8.py``), register tiles of rows x 16-column vectors as
+On a CPU with AVX-512 VNNI, AVX-512 BW or AVX2, a constant 2-D B (weights) is packed at compile time
+and the int32 sums come from the int8 tile kernel (``gemm/int8.py``: ``vpdpbusd``, else ``vpmaddwd``),
+register tiles of rows x vectors of columns as
 parallel tasks; each finished row of a tile goes through the same finishing expression as the
 portable kernel (``finish_value``, printed per element), so both give the same bits.
 """
@@ -26,6 +27,7 @@ from ...ir.types import DType
 from ..loops import Kernel, KernelForm
 from ..loops.expr import INDEX, Const, cast, op
 from .base import KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
+from ..gemm.int8 import isa_for
 from .int8_tiles import Int8Job, Int8Lowering, emit_int8_tiles, param_reader
 
 _INT8 = (DType.i8, DType.u8)
@@ -140,10 +142,10 @@ class _IntegerMatMul(Int8Lowering):
 
     # -- the packed VNNI path (CPU) ----------------------------------------------------------------
     def packed_reason(self, k: KernelBuilder, group: KernelGroup) -> str | None:
-        """Why the VNNI kernel does not run this node (None: it does)."""
+        """Why the int8 tiles do not run this node (None: they do)."""
         a, sa, za, b, sb, zb, sy, zy = self.operands(group.node)
-        if not k.target.has("avx512vnni"):
-            return "the target has no AVX-512 VNNI"
+        if isa_for(k.target) is None:
+            return "the target has neither AVX-512 BW nor AVX2"
         if b.const is None or b.type.rank != 2:
             return "B is not a constant matrix"
         if zb is not None and zb.const is None:
