@@ -1,10 +1,14 @@
 """The default pipeline: one readable recipe per optimization level.
 
     -O0  infer-shapes
-    -O1  + fold-constants · unroll-loops · canonicalize · eliminate-common-subexpressions · eliminate-dead
+    -O1  + fold-qdq · fold-constants · unroll-loops · canonicalize · eliminate-common-subexpressions · eliminate-dead
     -O2  + fold-batchnorm · fold-scale-bias, then clean up again · sink-reshapes · fuse · schedule-memory  (the default)
     -O3  as -O2 (later issues add aggressive rewrites here)
     any level with devices: + split-products (before sink-reshapes) and split-devices (last)
+
+``fold-qdq`` runs first: a QDQ model's DequantizeLinear -> Conv/MatMul/Gemm -> QuantizeLinear
+become integer products while the weights are still int8 constants (constant folding would make
+them float).
 
 With ``opts.quantize`` (int8), ``quantize`` runs after the simplifications of the level (MatMul + Add
 are a Gemm by then) and before ``sink-reshapes``/``fuse``; static int8 measures activation ranges
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .fold_qdq import FoldQDQ
 from .fuse import NO_FUSION, FuseKernels, FusionCapabilities
 from .manager import Pass
 from .options import CompileOptions
@@ -47,7 +52,7 @@ def pipeline(opts: CompileOptions, fusion: FusionCapabilities = NO_FUSION,
     the devices to split the model over as pipeline stages (two or more)."""
     passes: list[Pass] = [InferShapes(opts.input_shapes, opts.input_values)]
     if opts.opt_level >= 1:
-        passes += [FoldConstants(opts.fold_limit_bytes), UnrollLoops(),  # short Loops/Scans: their bodies
+        passes += [FoldQDQ(), FoldConstants(opts.fold_limit_bytes), UnrollLoops(),  # short Loops/Scans: their bodies
                    Canonicalize(max_rounds=opts.max_rewrite_rounds), EliminateCommonSubexpressions(), EliminateDead()]
     if opts.opt_level >= 2:
         passes += [FoldBatchNorm(), FoldScaleBias(), FoldConstants(opts.fold_limit_bytes),

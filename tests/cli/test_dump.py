@@ -29,22 +29,22 @@ def test_dump_dir_writes_one_parseable_stage_per_pass(cnn, tmp_path, capsys):
     assert main(["dump", cnn, "--print-after-all", "--dump-dir", str(out)]) == 0
     printed = capsys.readouterr().out
     files = sorted(p.name for p in out.glob("*.kir"))
-    assert files[0] == "00-input.kir" and "07-fold-batchnorm.kir" in files
+    assert files[0] == "00-input.kir" and "08-fold-batchnorm.kir" in files
     summary = (out / "summary.txt").read_text()
     assert "fold-batchnorm" in summary and "yes" in summary and "nodes before → after" in summary
     assert printed.count("IR after pass") == len(files) - 1
-    stage = load_text(str(out / "07-fold-batchnorm.kir"))
+    stage = load_text(str(out / "08-fold-batchnorm.kir"))
     assert "BatchNormalization" not in stage.op_counts()
-    assert print_graph(load_text(str(out / "07-fold-batchnorm.kir"))) == print_graph(stage)
+    assert print_graph(load_text(str(out / "08-fold-batchnorm.kir"))) == print_graph(stage)
     # a dumped stage runs with the reference interpreter
-    assert main(["run", str(out / "07-fold-batchnorm.kir")]) == 0
+    assert main(["run", str(out / "08-fold-batchnorm.kir")]) == 0
     assert "output: float32[1, 64, 8, 8]" in capsys.readouterr().out
 
 
 def test_print_after_one_pass(cnn, capsys):
     assert main(["dump", cnn, "--print-after", "fold-batchnorm"]) == 0
     out = capsys.readouterr().out
-    assert out.count("IR after pass") == 1 and "07 fold-batchnorm (changed)" in out
+    assert out.count("IR after pass") == 1 and "08 fold-batchnorm (changed)" in out
     assert main(["dump", cnn, "--print-after", "no-such-pass"]) == 1
     assert "unknown pass(es) no-such-pass" in capsys.readouterr().err
 
@@ -52,7 +52,7 @@ def test_print_after_one_pass(cnn, capsys):
 def test_json_summary(cnn, capsys):
     assert main(["dump", cnn, "--json", "-O1"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [p["name"] for p in doc["passes"]][:2] == ["infer-shapes", "fold-constants"]
+    assert [p["name"] for p in doc["passes"]][:3] == ["infer-shapes", "fold-qdq", "fold-constants"]
     assert all({"seconds", "nodes_before", "nodes_after", "changed"} <= set(p) for p in doc["passes"])
 
 

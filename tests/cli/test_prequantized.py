@@ -47,6 +47,9 @@ def test_qdq_model_from_quantize_static(data, tmp_path):
     ops = {n.op_type for n in onnx.load(path).graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
     exe = compiler.compile(path, 2, {"x": [BATCH, 1, 8, 8]}, fallback=False)
+    # fold-qdq: the products run on the int8 tiles (ConvInteger/MatMulInteger and their rescale)
+    ops = [o for k in exe.manifest.kernels for o in k["ops"]]
+    assert "ConvInteger" in ops and "Conv" not in ops and "Gemm" not in ops
     got = np.concatenate([exe.run({"x": test_x[i:i + BATCH]})["logits"] for i in range(0, 120, BATCH)])
     step = float(numpy_helper.to_array(next(t for t in onnx.load(path).graph.initializer if t.name == "logits_scale")))
     assert np.abs(got - _ort(path, test_x[:120])).max() <= step * 1.0001

@@ -57,7 +57,7 @@ def test_disabled_pass_does_not_run():
     g = ir(TEXT)
     opts = CompileOptions(opt_level=1, disabled_passes=("eliminate-dead", "canonicalize"))
     res = PassManager(pipeline(opts), options=opts).run(g)
-    assert [r.name for r in res.records] == ["infer-shapes", "fold-constants", "unroll-loops",
+    assert [r.name for r in res.records] == ["infer-shapes", "fold-qdq", "fold-constants", "unroll-loops",
                                             "eliminate-common-subexpressions"]
     assert len(g.nodes) == 2
 
