@@ -4,8 +4,9 @@ The passes never import a backend: the backend hands them a ``FusionCapabilities
 (``compiler/passes/fuse.py``), and the driver and ``kiln dump`` pass this one to ``pipeline``:
 
 * ``fusable``: the float32 elementwise ops of ``SCALAR_OPS`` (those whose loop-form code
-  vectorizes: arithmetic and Kiln's own math functions), static shapes, one result; and a Cast of
-  int32 to float32 (an int8 layer's sums, rescaled by the chain after it);
+  vectorizes: arithmetic and Kiln's own math functions), static shapes, one result; a Cast of
+  int32 to float32 (an int8 layer's sums, rescaled by the chain after it); and QuantizeLinear /
+  DequantizeLinear by one scale (the fuse pass keeps them out of GEMM epilogues and blocks);
 * ``check``: the ``check`` of the lowering that runs each block kind (``BLOCK_LOWERINGS``), so a block
   is formed exactly where that lowering accepts it, and its reason is kept where it does not.
 """
@@ -22,6 +23,9 @@ from .kernels.epilogue import Epilogue
 from .kernels.row_reduce import RowReduce
 from .kernels.shuffle import ShuffledDepthwise
 from ..ir.ops import elementwise as ew
+from ..ir.ops import quant as qn
+from .loops.scalar import per_tensor_quantization
+from .loops.scalar import reason as scalar_reason
 
 #: the elementwise ops fused into kernels (chains, GEMM epilogues and prologues, row reductions); their
 #: semantics: ``loops/scalar.py``
@@ -41,8 +45,17 @@ _LOWERING: dict[str, Lowering] = {kind: next(low for low in ALL if type(low) is 
 
 
 def fusable(node: Node) -> bool:
-    """Elementwise float32 ops the CPU backend computes in a loop (its scalar op table), and the Cast
-    of int32 sums to float32 that starts an int8 layer's rescale (so the rescale is one pass)."""
+    """Elementwise float32 ops the CPU backend computes in a loop (its scalar op table), the Cast
+    of int32 sums to float32 that starts an int8 layer's rescale (so the rescale is one pass), and
+    QuantizeLinear/DequantizeLinear by one scale between float32 and 8/16-bit integers (an int8
+    layer's rescale ends in the next one's quantization; a QDQ model's residual Add reads two
+    dequantized values)."""
+    if isinstance(node.op, (qn.QuantizeLinear, qn.DequantizeLinear)):
+        vs = [v for v in list(node.inputs) + list(node.outputs) if v is not None]
+        return (all(isinstance(v.type, TensorType) and v.type.is_static for v in vs)
+                and per_tensor_quantization(node)
+                and scalar_reason(node.op, [None if v is None else v.type.dtype for v in node.inputs],
+                                  node.outputs[0].type.dtype) is None)
     if isinstance(node.op, ew.Cast):
         x, y = node.inputs[0], node.outputs[0]
         return (isinstance(x.type, TensorType) and x.type.dtype is DType.i32 and x.type.is_static

@@ -40,6 +40,7 @@ from ..ir.ops.base import Pattern
 from ..ir.ops import conv as cv
 from ..ir.ops import linalg as la
 from ..ir.ops import norm as nm
+from ..ir.ops import quant as qn
 from ..ir.ops import shape as sh
 from ..ir.ops import tensor as tn
 from ..ir.ops.kernel import Kernel
@@ -224,7 +225,7 @@ def _attention(mm1: Node, fusable, taken: set[int], max_ops: int,
             return None, None, None
         if type(u.op) is nm.Softmax:
             break
-        if not fusable(u) or tuple(u.outputs[0].shape) != tuple(cur.outputs[0].shape):
+        if not fusable(u) or _quantizes(u) or tuple(u.outputs[0].shape) != tuple(cur.outputs[0].shape):
             return None, None, None
         chain.append(u)
         cur = u
@@ -321,6 +322,8 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             closers: list[tuple[Node, str, str]] = []  # (user, refusal, block) that may end the chain
             for u in users:  # the first fusable user in schedule order continues the chain
                 why = _refusal(u, out, ids, members, max_ops, fusable, taken, order)
+                if why is None and kind in ("epilogue", "prologue") and _quantizes(u):
+                    why = f"{u.op.name} changes the element type: a GEMM's epilogue computes float32"
                 if why is None and nxt is None:
                     nxt = u
                     label = "epilogue" if kind == "prologue" else kind  # after a prologue: the conv's epilogue
@@ -335,6 +338,8 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             for u, why, block in closers:  # the chain ends in a reduction or a conv when nothing continues it
                 if nxt is None and closing is None:
                     rwhy = (f"the kernel has reached max_fused_ops={max_ops}" if len(members) >= max_ops else
+                            "the chain quantizes or dequantizes: the block computes float32"
+                            if any(_quantizes(m) for m in members) else
                             _cycle(u, ids, order) or capabilities.check(block, members + [u]))
                     if rwhy is None:
                         closing, kind = u, block
@@ -398,6 +403,12 @@ def _block_decisions(groups: list[FusionGroup], decisions: list[Decision],
             out += [Decision(v.producer, n, True, g.kind) for n in g.nodes for v in n.inputs
                     if v is not None and v.producer is not None and id(v.producer) in ids]
     return out
+
+
+def _quantizes(n: Node) -> bool:
+    """A QuantizeLinear/DequantizeLinear: it joins elementwise loops (where the backend says it is
+    fusable), never a GEMM's epilogue or a block, whose code computes float32 values."""
+    return isinstance(n.op, (qn.QuantizeLinear, qn.DequantizeLinear))
 
 
 def _refusal(u: Node, out: Value, ids: set[int], members: list[Node], max_ops: int, fusable, taken: set[int],

@@ -9,12 +9,16 @@ import numpy as np
 import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
+from compiler.codegen.fusion import CPU_FUSION
+from compiler.codegen.kernels.elementwise import Elementwise
 from compiler.codegen.kernels.quant import DequantizeLinear, QuantizeLinear
 from compiler.codegen.kernels.testing import run_cuda_forms, run_kernels
 from compiler.ir.graph import Graph
 from compiler.ir.interpreter import interpret
+from compiler.ir.ops import elementwise as ew
 from compiler.ir.ops import quant as qn
 from compiler.ir.types import DType, TensorType
+from compiler.passes.fuse import FuseKernels
 
 RNG = np.random.default_rng(8)
 LAYOUTS = [({}, ()), ({"axis": 1}, (4,)), ({"axis": 0, "block_size": 2}, (2, 4, 3))]  # x: (3, 4, 3)
@@ -45,9 +49,13 @@ def _check(got, want, label):
 
 
 def test_on_the_llvm_printer():
+    """Per tensor, float32 to and from 8/16-bit integers: the elementwise loop (the op's scalar
+    semantics, what a fused chain computes); per axis, per block or to float16: the op's own kernel."""
     g, feeds = _graph()
     for n in g.nodes:
-        assert isinstance(lowering_for(KernelGroup.of_node(n))[0], (QuantizeLinear, DequantizeLinear)), n.describe()
+        low = lowering_for(KernelGroup.of_node(n))[0]
+        simple = n.inputs[1].type.numel == 1 and n.outputs[0].dtype is not DType.f16
+        assert isinstance(low, Elementwise if simple else (QuantizeLinear, DequantizeLinear)), n.describe()
     want, got = interpret(g, feeds), run_kernels(g, feeds)
     for n, name in zip(g.nodes, g.output_names):
         _check(got[name], want[name], n.describe())
@@ -112,3 +120,23 @@ def test_dynamic_quantize_on_the_cuda_printer(case):
     want, got = interpret(g, {"x": x}), run_cuda_forms(g, {"x": x})
     for name in g.output_names:
         np.testing.assert_array_equal(got[name], want[name], err_msg=f"{case} {name}")
+
+
+def test_a_fused_rescale_requantize_chain_is_exact():
+    """int32 sums rescaled, a dequantized residual added, Relu, quantized: one fused loop, bit-exact
+    against the interpreter (ties to even, saturation at both ends)."""
+    g = Graph("chain")
+    acc = g.add_input("acc", TensorType(DType.i32, (2, 8, 5)))
+    r = g.add_input("r", TensorType(DType.u8, (2, 8, 5)))
+    s_acc = g.add_constant((RNG.random((8, 1)) * 1e-3).astype(np.float32))
+    sy, zy = g.add_constant(np.float32(0.05)), g.add_constant(np.array(9, np.uint8))
+    y = g.add(ew.Mul(), g.add(ew.Cast(to=DType.f32), acc), s_acc)
+    y = g.add(ew.Relu(), g.add(ew.Add(), y, g.add(qn.DequantizeLinear(), r, sy, zy)))
+    g.set_outputs([g.add(qn.QuantizeLinear(), y, sy, zy)], ["y"])
+    feeds = {"acc": RNG.integers(-30000, 30000, (2, 8, 5)).astype(np.int32),
+             "r": RNG.integers(0, 256, (2, 8, 5)).astype(np.uint8)}
+    feeds["acc"][0, 0, :3] = [1000, 3000, -50]  # scales to about ties and out of range
+    want = interpret(g, feeds)["y"]
+    FuseKernels(capabilities=CPU_FUSION).run(g)
+    assert [n.op.name for n in g.nodes] == ["DequantizeLinear", "Kernel"]  # the side operand: its own loop
+    np.testing.assert_array_equal(run_kernels(g, feeds)["y"], want)

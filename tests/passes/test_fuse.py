@@ -93,6 +93,48 @@ def test_an_int8_layers_rescale_is_one_kernel():
     assert [n.op.name for n in g.nodes].count("Cast") == 1  # the i64 one stays alone
 
 
+def test_quantize_and_dequantize_by_one_scale_join_elementwise_chains():
+    """An int8 layer's rescale ends in the next layer's QuantizeLinear, and a QDQ model's residual
+    Add reads a DequantizeLinear and requantizes: each one loop. A QuantizeLinear per channel stays
+    its own kernel (the elementwise loop broadcasts its operands NumPy's way, not along an axis)."""
+    g, p, _ = _fuse("""graph @g(%a: u8[4,8], %b: u8[8,3], %r: u8[4,3], %c: f32[2,3,4]) -> (y: u8[4,3], z: u8[2,3,4]) {
+  %s = const f32[3] dense<[0.5, 0.25, 2.0]>
+  %sy = const f32[] dense<0.2>
+  %zy = const u8[] dense<7>
+  %sc = const f32[3] dense<[0.5, 0.25, 2.0]>
+  %zc = const u8[3] dense<[1, 2, 3]>
+  %0 = MatMulInteger(%a, %b) : i32[4,3]
+  %1 = Cast(%0) {to=f32} : f32[4,3]
+  %2 = Mul(%1, %s) : f32[4,3]
+  %3 = DequantizeLinear(%r, %sy, %zy) : f32[4,3]
+  %4 = Add(%2, %3) : f32[4,3]
+  %5 = Relu(%4) : f32[4,3]
+  %6 = QuantizeLinear(%5, %sy, %zy) : u8[4,3]
+  %7 = QuantizeLinear(%c, %sc, %zc) {axis=1} : u8[2,3,4]
+  return y=%6, z=%7
+}""")
+    kernels = [n.op for n in g.nodes if n.op.name == "Kernel"]
+    assert [k.members() for k in kernels] == [["Cast", "Mul", "Add", "Relu", "QuantizeLinear"]]
+    assert [n.op.name for n in g.nodes].count("QuantizeLinear") == 1  # the per-channel one
+    assert [n.op.name for n in g.nodes].count("DequantizeLinear") == 1  # a side operand: its own kernel
+
+
+def test_a_gemm_epilogue_stops_before_a_quantizelinear():
+    """A float GEMM's epilogue computes float32 in the GEMM's blocks: the QuantizeLinear after the
+    Relu is not taken, and says why."""
+    g, p, _ = _fuse("""graph @g(%x: f32[4,8]) -> (y: u8[4,3]) {
+  %w = const f32[8,3]
+  %sy = const f32[] dense<0.2>
+  %zy = const u8[] dense<0>
+  %0 = MatMul(%x, %w) : f32[4,3]
+  %1 = Relu(%0) : f32[4,3]
+  %2 = QuantizeLinear(%1, %sy, %zy) : u8[4,3]
+  return y=%2
+}""", {"w": RNG.standard_normal((8, 3)).astype(np.float32)})
+    assert [n.op.members() for n in g.nodes if n.op.name == "Kernel"] == [["MatMul", "Relu"]]
+    assert any(not d.fused and "a GEMM's epilogue computes float32" in d.reason for d in p.decisions)
+
+
 def test_refuses_a_cycle():
     # %1 joins %0's kernel; %3 reads %0's result through %2 (outside): fusing %3 would make a cycle
     g, p, _ = _fuse("""graph @g(%x: f32[4,8]) -> (y: f32[4,8]) {

@@ -10,7 +10,7 @@ from ...ir.ops import shape as sh
 from ..loops import KernelForm, Kernel
 from ..loops.broadcast import merge_axes
 from ..loops.expr import STORAGE_TYPES, Const, compute_type
-from ..loops.scalar import SCALAR, scalar
+from ..loops.scalar import SCALAR, per_tensor_quantization, scalar
 from ..loops.scalar import reason as scalar_reason
 from .base import FormLowering, KernelGroup, Lowering, dtype_reason
 
@@ -51,6 +51,8 @@ class Elementwise(FormLowering):
         for n in group.nodes:
             if type(n.op) not in SCALAR:
                 return f"{n.op.name} is not an elementwise op"
+            if not per_tensor_quantization(n):
+                return f"{n.op.name} with parameters per axis or per block (the {n.op.name} lowering's)"
             if len(n.outputs) != 1:
                 return f"{n.op.name} has {len(n.outputs)} results"
             why = dtype_reason([v for v in list(n.inputs) + list(n.outputs) if v is not None],

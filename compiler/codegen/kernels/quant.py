@@ -19,6 +19,7 @@ from ...ir.ops import quant as qn
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm
 from ..loops.expr import INDEX, Const, cast, compute_type, op, select
+from ..loops.scalar import quantized
 from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
 _INTS = (DType.i8, DType.u8, DType.i16, DType.u16, DType.i32)
@@ -103,7 +104,6 @@ class QuantizeLinear(FormLowering):
         prec = n.op.precision or (DType.f64 if scale.type.dtype is DType.i32 else DType.f32)
         out = y.type.dtype
         bits = 8 * out.itemsize
-        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if out.is_signed else (0, (1 << bits) - 1)
         kf = KernelForm(name)
         xb = kf.buffer("x", x.type.dtype, shape, value=x)
         sb, zb, at = _params(kf, n, scale, zp, shape)
@@ -111,17 +111,12 @@ class QuantizeLinear(FormLowering):
         kf.note(f"QuantizeLinear to {out}, the quotient in {prec}")
 
         # rounding, the zero point and the clamp in f32 when the quotient is f32 and the result has
-        # at most 16 bits: exact (a rounded f32 is an integer; below 2^24 adding the zero point is
-        # exact, and past it both ways clamp to the same end), and twice the vector width of f64
+        # at most 16 bits (exact: ``scalar.quantized``), twice the vector width of f64
         work = DType.f32 if prec is DType.f32 and bits <= 16 else DType.f64
 
         def body(ix):
             q = op("div", _as(xb[ix], prec), _as(sb[at(ix)], prec))
-            v = op("round", _as(q, work))
-            if zb is not None:
-                v = op("add", v, _as(zb[at(ix)], work))
-            v = op("min", op("max", v, Const(float(lo), work)), Const(float(hi), work))
-            kf.store(yb, ix, cast(v, out))
+            kf.store(yb, ix, cast(quantized(q, None if zb is None else zb[at(ix)], out, work), out))
 
         _loops(kf, shape, body)
         return kf.finish()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ...ir.ops import elementwise as ew
+from ...ir.ops import quant as qn
 from ...ir.ops import reduce as rd
 from ...ir.ops.base import OpDef
 from ...ir.ops.shape import Identity
@@ -200,6 +201,54 @@ def narrow(v: Expr, out: DType) -> Expr:
     return op("and", v, Const((1 << bits) - 1, v.dtype))
 
 
+#: the integer results QuantizeLinear computes in f32 (exact: see ``quantized``)
+_QUANT_OUTPUTS = (DType.u8, DType.i8, DType.u16, DType.i16)
+
+
+def quantized(q: Expr, zero_point: Expr | None, out: DType, work: DType) -> Expr:
+    """QuantizeLinear's result from the quotient ``q = x / scale`` (in the op's precision): rounded
+    half to even in ``work``, plus the zero point, clamped to ``out``'s range, as ``out``'s compute
+    type. In f32 this is exact for results of at most 16 bits: a rounded f32 is an integer, below
+    2^24 adding the zero point is exact, and past it both ways clamp to the same end."""
+    bits = 8 * out.itemsize
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if out.is_signed else (0, (1 << bits) - 1)
+    v = op("round", q if q.dtype is work else cast(q, work))
+    if zero_point is not None:
+        v = op("add", v, cast(zero_point, work))
+    return cast(op("min", op("max", v, Const(float(lo), work)), Const(float(hi), work)), compute_type(out))
+
+
+def _quantize(o, xs, out):
+    """QuantizeLinear of a float32 element by one scale (its parameters per tensor: the elementwise
+    lowerings check it; per-axis and blocked ones are the QuantizeLinear lowering's)."""
+    x, scale, zp = (list(xs) + [None])[:3]
+    if x.dtype is not DType.f32 or scale.dtype is not DType.f32 or o.precision not in (None, DType.f32) \
+            or out not in _QUANT_OUTPUTS:
+        raise ValueError("QuantizeLinear in a fused loop: float32 by a float32 scale to 8/16-bit integers only")
+    return quantized(op("div", x, scale), zp, out, DType.f32)
+
+
+def _dequantize(o, xs, out):
+    """DequantizeLinear of an 8/16-bit integer element by one float32 scale: ``(x - zero point)`` is
+    exact in i32 and in f32, then one product in f32, as the reference."""
+    x, scale, zp = (list(xs) + [None])[:3]
+    if x.dtype not in (DType.u8, DType.i8, DType.u16, DType.i16) or scale.dtype is not DType.f32 \
+            or out is not DType.f32:
+        raise ValueError("DequantizeLinear in a fused loop: 8/16-bit integers by a float32 scale only")
+    d = cast(x, DType.i32)
+    if zp is not None:
+        d = op("sub", d, cast(zp, DType.i32))
+    return op("mul", cast(d, DType.f32), scale)
+
+
+def per_tensor_quantization(node) -> bool:
+    """Whether ``node`` is a QuantizeLinear/DequantizeLinear whose scale and zero point are one
+    value each (what the scalar semantics above assume), or not such an op at all."""
+    if not isinstance(node.op, (qn.QuantizeLinear, qn.DequantizeLinear)):
+        return True
+    return not node.op.block_size and all(v is None or v.type.numel == 1 for v in node.inputs[1:])
+
+
 def _unary(prim: str) -> Build:
     return lambda o, xs, out: op(prim, xs[0])
 
@@ -245,6 +294,7 @@ SCALAR: dict[type, Build] = {
     ew.Gelu: _gelu, ew.Clip: _clip, ew.Pow: _pow,
     ew.IsNaN: lambda o, xs, out: op("isnan", xs[0]), ew.IsInf: _isinf,
     ew.Cast: _cast, ew.CastLike: _cast,
+    qn.QuantizeLinear: _quantize, qn.DequantizeLinear: _dequantize,
 }
 
 #: ops that compute in float32 when given f16/bf16 and round after (the rest are exact on them)
