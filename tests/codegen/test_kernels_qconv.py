@@ -24,7 +24,10 @@ CASES = [((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1))), ((2, 5, 9, 8), (
          ((1, 4, 6, 6), (8, 4, 1, 1), {}), ((1, 4, 9, 9), (4, 1, 3, 3), dict(group=4, pads=(1, 1, 1, 1))),
          ((1, 2, 8, 8), (3, 2, 2, 3), dict(dilations=(2, 1), pads=(0, 1, 2, 0))),
          ((1, 70, 5, 5), (20, 70, 3, 3), dict(pads=(1, 1, 1, 1))),
-         ((2, 0, 4, 4), (3, 0, 3, 3), {})]  # no input channels: K = 0
+         ((2, 0, 4, 4), (3, 0, 3, 3), {}),  # no input channels: K = 0
+         # 1x1 as W x X (the input packed at run time): two images of whole panels; a partial panel
+         # and channels not a multiple of 4; and the im2col path for many channels on a small image
+         ((2, 6, 8, 8), (20, 6, 1, 1), {}), ((1, 5, 9, 9), (3, 5, 1, 1), {}), ((1, 3, 4, 4), (260, 3, 1, 1), {})]
 TYPES = [(DType.u8, DType.i8), (DType.i8, DType.i8), (DType.u8, DType.u8)]
 
 
@@ -75,6 +78,24 @@ def _runs_here(cpu: str) -> bool:
     return target_for(cpu).isa <= host_target().isa
 
 
+@pytest.mark.parametrize("cpu", [c for c, _ in ISAS])
+def test_a_zero_point_known_at_run_time_takes_the_im2col(cpu):
+    """int8-dynamic: DynamicQuantizeLinear gives x's zero point at run time, so the 1x1 convolution
+    cannot pack its padding or correction at compile time: the im2col path."""
+    if not _runs_here(cpu):
+        pytest.skip(f"this CPU lacks {cpu}'s instructions")
+    rng = np.random.default_rng(7)
+    g = Graph("dynamic_zx")
+    x = g.add_input("x", TensorType(DType.u8, (2, 6, 8, 8)))
+    zx = g.add_input("zx", TensorType(DType.u8, ()))
+    w = g.add_constant(_ints(rng, DType.i8, (20, 6, 1, 1)))
+    g.set_outputs([g.add(qn.ConvInteger(), x, w, zx)])
+    feeds = {"x": _ints(rng, DType.u8, (2, 6, 8, 8)), "zx": np.array(77, np.uint8)}
+    _, _, plan = build_kernels(g, target_for(cpu))
+    assert not any("1x1 as W x X" in note for _, k in plan for note in k.notes)
+    _check(g, run_kernels(g, feeds, target=target_for(cpu)), interpret(g, feeds))
+
+
 def test_the_portable_loop():
     g, feeds = _graph(constant_w=False)
     for n in g.nodes:
@@ -93,6 +114,10 @@ def test_constant_weights_take_the_int8_tiles(cpu, note):
         assert any(x.startswith(note) for x in k.notes) != grouped, (group.node.describe(), k.notes)
         if grouped:
             assert any("a grouped convolution" in x for x in k.notes)
+        n = group.node
+        w = n.inputs[3] if isinstance(n.op, qn.QLinearConv) else n.inputs[1]
+        pointwise = tuple(w.shape[2:]) == (1, 1) and not n.op.pads and int(w.shape[0]) < 256
+        assert any("1x1 as W x X" in x for x in k.notes) == pointwise, (n.describe(), k.notes)
 
 
 def test_a_target_without_avx2_runs_the_portable_loop():

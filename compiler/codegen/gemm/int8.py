@@ -176,10 +176,12 @@ class Int8Emitter:
             out.append(b.bitcast(b.shuffle_vector(v, zero, ir.Constant(ir.VectorType(I32, n), mask)), self.vec))
         return out
 
-    def tile(self, f, rows: list[ir.Value], k: int, a_signed: bool, words: ir.Value, rowsum: bool):
+    def tile(self, f, rows: list[ir.Value], k: int, a_signed: bool, words: ir.Value, rowsum: bool,
+             colsum: bool = False):
         """The sums of ``rows`` (byte pointers to rows of A) against the panel at ``words`` (pointer
-        to its first word). Returns (accumulators [row][vector], rowsums [row] or None). ``f`` is the
-        function helper (``f.b`` the builder, ``f.loop``).
+        to its first word). Returns (accumulators [row][vector], rowsums [row] or None, and with
+        ``colsum`` the sums of each column of the panel [vector], else None). ``f`` is the function
+        helper (``f.b`` the builder, ``f.loop``).
 
         The loop steps over 4 k: one 32-bit word of each row of A, and ``4 / KPW`` words of B per
         column (one for VNNI; two for ``vpmaddwd``, k 0-1 and k 2-3)."""
@@ -198,6 +200,11 @@ class Int8Emitter:
                                           source_etype=I32), vec.as_pointer()), typ=vec, align=4)
                    for v in range(t.NV)] for s in range(subs)]
             out = list(accs)
+            if colsum:  # each column's b' summed: a dot product with ones for A
+                base = n_acc + (len(rows) if rowsum else 0)
+                for s in range(subs):
+                    for v in range(t.NV):
+                        out[base + v] = self.dot(b, out[base + v], ones, bv[s][v])
             for r, w in enumerate(words_of_row):
                 for s, sp in enumerate(self._a_vectors(b, w, subs)):
                     for v in range(t.NV):
@@ -206,7 +213,7 @@ class Int8Emitter:
                         out[n_acc + r] = self.dot(b, out[n_acc + r], sp, ones)
             return out
 
-        init = [zero] * (n_acc + (len(rows) if rowsum else 0))
+        init = [zero] * (n_acc + (len(rows) if rowsum else 0) + (t.NV if colsum else 0))
         # the main loop over whole words of 4 k: phis for the accumulators
         pre = b.block
         head, body, end = (f.fn.append_basic_block(x) for x in ("i8.head", "i8.body", "i8.end"))
@@ -248,7 +255,8 @@ class Int8Emitter:
                 ws.append(w)
             accs = step(wp, accs, ws, -(-(k % 4) // kpw))  # only the words of B that exist
         grid = [[accs[r * t.NV + v] for v in range(t.NV)] for r in range(len(rows))]
-        return grid, (accs[n_acc:] if rowsum else None)
+        after = n_acc + (len(rows) if rowsum else 0)
+        return grid, (accs[n_acc:after] if rowsum else None), (accs[after:] if colsum else None)
 
 
 __all__ = ["Int8Emitter", "Int8Isa", "Int8Tiling", "MADD256", "MADD512", "PackedB", "VNNI", "isa_for", "pack_b"]

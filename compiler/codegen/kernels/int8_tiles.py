@@ -113,7 +113,7 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
             m0 = b.mul(rb, c64(MR))
             ms = [k.f.min(b.add(m0, c64(r)), c64(R - 1)) for r in range(MR)]  # rows past R: the last again
             rows = [k.at(ap, b.mul(m, c64(K)), I8) for m in ms]
-            grid, rowsums = emitter.tile(k.f, rows, K, job.a_signed, k.at(words, b.mul(pn, c64(K4 * NR)), I32),
+            grid, rowsums, _ = emitter.tile(k.f, rows, K, job.a_signed, k.at(words, b.mul(pn, c64(K4 * NR)), I32),
                                          packed.needs_rowsum)
             n0 = b.mul(pn, c64(NR))
             cols = k.f.min(b.sub(c64(N), n0), c64(NR))
