@@ -89,7 +89,12 @@ def _dynamic_cases():
             "zeros": np.zeros((4, 4), np.float32),
             "ties": np.array([0.0, 2.55, 1.275, -1.275, 5.1, 0.005, 0.015], np.float32),
             "size-1 axes": (rng.standard_normal((1, 5, 1)) * 2).astype(np.float32),
-            "large": (rng.standard_normal(70_001) * 10).astype(np.float32)}  # past a vector loop's unrolled body
+            "large": (rng.standard_normal(70_001) * 10).astype(np.float32),  # past a vector loop's unrolled body
+            # the CPU's parallel range (blocks of RANGE_BLOCK = 32768): whole blocks only, positive;
+            # the extremes in the tail after the blocks
+            "whole blocks": (rng.random(4 * 32768) * 3 + 0.25).astype(np.float32),
+            "extremes in the tail": np.concatenate([rng.standard_normal(2 * 32768), [-40.0, 7.0, 55.5]]).astype(
+                np.float32)}
 
 
 def _dynamic_graph(shape):

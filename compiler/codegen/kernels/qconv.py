@@ -21,6 +21,7 @@ run time into the tiles' panels, the weights as the rows, each tile's vectors NC
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 
 from ...ir.ops import conv as cv
 from ...ir.ops import quant as qn
@@ -144,10 +145,9 @@ class _IntegerConv(Int8Lowering):
 
     def emit_packed(self, k: KernelBuilder, group: KernelGroup) -> None:
         n = group.node
-        zx = self.operands(n)[2]
         (_, _, KH, KW), (sh, sw_), (ph, pw) = _geometry(n)[1], _geometry(n)[3], _geometry(n)[5]
         (_, _, H, W), (M, _, _, _) = _geometry(n)[0], _geometry(n)[1]
-        if (KH, KW, sh, sw_, ph, pw) == (1, 1, 1, 1, 0, 0) and (zx is None or zx.const is not None) and \
+        if (KH, KW, sh, sw_, ph, pw) == (1, 1, 1, 1, 0, 0) and \
                 (H * W >= POINTWISE_MIN_PIXELS or M < POINTWISE_MAX_CHANNELS):
             return self.emit_pointwise(k, group)
         return self.emit_im2col(k, group)
@@ -162,8 +162,9 @@ class _IntegerConv(Int8Lowering):
         The dot products take A unsigned and B signed, so a signed W is read with its sign bit
         flipped (``a' = w + 128``) and the packer writes ``b' = x - 128`` for a uint8 x (an int8 x as
         is); with ``cw = -128 [signed w] - zw[m]`` and ``cx = 128 [uint8 x] - zx``:
-        ``sum (x - zx)(w - zw) = sum a'b' + cw colsum(b') + cx rowsum(a') + K cx cw``, the column sums
-        from one more dot product per word (against ones), the rest constant per channel."""
+        ``sum (x - zx)(w - zw) = sum a'b' + cw colsum(b') + cx (rowsum(a') + K cw)``, the column sums
+        from one more dot product per word (against ones), ``rowsum(a') + K cw`` constant per channel
+        and ``cx`` from x's zero point, read at run time (int8-dynamic computes it per call)."""
         n = group.node
         x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
         y = n.outputs[0]
@@ -174,7 +175,6 @@ class _IntegerConv(Int8Lowering):
         MR, NR, kpw, lanes = tiling.MR, tiling.NR, tiling.KPW, isa.lanes
         panels, KWD = -(-P // NR), -(-K // kpw)
         x_signed, w_signed = x.type.dtype is DType.i8, w.type.dtype is DType.i8
-        zx_v = int(zx.const.reshape(-1)[0]) if zx is not None else 0
         elem = DType.i8 if kpw == 4 else DType.i16
         cols = k.scratch(N * panels * KWD * NR * 4)
         if KWD:
@@ -183,9 +183,9 @@ class _IntegerConv(Int8Lowering):
         wm = np.ascontiguousarray(w.const.reshape(M, K))
         zw_v = np.broadcast_to(zw.const.reshape(-1) if zw is not None else np.zeros(1), (M,)).astype(np.int64)
         cw = (-128 if w_signed else 0) - zw_v
-        cx = (0 if x_signed else 128) - zx_v
-        const = cx * (wm.astype(np.int64) + (128 if w_signed else 0)).sum(axis=1) + K * cx * cw
-        cw32, const32 = cw.astype(np.int32), const.astype(np.int32)  # |const| < 2^16 * K: far inside int32
+        # cx (x's zero point: known at run time with int8-dynamic) times a constant per channel
+        per_cx = (wm.astype(np.int64) + (128 if w_signed else 0)).sum(axis=1) + K * cw
+        cw32, per_cx32 = cw.astype(np.int32), per_cx.astype(np.int32)  # |.| < 2^9 * K: far inside int32
         params = self.param_specs(n, M)
         k.note(f"{isa.describe} of {MR}x{NR}, 1x1 as W x X: {-(-M // MR)} channel blocks x {panels} panels "
                f"x {N} image(s), K={K}, the input packed at run time")
@@ -199,7 +199,12 @@ class _IntegerConv(Int8Lowering):
             tile = k.f.alloca(I32, MR * NR, name="tile")
             finish = self.finish_value(s_var, m_var, param_reader(KernelForm("finish"), params, k.ptr), y.type.dtype)
             ap, yp, panel = k.weight(wm), k.ptr(y), k.again(cols)
-            cwp, cp = k.weight(cw32), k.weight(const32)
+            cwp, cp = k.weight(cw32), k.weight(per_cx32)
+            cx = ir.Constant(I32, 0 if x_signed else 128)
+            if zx is not None:  # cx = 128 [uint8 x] - zx
+                z = b.load(k.at(k.ptr(zx), c64(0), I8), typ=I8)
+                cx = b.sub(cx, b.sext(z, I32) if x_signed else b.zext(z, I32))
+            cxv = emitter.splat(b, cx)
             with k.loop(b.sub(hi, lo), "t") as i:
                 t = b.add(lo, i)
                 mb, rest = b.urem(t, c64(blocks)), b.udiv(t, c64(blocks))
@@ -211,7 +216,7 @@ class _IntegerConv(Int8Lowering):
                 grid, _, colsums = emitter.tile(k.f, rows, K, w_signed, words, False, colsum=True)
                 for r in range(MR):
                     cwv = emitter.splat(b, b.load(k.at(cwp, ms[r], I32), typ=I32))
-                    cv = emitter.splat(b, b.load(k.at(cp, ms[r], I32), typ=I32))
+                    cv = b.mul(cxv, emitter.splat(b, b.load(k.at(cp, ms[r], I32), typ=I32)))
                     for v in range(tiling.NV):
                         val = b.add(b.add(grid[r][v], b.mul(cwv, colsums[v])), cv)
                         b.store(val, b.bitcast(k.at(tile, c64(r * NR + v * lanes), I32), vec.as_pointer()), align=4)

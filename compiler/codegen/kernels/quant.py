@@ -20,7 +20,8 @@ from ...ir.types import DType
 from ..loops import Kernel, KernelForm
 from ..loops.expr import INDEX, Const, cast, compute_type, op, select
 from ..loops.scalar import quantized
-from .base import FormLowering, KernelGroup, dtype_reason, par_grain
+from ..loops.llvm import print_llvm
+from .base import FormLowering, KernelBuilder, KernelGroup, dtype_reason, par_grain
 
 _INTS = (DType.i8, DType.u8, DType.i16, DType.u16, DType.i32)
 _FLOATS = (DType.f32, DType.f16, DType.bf16, DType.f64)
@@ -210,20 +211,88 @@ class DynamicQuantizeLinear(FormLowering):
                 v = xb[(op("add", i, Const(blocks * lanes, INDEX)),)]
                 kf.update(lo, "min", v)
                 kf.update(hi, "max", v)
-        scale = kf.let(op("div", op("sub", hi, lo), Const(255.0, f)), name="scale")
-        zero = kf.let(op("eq", scale, Const(0.0, f)), name="zero")  # x is all 0: scale 1, zero point 0
-        safe = kf.let(select(zero, Const(1.0, f), scale), name="s")
-        zp = kf.let(select(zero, Const(0.0, f), _clip(op("round", op("sub", Const(0.0, f), op("div", lo, safe))))),
-                    name="zp")
-        zero_ix = (Const(0, INDEX),)
-        kf.store(sb, zero_ix, safe)
-        kf.store(zb, zero_ix, cast(zp, DType.u8))
+        _scale_and_zero_point(kf, lo, hi, sb, zb)
         # one thread: a grid-wide step between the range and the elements is not in the form (a GPU
-        # would need two launches); the elements read the scale and zero point back from the results
+        # would need two launches; the CPU's ``emit`` makes three kernels); the elements read the
+        # scale and zero point back from the results
         with kf.loop(size, "vector", name="j") as j:
-            q = op("add", op("round", op("div", xb[j], sb[zero_ix])), cast(zb[zero_ix], f))
-            kf.store(yb, (j,), cast(_clip(q), DType.u8))
+            kf.store(yb, (j,), _quantized_u8(xb[j], sb, zb))
         return kf.finish()
+
+
+    #: elements per block of the parallel range pass (``emit``): inputs of two blocks or more use it
+    RANGE_BLOCK = RANGE_LANES * 512
+
+    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        """On the CPU, an input of two blocks or more: the range of each whole block in parallel, then
+        (one thread) the blocks' ranges, the tail and the scale and zero point, then the elements
+        quantized in parallel: the same values as ``form``'s one thread (min and max do not depend on
+        the order), with both threads at work."""
+        n = group.node
+        size = n.inputs[0].type.numel
+        blocks = size // self.RANGE_BLOCK
+        if blocks < 2:
+            return super().emit(k, group)
+        f, lanes, bs = DType.f32, RANGE_LANES, self.RANGE_BLOCK
+        x, (y, ys, yz) = n.inputs[0], n.outputs
+        parts = k.scratch(blocks * 2 * lanes * 4)
+        kf = KernelForm(f"{k.name}.ranges")  # each block's running minima and maxima, lanes side by side
+        xb = kf.buffer("x", f, (size,), value=x)
+        pb = kf.buffer("parts", f, (blocks, 2, lanes), "inout", value=parts)
+        with kf.loop(blocks, "parallel", name="blk") as blk:
+            with kf.loop(lanes, "vector", name="l") as l:
+                kf.store(pb, (blk, Const(0, INDEX), l), Const(0.0, f))
+                kf.store(pb, (blk, Const(1, INDEX), l), Const(0.0, f))
+            with kf.loop(bs // lanes, name="j") as j, kf.loop(lanes, "vector", name="l") as l:
+                v = xb[(op("add", op("mul", blk, Const(bs, INDEX)), op("add", op("mul", j, Const(lanes, INDEX)), l)),)]
+                kf.store(pb, (blk, Const(0, INDEX), l), op("min", pb[blk, Const(0, INDEX), l], v))
+                kf.store(pb, (blk, Const(1, INDEX), l), op("max", pb[blk, Const(1, INDEX), l], v))
+        print_llvm(k, kf.finish())
+        kf = KernelForm(f"{k.name}.scale")  # one thread: the blocks' ranges and the tail's
+        xb = kf.buffer("x", f, (size,), value=x)
+        pb = kf.buffer("parts", f, (blocks, 2, lanes), value=parts)
+        sb = kf.buffer("y_scale", f, (1,), "out", value=ys)
+        zb = kf.buffer("y_zero_point", DType.u8, (1,), "out", value=yz)
+        lo, hi = kf.acc(Const(0.0, f), name="lo"), kf.acc(Const(0.0, f), name="hi")
+        with kf.loop(blocks, name="blk") as blk, kf.loop(lanes, name="l") as l:
+            kf.update(lo, "min", pb[blk, Const(0, INDEX), l])
+            kf.update(hi, "max", pb[blk, Const(1, INDEX), l])
+        if size % bs:
+            with kf.loop(size % bs, name="i") as i:
+                v = xb[(op("add", i, Const(blocks * bs, INDEX)),)]
+                kf.update(lo, "min", v)
+                kf.update(hi, "max", v)
+        _scale_and_zero_point(kf, lo, hi, sb, zb)
+        print_llvm(k, kf.finish())
+        kf = KernelForm(f"{k.name}.quantize")  # the elements, in parallel
+        xb = kf.buffer("x", f, (size,), value=x)
+        yb = kf.buffer("y", DType.u8, (size,), "out", value=y)
+        sb = kf.buffer("y_scale", f, (1,), value=ys)
+        zb = kf.buffer("y_zero_point", DType.u8, (1,), value=yz)
+        with kf.loop(size, "parallel", grain=PAR_MIN_WORK, name="j") as j:
+            kf.store(yb, (j,), _quantized_u8(xb[(j,)], sb, zb))
+        print_llvm(k, kf.finish())
+
+
+def _scale_and_zero_point(kf: KernelForm, lo, hi, sb, zb) -> None:
+    """DynamicQuantizeLinear's scale and zero point from x's range (extended to 0) into ``sb`` and
+    ``zb``: ``(hi - lo) / 255`` and ``round(-lo / scale)`` clamped; an all-zero x: 1 and 0."""
+    f = DType.f32
+    scale = kf.let(op("div", op("sub", hi, lo), Const(255.0, f)), name="scale")
+    zero = kf.let(op("eq", scale, Const(0.0, f)), name="zero")  # x is all 0: scale 1, zero point 0
+    safe = kf.let(select(zero, Const(1.0, f), scale), name="s")
+    zp = kf.let(select(zero, Const(0.0, f), _clip(op("round", op("sub", Const(0.0, f), op("div", lo, safe))))),
+                name="zp")
+    zero_ix = (Const(0, INDEX),)
+    kf.store(sb, zero_ix, safe)
+    kf.store(zb, zero_ix, cast(zp, DType.u8))
+
+
+def _quantized_u8(x, sb, zb):
+    """x quantized by the scale and zero point in ``sb``/``zb``: ``round(x / scale) + zp``, clamped."""
+    zero_ix = (Const(0, INDEX),)
+    q = op("add", op("round", op("div", x, sb[zero_ix])), cast(zb[zero_ix], DType.f32))
+    return cast(_clip(q), DType.u8)
 
 
 def _clip(v):
