@@ -90,14 +90,14 @@ CONVERTERS: dict[tuple[str, str], Callable[[Ctx], list[Value]]] = {
 
 def _merge_family_tables() -> None:
     from . import (convert_attention, convert_control, convert_conv, convert_elementwise, convert_indexing,
-                   convert_linalg, convert_ml, convert_norm, convert_pool, convert_quant, convert_random,
-                   convert_recurrent, convert_reduce, convert_resample, convert_shape, convert_signal,
-                   convert_strings, convert_tensor)
+                   convert_linalg, convert_ml, convert_msquant, convert_norm, convert_pool, convert_quant,
+                   convert_random, convert_recurrent, convert_reduce, convert_resample, convert_shape,
+                   convert_signal, convert_strings, convert_tensor)
 
     for module in (convert_elementwise, convert_shape, convert_tensor, convert_indexing, convert_resample,
                    convert_conv, convert_pool, convert_norm, convert_reduce, convert_linalg, convert_attention,
-                   convert_recurrent, convert_quant, convert_signal, convert_strings, convert_random, convert_ml,
-                   convert_control):
+                   convert_recurrent, convert_quant, convert_msquant, convert_signal, convert_strings, convert_random,
+                   convert_ml, convert_control):
         for key, fn in module.CONVERTERS.items():
             assert key not in CONVERTERS, f"converter for {key} defined twice"
             CONVERTERS[key] = fn

@@ -67,3 +67,64 @@ def test_integer_ops_from_quantize_dynamic(data, tmp_path):
     want = _ort(path, test_x[:60])
     assert (got.argmax(1) == want.argmax(1)).all()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def _residual_cnn(path):
+    """Conv -> Relu -> Add (residual) -> Relu -> GlobalAveragePool -> Flatten -> Gemm, in ONNX."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+    init = [numpy_helper.from_array((rng.standard_normal((6, 6, 3, 3)) * 0.2).astype(np.float32), "w"),
+            numpy_helper.from_array((rng.standard_normal(6) * 0.1).astype(np.float32), "b"),
+            numpy_helper.from_array((rng.standard_normal((5, 6)) * 0.5).astype(np.float32), "fw"),
+            numpy_helper.from_array((rng.standard_normal(5) * 0.1).astype(np.float32), "fb")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Add", ["r", "x"], ["s"]),
+             helper.make_node("Relu", ["s"], ["t"]), helper.make_node("GlobalAveragePool", ["t"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]), helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])], init)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def test_qoperator_model_with_contrib_ops(tmp_path):
+    """ONNX Runtime's QOperator format: QLinearConv, and its com.microsoft QLinearAdd,
+    QLinearGlobalAveragePool and QGemm, imported as DequantizeLinear -> op -> QuantizeLinear; fully
+    native, within one step of the output's quantization of ONNX Runtime."""
+    src, path = str(tmp_path / "float.onnx"), str(tmp_path / "qop.onnx")
+    _residual_cnn(src)
+    rng = np.random.default_rng(4)
+    feeds = [{"x": rng.standard_normal((2, 6, 8, 8)).astype(np.float32)} for _ in range(5)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds[:4])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(src, path, Reader(), quant_format=QuantFormat.QOperator, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    model = onnx.load(path)
+    ms = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
+    assert {"QLinearAdd", "QLinearGlobalAveragePool", "QGemm"} <= ms
+    exe = compiler.compile(path, 2, fallback=False)
+    got = exe.run(feeds[4])["y"]
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds[4])[0]
+    last = model.graph.node[-1]  # the DequantizeLinear of the result: its scale is one step
+    assert last.op_type == "DequantizeLinear"
+    step = float(numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == last.input[1])))
+    assert np.abs(got - want).max() <= step * 1.0001
+
+
+def test_contrib_ops_say_what_they_do_not_support(tmp_path):
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("QLinearGlobalAveragePool", ["x", "s", "z", "s", "z"], ["y"], domain="com.microsoft",
+                            channels_last=1)
+    init = [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(3), "z")]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 4, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(compiler.errors.UnsupportedError, match="channels_last=1"):
+        compiler.compile(model, 2)
