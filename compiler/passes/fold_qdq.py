@@ -154,6 +154,11 @@ def _product(node: Node) -> "_Product | str":
     return _Product(node, xq, sx.reshape(()).astype(np.float32), zx_, wq, sw_.astype(np.float32), zw_, bias_f, bq)
 
 
+def _key(node: Node) -> str:
+    """The node's name in ``refusals``, ``folded`` and ``rescaled``."""
+    return node.name or node.describe()
+
+
 def _only_user(v: Value) -> Node | None:
     use = v.uses.single()
     return use[0] if use is not None and isinstance(use[0], Node) else None
@@ -225,7 +230,7 @@ class FoldQDQ(Pass):
                 continue  # not a quantized product: nothing to say
             p = _product(node)
             if isinstance(p, str):
-                self.refusals[node.name or node.describe()] = p
+                self.refusals[_key(node)] = p
                 continue
             dqs = [v.producer for v in node.inputs if v is not None and v.producer is not None
                    and isinstance(v.producer.op, qn.DequantizeLinear)]
@@ -240,7 +245,7 @@ class FoldQDQ(Pass):
 
     def _rewrite(self, graph: Graph, p: _Product) -> None:
         node = p.node
-        name = node.name or node.op.name
+        name = _key(node)
         after = _requantized_by(node.outputs[0]) if self.qlinear else self.NO_QLINEAR
         if not isinstance(after, str) and p.bias is not None and p.bq is None:
             after = "its bias is not int32 at the scale x_scale * w_scale (a QLinear op needs it so)"

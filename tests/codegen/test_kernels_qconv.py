@@ -27,7 +27,9 @@ CASES = [((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1))), ((2, 5, 9, 8), (
          ((2, 0, 4, 4), (3, 0, 3, 3), {}),  # no input channels: K = 0
          # 1x1 as W x X (the input packed at run time): two images of whole panels; a partial panel
          # and channels not a multiple of 4; and the im2col path for many channels on a small image
-         ((2, 6, 8, 8), (20, 6, 1, 1), {}), ((1, 5, 9, 9), (3, 5, 1, 1), {}), ((1, 3, 4, 4), (260, 3, 1, 1), {})]
+         ((2, 6, 8, 8), (20, 6, 1, 1), {}), ((1, 5, 9, 9), (3, 5, 1, 1), {}), ((1, 3, 4, 4), (260, 3, 1, 1), {}),
+         # the same path on size-1 axes (one pixel, one channel) and on no input channels (K = 0)
+         ((3, 1, 1, 1), (2, 1, 1, 1), {}), ((2, 0, 3, 3), (4, 0, 1, 1), {})]
 TYPES = [(DType.u8, DType.i8), (DType.i8, DType.i8), (DType.u8, DType.u8)]
 
 

@@ -54,7 +54,7 @@ STEP = {None: 0.08, "relu": 0.08, "relu6": float(np.float32(6 / 255))}
 
 def _conv_graph(per_channel=True, act="relu", zy=0, int_bias=True, group=1, sy=0.08):
     g = Graph("qdq_conv")
-    x = _qdq_input(g, (1, 4, 6, 6))
+    x = _qdq_input(g, (2, 4, 6, 6))
     w, sw = _weights(g, (6, 4 // group, 3, 3), 0, per_channel)
     bq = RNG.integers(-2000, 2000, 6).astype(np.int32)
     if int_bias:
@@ -88,7 +88,7 @@ def _ops(g: Graph) -> list[str]:
 @pytest.mark.parametrize("act", [None, "relu", "relu6"])
 def test_conv_then_quantize_becomes_qlinearconv(per_channel, act):
     g = _conv_graph(per_channel, act, sy=STEP[act])
-    feeds = _feeds((1, 4, 6, 6))
+    feeds = _feeds((2, 4, 6, 6))
     want = [interpret(g, f)["y"] for f in feeds]
     p, changed = _fold(g)
     assert changed and p.folded == {"conv": "QLinearConv"} and p.refusals == {}
@@ -141,7 +141,7 @@ def test_a_relu_the_quantization_does_not_clip_keeps_the_rescale():
     """y's zero point 10 keeps values below 0 in its range, so the Relu matters: the conv becomes
     ConvInteger + rescale, and the Relu and QuantizeLinear stay."""
     g = _conv_graph(act="relu", zy=10)
-    feeds = _feeds((1, 4, 6, 6), seed=3)
+    feeds = _feeds((2, 4, 6, 6), seed=3)
     want = [interpret(g, f)["y"] for f in feeds]
     p, _ = _fold(g)
     assert p.folded == {"conv": "ConvInteger"}
@@ -200,7 +200,7 @@ def test_by_default_a_requantized_product_keeps_the_rescale():
     """The pipeline's FoldQDQ() makes no QLinear ops (their per-element finish is slower today): the
     integer product, its rescale, the Relu and the QuantizeLinear."""
     g = _conv_graph(act="relu")
-    feeds = _feeds((1, 4, 6, 6), seed=4)
+    feeds = _feeds((2, 4, 6, 6), seed=4)
     want = [interpret(g, f)["y"] for f in feeds]
     p, _ = _fold(g, qlinear=False)
     assert p.folded == {"conv": "ConvInteger"} and p.rescaled == {"conv": FoldQDQ.NO_QLINEAR}

@@ -145,8 +145,7 @@ class _IntegerConv(Int8Lowering):
 
     def emit_packed(self, k: KernelBuilder, group: KernelGroup) -> None:
         n = group.node
-        (_, _, KH, KW), (sh, sw_), (ph, pw) = _geometry(n)[1], _geometry(n)[3], _geometry(n)[5]
-        (_, _, H, W), (M, _, _, _) = _geometry(n)[0], _geometry(n)[1]
+        (_, _, H, W), (M, _, KH, KW), _, (sh, sw_), _, (ph, pw) = _geometry(n)
         if (KH, KW, sh, sw_, ph, pw) == (1, 1, 1, 1, 0, 0) and \
                 (H * W >= POINTWISE_MIN_PIXELS or M < POINTWISE_MAX_CHANNELS):
             return self.emit_pointwise(k, group)

@@ -15,6 +15,8 @@ the interpreter.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from ...ir.ops import quant as qn
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm
@@ -202,23 +204,18 @@ class DynamicQuantizeLinear(FormLowering):
                 v = xb[(op("add", op("mul", b, Const(lanes, INDEX)), l),)]
                 kf.store(plo, (l,), op("min", plo[(l,)], v))
                 kf.store(phi, (l,), op("max", phi[(l,)], v))
-        lo, hi = kf.acc(Const(0.0, f), name="lo"), kf.acc(Const(0.0, f), name="hi")
-        with kf.loop(lanes, name="l") as l:
-            kf.update(lo, "min", plo[(l,)])
-            kf.update(hi, "max", phi[(l,)])
-        if size % lanes:
-            with kf.loop(size % lanes, name="i") as i:
-                v = xb[(op("add", i, Const(blocks * lanes, INDEX)),)]
-                kf.update(lo, "min", v)
-                kf.update(hi, "max", v)
-        _scale_and_zero_point(kf, lo, hi, sb, zb)
+        @contextmanager
+        def lanes_of_x():
+            with kf.loop(lanes, name="l") as l:
+                yield plo[(l,)], phi[(l,)]
+
+        _scale_and_zero_point(kf, *_range(kf, lanes_of_x, xb, blocks * lanes, size), sb, zb)
         # one thread: a grid-wide step between the range and the elements is not in the form (a GPU
         # would need two launches; the CPU's ``emit`` makes three kernels); the elements read the
         # scale and zero point back from the results
         with kf.loop(size, "vector", name="j") as j:
             kf.store(yb, (j,), _quantized_u8(xb[j], sb, zb))
         return kf.finish()
-
 
     #: elements per block of the parallel range pass (``emit``): inputs of two blocks or more use it
     RANGE_BLOCK = RANGE_LANES * 512
@@ -253,16 +250,12 @@ class DynamicQuantizeLinear(FormLowering):
         pb = kf.buffer("parts", f, (blocks, 2, lanes), value=parts)
         sb = kf.buffer("y_scale", f, (1,), "out", value=ys)
         zb = kf.buffer("y_zero_point", DType.u8, (1,), "out", value=yz)
-        lo, hi = kf.acc(Const(0.0, f), name="lo"), kf.acc(Const(0.0, f), name="hi")
-        with kf.loop(blocks, name="blk") as blk, kf.loop(lanes, name="l") as l:
-            kf.update(lo, "min", pb[blk, Const(0, INDEX), l])
-            kf.update(hi, "max", pb[blk, Const(1, INDEX), l])
-        if size % bs:
-            with kf.loop(size % bs, name="i") as i:
-                v = xb[(op("add", i, Const(blocks * bs, INDEX)),)]
-                kf.update(lo, "min", v)
-                kf.update(hi, "max", v)
-        _scale_and_zero_point(kf, lo, hi, sb, zb)
+        @contextmanager
+        def blocks_of_x():
+            with kf.loop(blocks, name="blk") as blk, kf.loop(lanes, name="l") as l:
+                yield pb[blk, Const(0, INDEX), l], pb[blk, Const(1, INDEX), l]
+
+        _scale_and_zero_point(kf, *_range(kf, blocks_of_x, xb, blocks * bs, size), sb, zb)
         print_llvm(k, kf.finish())
         kf = KernelForm(f"{k.name}.quantize")  # the elements, in parallel
         xb = kf.buffer("x", f, (size,), value=x)
@@ -272,6 +265,22 @@ class DynamicQuantizeLinear(FormLowering):
         with kf.loop(size, "parallel", grain=PAR_MIN_WORK, name="j") as j:
             kf.store(yb, (j,), _quantized_u8(xb[(j,)], sb, zb))
         print_llvm(k, kf.finish())
+
+
+def _range(kf: KernelForm, partials, xb, start: int, size: int):
+    """The accumulators (lo, hi) of x's range extended to 0: over the running minima and maxima that
+    ``partials()`` gives inside its loops, then over x's elements ``start..size``."""
+    f = DType.f32
+    lo, hi = kf.acc(Const(0.0, f), name="lo"), kf.acc(Const(0.0, f), name="hi")
+    with partials() as (pmin, pmax):
+        kf.update(lo, "min", pmin)
+        kf.update(hi, "max", pmax)
+    if size > start:
+        with kf.loop(size - start, name="i") as i:
+            v = xb[(op("add", i, Const(start, INDEX)),)]
+            kf.update(lo, "min", v)
+            kf.update(hi, "max", v)
+    return lo, hi
 
 
 def _scale_and_zero_point(kf: KernelForm, lo, hi, sb, zb) -> None:
