@@ -127,6 +127,27 @@ def test_conv_depthwise():
     t.run()
 
 
+@pytest.mark.parametrize("span", [0, 10 ** 6])
+def test_conv_depthwise_flat_and_rows(monkeypatch, span):
+    """Both forms of a depthwise plane on the same shapes: row by row (``span`` 0) and as one flat
+    loop of vectors spanning rows over a padded plane split by row and column phase (every plane:
+    the last vector reads into slack past it): strides 1-3 in either axis, dilations, uneven pads,
+    a channel multiplier, two images, widths that are and are not a multiple of a vector."""
+    from compiler.codegen.kernels import conv as conv_lowering
+
+    monkeypatch.setattr(conv_lowering, "DW_FLAT_SPAN", span)
+    t = Bench()
+    for (sh, sw) in ((1, 1), (2, 2), (3, 1), (1, 2)):
+        conv(t, (1, 3, 11, 13), 3, (3, 3), group=3, strides=(sh, sw), pads=(1, 0, 2, 1))
+    conv(t, (2, 4, 14, 14), 4, (3, 3), group=4, pads=(1, 1, 1, 1), bias=False)
+    conv(t, (1, 4, 10, 9), 4, (5, 5), group=4, pads=(2, 2, 2, 2), dilations=(2, 1), strides=(2, 2))
+    conv(t, (1, 3, 7, 7), 6, (3, 3), group=3, pads=(1, 1, 1, 1))             # channel multiplier 2
+    conv(t, (1, 2, 16, 16), 2, (3, 3), group=2)                              # no padding
+    conv(t, (1, 5, 1, 1), 5, (3, 3), group=5, pads=(1, 1, 1, 1))            # one pixel
+    conv(t, (1, 6, 23), 6, (7,), group=6, pads=(3, 3))                       # 1-D
+    t.run()
+
+
 def test_conv_refusals():
     g = Graph("r")
     x1 = g.add_input("x1", TensorType(DType.f32, (1, 2, 5, 5, 5)))

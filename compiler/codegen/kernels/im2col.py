@@ -257,27 +257,32 @@ def _build_im2col(module: ir.Module, sw: int) -> ir.Function:
     return fn
 
 
-def pad_plane(k: KernelBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw) -> None:
+def pad_plane(k: KernelBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw, sh=1) -> None:
     """The ``hp`` rows of the zero-padded input plane ``xpad[r, s] = x[r - pt, s - pl]`` split by
     column phase: ``plane[ph, r, t] = xpad[r, t*sw + ph]`` (``wq`` columns per phase), so that a
-    strided window reads contiguous columns."""
+    strided window reads contiguous columns. With ``sh > 1`` the rows are split by phase too:
+    ``plane[rph, ph, r, t] = xpad[r*sh + rph, t*sw + ph]``, ``hq = ceil(hp / sh)`` rows per phase (a
+    strided window then reads consecutive rows as well)."""
     b = k.b
-    for ph in range(sw):
-        # t in [lo, hi): 0 <= t*sw + ph - pl < wd
-        (lo, hi), = _ranges(wd, wq, 1, sw, 1, pl - ph)
-        base = k.at(plane, ph * hp * wq)
-        with k.loop(hp, f"pr{ph}") as r:
-            ih = b.sub(r, c64(pt))
-            dst = k.at(base, b.mul(r, c64(wq)))
-            with k.f.if_else(_in_range(k, ih, h), f"prow{ph}") as (inside, outside):
-                with inside:
-                    _fill_zero(k, dst, 0, lo, f"pza{ph}")
-                    if hi > lo:
-                        src = k.at(xin, b.add(b.mul(ih, c64(wd)), c64(lo * sw + ph - pl)))
-                        _copy(k, k.at(dst, lo), src, hi - lo, sw, f"pcp{ph}")
-                    _fill_zero(k, dst, hi, wq, f"pzb{ph}")
-                with outside:
-                    _fill_zero(k, dst, 0, wq, f"pz{ph}")
+    hq = -(-hp // sh)
+    for rph in range(sh):
+        for ph in range(sw):
+            # t in [lo, hi): 0 <= t*sw + ph - pl < wd
+            (lo, hi), = _ranges(wd, wq, 1, sw, 1, pl - ph)
+            base = k.at(plane, (rph * sw + ph) * hq * wq)
+            tag = f"{rph}_{ph}" if sh > 1 else f"{ph}"
+            with k.loop(hq, f"pr{tag}") as r:
+                ih = b.sub(b.mul(r, c64(sh)), c64(pt - rph)) if sh > 1 else b.sub(r, c64(pt))
+                dst = k.at(base, b.mul(r, c64(wq)))
+                with k.f.if_else(_in_range(k, ih, h), f"prow{tag}") as (inside, outside):
+                    with inside:
+                        _fill_zero(k, dst, 0, lo, f"pza{tag}")
+                        if hi > lo:
+                            src = k.at(xin, b.add(b.mul(ih, c64(wd)), c64(lo * sw + ph - pl)))
+                            _copy(k, k.at(dst, lo), src, hi - lo, sw, f"pcp{tag}")
+                        _fill_zero(k, dst, hi, wq, f"pzb{tag}")
+                    with outside:
+                        _fill_zero(k, dst, 0, wq, f"pz{tag}")
 
 
 __all__ = ["im2col", "im2col_phased", "pad_plane", "pad_plane_rt"]
