@@ -9,6 +9,10 @@ Rules, in order of each group's first node (``plan_fusion``):
 * **shuffle**: a Transpose and the Reshape after it, read by a depthwise Conv only (``_shuffle``);
 * **epilogue**: a GEMM or convolution (pattern out-elementwise-fusable) takes the chain of
   elementwise ops after it: bias, folded BatchNorm scale/shift, activation, residual add;
+* **requantize**: an integer product (ConvInteger, MatMulInteger: int32 sums) takes the chain after
+  it the same way, and may end it in a QuantizeLinear (an int8 layer's rescale, activation and the
+  next layer's quantization); a block: formed where the backend's ``check`` accepts it, else the
+  chain is a kernel of its own;
 * **elementwise**: a chain of elementwise/broadcast ops becomes one loop; when nothing continues it,
   it ends in the row reduction that reads its result, if any (kind **reduction**: LayerNorm,
   Softmax, global pooling, Reduce* over trailing axes), or in the 1x1 convolution reading it (kind
@@ -195,7 +199,7 @@ class FusionCapabilities:
 
     ``fusable(node)``: whether the backend computes the elementwise op ``node`` (with its operand
     types) in a fused loop. ``check(kind, nodes)``: why the backend cannot run ``nodes`` as one kernel
-    of block ``kind`` (attention, reduction, shuffle, prologue), or None when it can. ``blocks``: the
+    of block ``kind`` (attention, reduction, shuffle, prologue, requantize), or None when it can. ``blocks``: the
     block rules that are on. The default fuses nothing (``NO_FUSION``)."""
 
     fusable: Callable[[Node], bool] = _nothing_fuses
@@ -277,6 +281,7 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
     groups: list[FusionGroup] = []
     decisions: list[Decision] = []
     refused: dict[int, str] = {}  # id(Softmax) -> why its attention block was not fused
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
     for start in graph.nodes:
         if id(start) in taken:
             continue
@@ -300,8 +305,12 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             continue
         if why:
             refused[id(start)] = f"not as a channel shuffle the convolution reads in place: {why}"
+        if _left_for_later(start, position):
+            continue
         if is_anchor(start):
             kind = "epilogue"
+        elif "requantize" in capabilities.blocks and _integer_product(start):
+            kind = "requantize"
         elif fusable(start):
             kind = "elementwise"
         else:
@@ -313,10 +322,11 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
         members = [start]
         ids = {id(start)}
         cur = start
+        first_decision = len(decisions)
         while True:
             out = cur.outputs[0]
             users = [u for u in out.users if id(u) not in ids]
-            if not users:
+            if not users or (kind == "requantize" and _quantizes(cur)):
                 break
             nxt = None
             closers: list[tuple[Node, str, str]] = []  # (user, refusal, block) that may end the chain
@@ -324,6 +334,10 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
                 why = _refusal(u, out, ids, members, max_ops, fusable, taken, order)
                 if why is None and kind in ("epilogue", "prologue") and _quantizes(u):
                     why = f"{u.op.name} changes the element type: a GEMM's epilogue computes float32"
+                if why is None and kind == "requantize" and isinstance(u.op, qn.DequantizeLinear):
+                    why = "a DequantizeLinear does not follow an integer product's sums"
+                if why is None and _left_for_later(u, position):
+                    why = "the dequantized value is computed in the kernel of the op reading it"
                 if why is None and nxt is None:
                     nxt = u
                     label = "epilogue" if kind == "prologue" else kind  # after a prologue: the conv's epilogue
@@ -356,9 +370,20 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
                 continue
             if nxt is None:
                 break
+            if kind in ("requantize", "elementwise"):
+                for d in _dequantized_operands(nxt, out, ids, members, max_ops, fusable, taken, order):
+                    members.append(d)
+                    ids.add(id(d))
+                    decisions.append(Decision(d, nxt, True, "a dequantized operand, computed in the kernel"))
             members.append(nxt)
             ids.add(id(nxt))
             cur = nxt
+        if kind == "requantize" and len(members) > 1:
+            rwhy = capabilities.check("requantize", members)
+            if rwhy is not None:  # the chain stays a kernel of its own (a later start)
+                del decisions[first_decision:]
+                decisions.append(Decision(start, members[1], False, f"not as a requantize block: {rwhy}"))
+                continue
         if len(members) > 1:
             if not order.contract(members):  # pragma: no cover - every member was checked on joining
                 raise RuntimeError(f"fusion: the group of {members[0].describe()} would close a cycle")
@@ -403,6 +428,43 @@ def _block_decisions(groups: list[FusionGroup], decisions: list[Decision],
             out += [Decision(v.producer, n, True, g.kind) for n in g.nodes for v in n.inputs
                     if v is not None and v.producer is not None and id(v.producer) in ids]
     return out
+
+
+def _dequantized_operands(u: Node, out: Value, ids: set[int], members: list[Node], max_ops: int, fusable,
+                          taken: set[int], order) -> list[Node]:
+    """The DequantizeLinear nodes computing ``u``'s other operands for ``u`` alone (a residual read
+    from its uint8 quantization), which the chain reaching ``u`` computes in its kernel: their float
+    results are never written."""
+    found: list[Node] = []
+    for v in u.inputs:
+        d = v.producer if v is not None and v is not out else None
+        if d is None or not isinstance(d.op, qn.DequantizeLinear) or id(d) in taken or id(d) in ids or d in found:
+            continue
+        if not fusable(d) or tuple(v.shape) != tuple(out.shape) or _only_user(v) is not u:
+            continue
+        if len(members) + len(found) + 1 >= max_ops or _cycle(d, ids, order) is not None:
+            continue
+        found.append(d)
+    return found
+
+
+def _left_for_later(n: Node, position: dict[int, int]) -> bool:
+    """A DequantizeLinear read by one elementwise op alone whose other operand is computed later:
+    the chain computing that operand takes it in (``_dequantized_operands``), so it starts no group."""
+    if not isinstance(n.op, qn.DequantizeLinear):
+        return False
+    u = _only_user(n.outputs[0])
+    return u is not None and u.op.pattern <= Pattern.BROADCAST and any(
+        v is not None and v is not n.outputs[0] and v.producer is not None
+        and position.get(id(v.producer), -1) > position[id(n)] for v in u.inputs)
+
+
+def _integer_product(n: Node) -> bool:
+    """ConvInteger/MatMulInteger with one static int32 result: its sums may take the chain after it
+    (a ``requantize`` block)."""
+    out = n.outputs[0] if len(n.outputs) == 1 else None
+    return (isinstance(n.op, (qn.ConvInteger, qn.MatMulInteger)) and isinstance(out.type, TensorType)
+            and out.type.dtype is DType.i32 and out.type.is_static)
 
 
 def _quantizes(n: Node) -> bool:

@@ -29,11 +29,13 @@ import numpy as np
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import elementwise as ew
 from ..ir.ops import quant as qn
+from ..ir.ops.base import Pattern
 from ..ir.types import DType
 from .manager import Pass
 from .options import OptionError
 
 MODES = ("int8", "int8-dynamic")
+_QDQ = (qn.QuantizeLinear, qn.DequantizeLinear, qn.DynamicQuantizeLinear)
 CALIBRATORS = ("minmax", "percentile", "entropy")
 #: ops that could be quantized but have no int8 path yet, and why (listed as refusals)
 NOT_YET = {"ConvTranspose": "int8 ConvTranspose is not built", "Attention": "int8 attention is not built"}
@@ -62,6 +64,11 @@ class QuantizeOptions:
     symmetric: bool = False
     #: node names or op names (e.g. "Gemm") kept in float
     exclude: tuple[str, ...] = field(default_factory=tuple)
+    #: static int8: a value quantized for a product and also read by float elementwise ops (a
+    #: residual connection) is read by those ops dequantized from the same uint8 tensor, as ONNX
+    #: Runtime's QDQ models do: one more rounding of the residual (half a step of its scale), and
+    #: the layer before writes one byte per element instead of a float and a byte
+    int8_residuals: bool = True
     #: keep the layers whose quantization costs most in float until the model output's error
     #: (1 - cosine similarity with float, over the calibration samples) is at most this
     #: (``compiler/quantize_report.py``); None: quantize every layer it can
@@ -186,6 +193,9 @@ class Quantize(Pass):
         self.quantized: list[str] = []
         #: node name -> the value that now stands for its result (the float rescale)
         self.results: dict[str, Value] = {}
+        #: names of the values whose float elementwise readers now read them dequantized
+        self.shared: list[str] = []
+        self._quantized_x: dict[int, Node] = {}  # id(x) -> the first QuantizeLinear of it made here
 
     def excluded(self, node: Node) -> bool:
         return node.name in self.options.exclude or node.op.name in self.options.exclude
@@ -209,8 +219,31 @@ class Quantize(Pass):
         for p in products:
             self._rewrite(graph, p, ranges.get(id(p.x)))
             self.quantized.append(p.node.name)
+        if self.options.needs_calibration and self.options.int8_residuals:
+            self._share_quantized(graph)
         graph.remove_unused_constants()
         return True
+
+    def _share_quantized(self, graph: Graph) -> None:
+        """Float elementwise readers of a value quantized here read ``DequantizeLinear`` of its
+        quantization instead (``int8_residuals``); graph outputs and other readers keep the float."""
+        for q in self._quantized_x.values():
+            x = q.inputs[0]
+            readers = [(u, i) for u, i in x.uses if isinstance(u, Node) and u is not q
+                       and u.op.pattern <= Pattern.BROADCAST and not isinstance(u.op, _QDQ)
+                       and u.outputs[0].dtype is DType.f32]
+            if not readers:
+                continue
+            # the quantization right after x (it reads x and constants), so it precedes every reader
+            if x.producer is not None:
+                graph.move_after(q, x.producer)
+            else:
+                graph.move_before(q, graph.nodes[0])
+            dq = graph.add_node(qn.DequantizeLinear(), [q.output, q.inputs[1], q.inputs[2]],
+                                name=f"{q.name}.residual", after=q)
+            for u, i in readers:
+                u.set_input(i, dq.output)
+            self.shared.append(x.name or q.name)
 
     def _rewrite(self, graph: Graph, p: _Product, rng: tuple[float, float] | None) -> None:
         node, o = p.node, self.options
@@ -233,7 +266,9 @@ class Quantize(Pass):
         if o.needs_calibration:
             sx, zx = activation_params(*rng, symmetric=o.symmetric)
             zxv = const(zx, f"{x}.zero_point")
-            xq = add(qn.QuantizeLinear(), x_now, const(np.asarray(sx, np.float32), f"{x}.scale"), zxv).output
+            qnode = add(qn.QuantizeLinear(), x_now, const(np.asarray(sx, np.float32), f"{x}.scale"), zxv)
+            self._quantized_x.setdefault(id(x_now), qnode)
+            xq = qnode.output
             scale = const((np.float64(sx) * along_y.astype(np.float64) * p.alpha).astype(np.float32), f"{w}.rescale")
         else:
             dq = add(qn.DynamicQuantizeLinear(), x_now)

@@ -76,8 +76,8 @@ def test_elementwise_chain_and_multi_output():
 
 
 def test_an_int8_layers_rescale_is_one_kernel():
-    """The Cast of int32 sums to float starts a chain (the quantize pass's rescale, bias, activation);
-    a Cast of anything else to float does not."""
+    """The integer product takes the chain after its sums (a ``requantize`` block: the quantize
+    pass's rescale, bias, activation); a Cast of anything else to float starts no chain."""
     g, p, _ = _fuse("""graph @g(%a: u8[4,8], %b: u8[8,3], %i: i64[4,3]) -> (y: f32[4,3], z: f32[4,3]) {
   %s = const f32[3] dense<[0.5, 0.25, 2.0]>
   %0 = MatMulInteger(%a, %b) : i32[4,3]
@@ -89,14 +89,16 @@ def test_an_int8_layers_rescale_is_one_kernel():
   return y=%3, z=%5
 }""")
     kernels = [n.op for n in g.nodes if n.op.name == "Kernel"]
-    assert [k.members() for k in kernels] == [["Cast", "Mul", "Relu"]]
+    assert [k.members() for k in kernels] == [["MatMulInteger", "Cast", "Mul", "Relu"]]
+    assert kernels[0].kind == "requantize"
     assert [n.op.name for n in g.nodes].count("Cast") == 1  # the i64 one stays alone
 
 
 def test_quantize_and_dequantize_by_one_scale_join_elementwise_chains():
-    """An int8 layer's rescale ends in the next layer's QuantizeLinear, and a QDQ model's residual
-    Add reads a DequantizeLinear and requantizes: each one loop. A QuantizeLinear per channel stays
-    its own kernel (the elementwise loop broadcasts its operands NumPy's way, not along an axis)."""
+    """An int8 layer's rescale ends in the next layer's QuantizeLinear, and its residual Add reads a
+    DequantizeLinear, computed in the same kernel (its float result is never written). A
+    QuantizeLinear per channel stays its own kernel (the elementwise loop broadcasts its operands
+    NumPy's way, not along an axis)."""
     g, p, _ = _fuse("""graph @g(%a: u8[4,8], %b: u8[8,3], %r: u8[4,3], %c: f32[2,3,4]) -> (y: u8[4,3], z: u8[2,3,4]) {
   %s = const f32[3] dense<[0.5, 0.25, 2.0]>
   %sy = const f32[] dense<0.2>
@@ -114,9 +116,10 @@ def test_quantize_and_dequantize_by_one_scale_join_elementwise_chains():
   return y=%6, z=%7
 }""")
     kernels = [n.op for n in g.nodes if n.op.name == "Kernel"]
-    assert [k.members() for k in kernels] == [["Cast", "Mul", "Add", "Relu", "QuantizeLinear"]]
+    assert [k.members() for k in kernels] == [["MatMulInteger", "Cast", "Mul", "DequantizeLinear", "Add", "Relu",
+                                               "QuantizeLinear"]]
     assert [n.op.name for n in g.nodes].count("QuantizeLinear") == 1  # the per-channel one
-    assert [n.op.name for n in g.nodes].count("DequantizeLinear") == 1  # a side operand: its own kernel
+    assert "DequantizeLinear" not in [n.op.name for n in g.nodes]  # a side operand, computed in the kernel
 
 
 def test_a_gemm_epilogue_stops_before_a_quantizelinear():

@@ -206,3 +206,39 @@ def test_products_one_after_another():
     assert [n.op.name for n in g.nodes].count("MatMulInteger") == 2
     for s, w in zip(samples, want):
         assert _cosine(interpret(g, s)["y"], w) > 0.999
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_residual_reads_the_quantized_value(shared):
+    """A value quantized for a product and also added to a later result (a residual connection) is
+    read by the Add dequantized from the same uint8 tensor (``int8_residuals``, the default): the
+    QuantizeLinear moves right after the value; off, the Add reads the float value. Both stay close
+    to float."""
+    rng = np.random.default_rng(11)
+    w1, w2 = (rng.standard_normal((4, 4, 1, 1)) * 0.5).astype(np.float32), (rng.standard_normal((4, 4, 1, 1)) * 0.5).astype(np.float32)
+    g = ir("""
+    graph @res(%x: f32[1,4,5,5]) -> (y: f32[1,4,5,5]) {
+      %w1 = const f32[4,4,1,1]
+      %w2 = const f32[4,4,1,1]
+      %0 = Conv(%x, %w1) : f32[1,4,5,5]
+      %1 = Relu(%0) : f32[1,4,5,5]
+      %2 = Conv(%1, %w2) : f32[1,4,5,5]
+      %3 = Add(%2, %1) : f32[1,4,5,5]
+      return y=%3
+    }""", {"w1": w1, "w2": w2})
+    samples = [{"x": rng.standard_normal((1, 4, 5, 5)).astype(np.float32)} for _ in range(4)]
+    want = [interpret(g, s)["y"] for s in samples]
+    p = Quantize(QuantizeOptions(int8_residuals=shared), _minmax(samples))
+    _run(g, p)
+    add = next(n for n in g.nodes if n.op.name == "Add" and n.inputs[1].producer is not None
+               and n.inputs[1].producer.op.name in ("Relu", "DequantizeLinear"))
+    src = add.inputs[1].producer
+    if shared:
+        assert src.op.name == "DequantizeLinear" and src.inputs[0].producer.op.name == "QuantizeLinear"
+        q = src.inputs[0].producer
+        assert q.inputs[0].producer.op.name == "Relu" and q.output.users[0].op.name in ("ConvInteger", "DequantizeLinear")
+        assert len(p.shared) == 1
+    else:
+        assert src.op.name == "Relu" and p.shared == []
+    for s, w in zip(samples, want):
+        assert _cosine(interpret(g, s)["y"], w) > 0.999

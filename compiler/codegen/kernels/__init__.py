@@ -30,6 +30,7 @@ from .reduction import ArgReduce, Hardmax, LpNormalization, Reduce
 from .row_reduce import RowReduce
 from .scan import LOWERINGS as SCAN_LOWERINGS
 from .recurrent import LOWERINGS as RECURRENT_LOWERINGS
+from .requantize import Requantize
 from .shuffle import ShuffledDepthwise
 
 #: every lowering, in the order they are consulted
@@ -39,7 +40,8 @@ ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, *MATMUL_LOOP
                              Softmax(), LayerNorm(), InstanceNorm(), GroupNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
                              *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS, *TOPK_LOWERINGS, *GRIDSAMPLE_LOWERINGS, *LPPOOL_LOWERINGS, _CONVT,
                              *RECURRENT_LOWERINGS,
-                             Epilogue((_GEMM, _MATMUL, _CONV, _CONVT)), RowReduce(), Attention(), ShuffledDepthwise())
+                             Epilogue((_GEMM, _MATMUL, _CONV, _CONVT)), Requantize(), RowReduce(), Attention(),
+                             ShuffledDepthwise())
 
 #: the lowering of groups with nothing to compute
 EMPTY = Empty()

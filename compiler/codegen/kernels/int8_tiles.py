@@ -17,7 +17,7 @@ from ...ir.types import DType
 from ..gemm.int8 import Int8Emitter, Int8Tiling, isa_for, pack_b
 from ..loops import KernelForm
 from ..loops.expr import INDEX, Const, Var, cast
-from ..loops.llvm import MEMORY_TYPES, expr_llvm
+from ..loops.llvm import MEMORY_TYPES, expr_llvm, print_llvm
 from .base import I8, I32, FormLowering, KernelBuilder, KernelGroup, c64, par_grain
 
 
@@ -29,16 +29,27 @@ class Int8Lowering(FormLowering):
     def packed_reason(self, k: KernelBuilder, group: KernelGroup) -> str | None:
         raise NotImplementedError
 
-    def emit_packed(self, k: KernelBuilder, group: KernelGroup) -> None:
+    def emit_packed(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
         raise NotImplementedError
 
-    def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+    def chain_reason(self, node) -> str | None:
+        """Why the elementwise chain after ``node``'s sums is better left to a pass of its own (None:
+        computed in the finishing expression, ``requantize.py``)."""
+        raise NotImplementedError
+
+    def finish_groups(self, node) -> list[tuple[int, ...]]:
+        """The result's axes grouped as the finishing expression indexes them (``requantize.py``)."""
+        raise NotImplementedError
+
+    def emit(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
+        """The product; with ``chain`` (a ``requantize.FinishChain``) each finished sum goes through
+        it and the chain's result is written (the product's own never is)."""
         why = self.packed_reason(k, group)
         if why is None:
-            self.emit_packed(k, group)
+            self.emit_packed(k, group, chain)
         else:
             k.note(f"portable int8 loop ({why})")
-            super().emit(k, group)
+            print_llvm(k, self.form(group, f"{k.name}.loop", k.in_place, chain=chain))
 
 
 @dataclass

@@ -99,10 +99,19 @@ class _IntegerMatMul(Int8Lowering):
             return "empty results are left to the Empty lowering"
         return self.form_reason(group)
 
-    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+    def chain_reason(self, node) -> str | None:
+        """The chain after the sums is computed on each finished row of a tile (contiguous)."""
+        return None
+
+    def finish_groups(self, node) -> list[tuple[int, ...]]:
+        """Row (every axis but the last), column."""
+        shape = tuple(int(d) for d in node.outputs[0].shape)
+        return [shape[:-1], shape[-1:]]
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None, chain=None) -> Kernel:
         n = group.node
         a, sa, za, b, sb, zb, sy, zy = self.operands(n)
-        y = n.outputs[0]
+        y = chain.final if chain is not None else n.outputs[0]
         ash, bsh = _promoted(a.shape, True), _promoted(b.shape, False)
         M, K, N = ash[-2], ash[-1], bsh[-1]
         batch = [int(d) for d in y.shape[:len(y.shape) - (a.type.rank > 1) - (b.type.rank > 1)]]
@@ -134,7 +143,8 @@ class _IntegerMatMul(Int8Lowering):
                     bv = bv if zb_j is None else op("sub", bv, zb_j)
                     kf.store(acc, (r, j), op("add", acc[r, j], op("mul", av, bv)))
             with kf.loop(N, "vector", name="n") as j:
-                kf.store(yb, t_ix + (m, j), self.finish_value(acc[r, j], m, j, param, y.type.dtype))
+                v = self.finish_value(acc[r, j], m, j, param, n.outputs[0].type.dtype)
+                kf.store(yb, t_ix + (m, j), v if chain is None else chain.expr(kf, v, [r, j]))
         return kf.finish()
 
     def finish_value(self, s, m, j, param, out: DType):
@@ -156,9 +166,10 @@ class _IntegerMatMul(Int8Lowering):
             return "A has batch dimensions and per-row parameters"
         return None
 
-    def emit_packed(self, k: KernelBuilder, group: KernelGroup) -> None:
+    def emit_packed(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
         a, sa, za, b, sb, zb, sy, zy = self.operands(group.node)
-        y = group.node.outputs[0]
+        own = group.node.outputs[0].type.dtype
+        y = chain.final if chain is not None else group.node.outputs[0]
         K, N = (int(d) for d in b.shape)
         R = a.type.numel // max(K, 1) if K else math.prod(int(d) for d in a.shape[:-1])
         params = self.param_specs(group.node, R, N)
@@ -166,7 +177,8 @@ class _IntegerMatMul(Int8Lowering):
             R=R, K=K, N=N, weights=b.const, weights_zero_point=zb.const if zb is not None else 0,
             a_signed=a.type.dtype is DType.i8, rows=lambda: k.ptr(a), a_zero_point=za,
             a_zero_point_per_row=za is not None and _param_layout(za, R) == "vector", params=params,
-            finish=lambda s, m, j, param: self.finish_value(s, m, j, param, y.type.dtype), out=y,
+            finish=lambda s, m, j, param: self.finish_value(s, m, j, param, own) if chain is None else
+            chain.expr(KernelForm("chain"), self.finish_value(s, m, j, param, own), [m, j], k.ptr), out=y,
             out_row=lambda b_, m: b_.mul(m, c64(N))))
 
 
