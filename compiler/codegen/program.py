@@ -171,9 +171,9 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
     prog = Program("", steps, segments, memory.places, memory.weights, memory.weights_bytes, memory.arena_bytes,
                    memory.buffers, graph, naive_bytes=memory.naive_bytes)
     prog.status_offset = memory.status.offset if memory.status is not None else None
-    prog.profile_offset = memory.profile.offset if memory.profile is not None and segments else None
     if not any(st.native and not st.alias for st in steps):
         prog.segments = segments = []  # nothing to run natively: no library at all
+    prog.profile_offset = memory.profile.offset if memory.profile is not None and segments else None
     if profile and segments:
         services.uses_parallel = True
     for j, seg in enumerate(segments):

@@ -156,6 +156,24 @@ def test_the_trace_has_a_track_per_pool_thread_within_each_kernel():
         assert e["ts"] == k["ts"] and e["dur"] <= k["dur"] + 1e-6
 
 
+def test_a_model_with_a_symbolic_batch_profiles(tmp_path, monkeypatch, capsys):
+    """Regression: with profile=True, a model whose batch is symbolic compiled a generic program with
+    no native code whose manifest still had a profile record, and the artifact was refused ("a
+    profile record in an artifact not built for profiling"), from Python and `kiln profile`."""
+    import onnx
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    m = _model()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    exe = compiler.compile(m, profile=True)
+    p = profile(exe, FEEDS, runs=2, roofline=ROOF)
+    assert any("Conv" in k["ops"] for k in p.to_json()["kernels"])
+    model = str(tmp_path / "m.onnx")
+    onnx.save(m, model)
+    assert main(["profile", model, "--input-shape", "x=1x3x4x4", "--runs", "2"]) == 0
+    assert "2 runs" in capsys.readouterr().out
+
+
 def test_interpreted_steps_are_timed_too():
     from onnx import TensorProto
 
