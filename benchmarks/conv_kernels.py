@@ -58,6 +58,11 @@ CONVS = [
     ("squeeze fire 1x1 16->64 55", (1, 16, 55, 55), 64, (1, 1), 1, {}),
     ("squeeze fire 3x3 16->64 55", (1, 16, 55, 55), 64, (3, 3), 1, dict(pads=(1, 1, 1, 1))),
     ("shufflenet g3 1x1", (1, 240, 28, 28), 60, (1, 1), 3, {}),
+    # ResNet-18 (width 16) at 64x64, the real-architecture suite's size: few pixels, many channels
+    ("r18@64 3x3 64 4x4", (1, 64, 4, 4), 64, (3, 3), 1, dict(pads=(1, 1, 1, 1))),
+    ("r18@64 3x3 128 2x2", (1, 128, 2, 2), 128, (3, 3), 1, dict(pads=(1, 1, 1, 1))),
+    ("r18@64 3x3/2 64->128", (1, 64, 4, 4), 128, (3, 3), 1, dict(strides=(2, 2), pads=(1, 1, 1, 1))),
+    ("r18@64 3x3 16 16x16", (1, 16, 16, 16), 16, (3, 3), 1, dict(pads=(1, 1, 1, 1))),
 ]
 # name, A shape, B shape (B constant when the flag says so)
 MATMULS = [
@@ -65,6 +70,7 @@ MATMULS = [
     ("bert ffn up 128x256x1024", (1, 128, 256), (256, 1024), True),
     ("bert attn QK^T 4x128x64x128", (1, 4, 128, 64), (1, 4, 64, 128), False),
     ("bert attn PV 4x128x128x64", (1, 4, 128, 128), (1, 4, 128, 64), False),
+    ("r18@64 tail as GEMM 4x1152x128", (1, 4, 1152), (1152, 128), True),
 ]
 
 

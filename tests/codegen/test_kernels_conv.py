@@ -69,16 +69,19 @@ def test_conv_gemm_paths(monkeypatch, task_budget):
     t.run()
 
 
-@pytest.mark.parametrize("col_budget", [None, 3000])
-def test_conv_im2col_stride_pad_sweep(monkeypatch, col_budget):
+@pytest.mark.parametrize("col_budget,table_width", [(None, 8), (None, 0), (3000, 8)])
+def test_conv_im2col_stride_pad_sweep(monkeypatch, col_budget, table_width):
     """Regression (issue 21): with two images, strides (2, 1) and pads summing to KW - 1 (output
     width = input width) im2col copied the window as one run of the plane, right only for a height
     stride of 1. Every stride/pad/dilation pair of a small grid, several images (im2col), also by
-    row blocks."""
+    row blocks; the outputs (at most 7 wide) gathered through the index table, and (``table_width``
+    0) by run-by-run copies."""
     from compiler.codegen.kernels import conv as conv_lowering
+    from compiler.codegen.kernels import im2col as im2col_module
 
     if col_budget is not None:
         monkeypatch.setattr(conv_lowering, "COL_BUDGET", col_budget)
+    monkeypatch.setattr(im2col_module, "TABLE_WIDTH", table_width)
     t = Bench()
     for sh in (1, 2, 3):
         for sw in (1, 2):
@@ -86,6 +89,27 @@ def test_conv_im2col_stride_pad_sweep(monkeypatch, col_budget):
                 for dh in (1, 2):
                     conv(t, (2, 2, 9, 7), 3, (3, 3), strides=(sh, sw), dilations=(dh, 1),
                          pads=(1, pl, 0, pr), bias=(sh + sw) % 2 == 0)
+    t.run()
+
+
+def test_conv_im2col_table():
+    """A narrow output's col matrix is one gather through a compile-time index table: structure
+    (the note; not for a wide output or past the table's size) and numbers, on several images and
+    groups, strides, dilations, uneven pads and a 1-D conv."""
+    from compiler.codegen.kernels import im2col as im2col_module
+    from compiler.codegen.kernels.testing import build_kernels
+
+    t = Bench()
+    conv(t, (1, 128, 2, 2), 64, (3, 3), pads=(1, 1, 1, 1))                       # transposed GEMM
+    conv(t, (1, 64, 4, 4), 128, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1))      # strided, transposed
+    conv(t, (3, 8, 5, 6), 12, (3, 2), group=2, strides=(1, 2), dilations=(2, 1), pads=(2, 0, 1, 1))
+    conv(t, (2, 4, 9), 6, (3,), strides=(2,), pads=(2, 1), bias=False)           # 1-D: output 5 wide
+    conv(t, (2, 4, 16, 16), 6, (3, 3), pads=(1, 1, 1, 1))                        # 16 wide: copies
+    t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
+    _, _, plan = build_kernels(t.g, host_target())
+    tabled = [any("index table" in note for note in k.notes) for _, k in plan]
+    assert tabled == [True, True, True, True, False], [k.notes for _, k in plan]
+    assert not im2col_module.table_applies(9 * 512, 7, 49)  # ResNet-50's 7x7 maps: the table too big
     t.run()
 
 

@@ -16,7 +16,9 @@ By shape:
   ``col[Cg*KH*KW, OH*OW]`` never made: the GEMM calls back for each block of it, which is packed
   straight from the padded input into the GEMM's panel layout (``packed_cols.py``).
 * **several images or groups**: im2col per image and group (``im2col.py``), then the same GEMM; a
-  col matrix over ``COL_BUDGET`` is made and multiplied by blocks of output rows.
+  col matrix over ``COL_BUDGET`` is made and multiplied by blocks of output rows. For an output
+  narrower than ``TABLE_WIDTH`` (a 2x2 map) the col matrix is one gather through a compile-time
+  index table instead of run-by-run copies.
 * **few pixels, many channels** (7x7 maps of several images or groups, 2x2 maps of one): the same
   GEMM transposed, ``Y^T = col^T @ W^T``, then a transposing copy, when the pixels would fill
   sgemm's NR-wide register tiles much worse (``_prefer_transposed``).
@@ -35,7 +37,8 @@ from ...ir.ops import conv as cv
 from ...ir.ops.base import OpError
 from ..llvm.elementwise import _For
 from .base import F32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
-from .im2col import _fill_zero, _gep, _helper_fn, _span, im2col, im2col_phased, pad_plane
+from .im2col import (_fill_zero, _gep, _helper_fn, _span, im2col, im2col_phased, im2col_table, pad_plane,
+                     table_applies, window_table)
 from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
 from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
 from .prologue import ProloguePacker, prologue_reason
@@ -144,8 +147,11 @@ class Conv(Lowering):
             wp, wstride, wt = k.ptr(w), mg * kk, (1 if trans else 0)
         # one image and group: the GEMM's B blocks packed on its request (packed_cols.py), no col matrix
         packed = not direct and not chunked and not trans and packed_cols_applies(n, g)
+        # outputs a few pixels wide: the col matrix gathered through an index table
+        table = (window_table(cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
+                 if not direct and not chunked and not packed and table_applies(kk, ow, p) else None)
         # strided windows: the padded input split by column phase first, then contiguous row copies
-        phased = not direct and not chunked and not packed and sw > 1
+        phased = not direct and not chunked and not packed and table is None and sw > 1
         hp = (oh - 1) * sh + (kh - 1) * dh + 1
         wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
         col_f = 0 if direct or packed else kk * (block * ow if chunked else p)
@@ -168,6 +174,8 @@ class Conv(Lowering):
         k.note("1x1: GEMM on the input" if direct else "im2col packed block by block for the GEMM" if packed else
                f"im2col by blocks of {block} output rows" if chunked else
                "transposed GEMM (few pixels)" if trans else "im2col + GEMM")
+        if table is not None:
+            k.note("im2col gathered through an index table (a narrow output)")
         if te is not None:
             k.note("bias and chain inside the GEMM" if fused else "bias inside the GEMM")
         if prologue:
@@ -200,6 +208,9 @@ class Conv(Lowering):
                 src = k.at(xt, xbase)
             elif packed:
                 src = xt  # (not read: the packer makes B's blocks)
+            elif table is not None:
+                im2col_table(k, xt, xbase, colt, table)
+                src = colt
             elif phased:
                 im2col_phased(k, xt, xbase, pln, colt, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, hp, wq)
                 src = colt

@@ -7,6 +7,8 @@ that one copy serves every convolution of a module and compile time stays flat.
   each row a run of contiguous copies over the output width;
 * ``im2col_phased``: the same for a width stride > 1, from the padded input split by column phase
   (``pad_plane_rt``), so every row copy is contiguous again;
+* ``im2col_table``: the same as one gather through a compile-time index table, for outputs a few
+  pixels wide (a 2x2 map), where the run-by-run copies cost far more per element than they move;
 * ``pad_plane`` (compile-time sizes) and ``pad_plane_rt`` (run-time sizes): a zero-padded plane
   split by column phase, ``plane[ph, r, t] = xpad[r, t*sw + ph]``.
 """
@@ -14,10 +16,15 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import numpy as np
 from llvmlite import ir
 
 from ..llvm.elementwise import _For
-from .base import F32, I64, PTR, VOID, KernelBuilder, c64, cf32
+from .base import F32, I32, I64, PTR, VOID, KernelBuilder, c64, cf32
+
+#: im2col by index table (``im2col_table``) for outputs narrower than this, when the table has at
+#: most ``TABLE_MAX`` entries (int32: 256 KiB)
+TABLE_WIDTH, TABLE_MAX = 8, 1 << 16
 
 
 def _ranges(size: int, out: int, k: int, s: int, d: int, pb: int) -> list[tuple[int, int]]:
@@ -159,6 +166,31 @@ def im2col_phased(k: KernelBuilder, xp, xbase, planes, col, cg, h, wd, kh, kw, o
                     + [(nm, I64) for nm in names], body)
     vals = (0, cg, h, wd, kh, kw, oh, ow, sh, dh, dw, pt, pl, hp, wq)
     k.b.call(fn, [k.at(xp, xbase), planes, col] + [v if isinstance(v, ir.Value) else c64(v) for v in vals])
+
+
+def window_table(cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl) -> np.ndarray:
+    """``table[(c*KH + ki)*KW + kj, oh*OW + ow]``: the index in the group's input (``c*H*W + ih*W + iw``)
+    of that col element, -1 where it is padding."""
+    c, ki, kj, r, q = np.ix_(np.arange(cg), np.arange(kh), np.arange(kw), np.arange(oh), np.arange(ow))
+    ih, iw = r * sh - pt + ki * dh, q * sw - pl + kj * dw
+    inside = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < wd)
+    return np.where(inside, (c * h + ih) * wd + iw, -1).reshape(cg * kh * kw, oh * ow).astype(np.int32)
+
+
+def table_applies(kk: int, ow: int, p: int) -> bool:
+    """Whether ``im2col_table`` makes the col matrix of ``kk`` rows of ``p`` pixels, ``ow`` wide."""
+    return ow < TABLE_WIDTH and kk * p <= TABLE_MAX
+
+
+def im2col_table(k: KernelBuilder, xp, xbase, col, table: np.ndarray) -> None:
+    """``col[i] = x[xbase + table[i]]``, 0 where the table holds -1: one branch-free gather."""
+    b = k.b
+    tp, xg = k.weight(table), k.at(xp, xbase)
+    with k.loop(table.size, "tg") as i:
+        j = b.sext(k.load(tp, i, I32), I64)
+        inside = b.icmp_signed(">=", j, c64(0))
+        v = k.load(xg, b.select(inside, j, c64(0)))
+        k.store(b.select(inside, v, cf32(0.0)), col, i)
 
 
 @contextmanager
