@@ -360,7 +360,7 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
         t0 = time.perf_counter()
         manifest = manifest_of(prog, target, model_name, opt_level, dict(times or {}), prog.profiled)
         if any(st.native and not st.alias for st in prog.steps):
-            objects = [toolchain.compile_ir(prog.llvm_ir, target),
+            objects = [*toolchain.compile_parts(prog.llvm_ir, target),
                        toolchain.data_object(LAYOUT_SYMBOL, native_layout(manifest), target)]
             if prog.uses_gemm:
                 from .codegen.gemm.build import gemm_object

@@ -21,11 +21,14 @@ the new code.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -134,6 +137,66 @@ def compile_ir(module_text: str, target: Target | None = None, opt_level: int = 
         return target.target_machine().emit_object(module)
     except RuntimeError as e:
         raise CodegenError(f"LLVM could not emit code: {e}") from None
+
+
+#: a module of this many characters of IR or more is compiled in parts, one process each
+#: (``split.py``): a worker process costs about 0.15 s to start, and LLVM takes 3.5-6 us a character
+SPLIT_MIN_CHARS = 100_000
+
+
+def compile_parts(module_text: str, target: Target | None = None, opt_level: int = 3,
+                  workers: int | None = None) -> list[bytes]:
+    """``compile_ir`` of a large module as several object files made side by side: the module split
+    into ``workers`` parts (default: the CPUs this process may use, at most 4; ``split.py``), part 0
+    compiled here while worker processes compile the others. A module under ``SPLIT_MIN_CHARS``, one
+    that does not split, or a single CPU: one object, as ``compile_ir``. A worker that fails has its
+    part compiled here (an error in the part is then raised as ``compile_ir`` raises it)."""
+    from .split import split_module
+
+    target = target or host_target()
+    if workers is None:
+        workers = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    parts = split_module(module_text, workers) if workers > 1 and len(module_text) >= SPLIT_MIN_CHARS else None
+    if parts is None:
+        return [compile_ir(module_text, target, opt_level)]
+    spec = json.dumps({"triple": target.triple, "cpu": target.cpu, "features": target.features,
+                       "isa": sorted(target.isa), "target_opt": target.opt_level, "opt_level": opt_level})
+    root = str(Path(__file__).resolve().parents[3])  # the directory holding the compiler package
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    procs = []
+    for text in parts[1:]:
+        try:
+            # (its error, if any, is raised again by compiling the part here)
+            proc = subprocess.Popen([sys.executable, "-m", "compiler.codegen.llvm.worker"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        except OSError:
+            proc = None
+        procs.append((proc, text))
+    feeders = []
+    for proc, text in procs:
+        if proc is not None:  # written from a thread: a pipe holds less than a part
+            t = threading.Thread(target=_feed, args=(proc, (spec + "\n" + text).encode()), daemon=True)
+            t.start()
+            feeders.append(t)
+    objects = [compile_ir(parts[0], target, opt_level)]
+    for proc, text in procs:
+        obj = None
+        if proc is not None:
+            out = proc.stdout.read()
+            proc.stdout.close()
+            obj = out if proc.wait() == 0 and out else None
+        objects.append(obj if obj is not None else compile_ir(text, target, opt_level))
+    for t in feeders:
+        t.join()
+    return objects
+
+
+def _feed(proc: subprocess.Popen, data: bytes) -> None:
+    try:
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except OSError:  # the worker died: communicate() sees its exit status
+        pass
 
 
 def data_object(symbol: str, data: bytes, target: Target | None = None) -> bytes:
