@@ -121,6 +121,16 @@ def test_compile_parts_in_workers_and_when_a_worker_fails(tmp_path, monkeypatch,
     assert len(toolchain.compile_parts(text, host_target(), workers=1)) == 1
 
 
+def test_an_error_in_a_part_is_raised(monkeypatch):
+    """Invalid IR in the part compiled here raises as compiling the whole module would (the workers
+    are stopped)."""
+    bad = _module().replace("  ret void\n}\n", "  ret i32 0\n}\n")  # the forward function's return
+    assert bad != _module()
+    monkeypatch.setattr(toolchain, "SPLIT_MIN_CHARS", 0)
+    with pytest.raises(toolchain.CodegenError, match="LLVM IR"):
+        toolchain.compile_parts(bad, host_target(), workers=2)
+
+
 def test_a_model_compiled_in_parts_runs_as_compiled_whole(monkeypatch):
     """End to end: a model whose module is split (the size threshold lowered) gives the outputs of
     the same model compiled as one module."""

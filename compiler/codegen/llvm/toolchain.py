@@ -178,7 +178,15 @@ def compile_parts(module_text: str, target: Target | None = None, opt_level: int
             t = threading.Thread(target=_feed, args=(proc, (spec + "\n" + text).encode()), daemon=True)
             t.start()
             feeders.append(t)
-    objects = [compile_ir(parts[0], target, opt_level)]
+    try:
+        objects = [compile_ir(parts[0], target, opt_level)]
+    except BaseException:  # (an error in the module: the workers' results are not wanted)
+        for proc, _ in procs:
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+                proc.stdout.close()
+        raise
     for proc, text in procs:
         obj = None
         if proc is not None:
@@ -195,7 +203,7 @@ def _feed(proc: subprocess.Popen, data: bytes) -> None:
     try:
         proc.stdin.write(data)
         proc.stdin.close()
-    except OSError:  # the worker died: communicate() sees its exit status
+    except OSError:  # the worker died (or was stopped): its reader sees the exit status
         pass
 
 
