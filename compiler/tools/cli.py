@@ -209,6 +209,13 @@ def explain_fusion(passes) -> None:
     print(f"fusion: {len(fused)} pair(s) fused, {len(refused)} adjacent pair(s) left apart")
     for d in fuse.decisions:
         print(("  fused      " if d.fused else "  not fused  ") + d.text().split(": ", 1)[0] + ": " + d.reason)
+    canon = [p for p in passes if p.name == "canonicalize"]  # the last one's: the final graph's
+    misses = list(getattr(canon[-1], "near_misses", ())) if canon else []
+    if misses:  # decomposed layer norms and GELUs that did not become the op (canonicalize)
+        print(f"patterns: {len(misses)} near miss(es) of a decomposed LayerNorm or GELU")
+        for m in misses:
+            where = m.node.op.name + (f" {m.node.name}" if m.node.name else "")
+            print(f"  not matched {m.rule} at {where}: {m.reason}")
 
 
 def cmd_dump(args) -> int:

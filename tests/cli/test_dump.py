@@ -127,6 +127,22 @@ def test_explain_fusion_says_why_pairs_stay_apart(cnn, capsys):
     assert "the pipeline has no fuse pass" in capsys.readouterr().err
 
 
+def test_explain_fusion_lists_a_decomposed_pattern_that_did_not_match(tmp_path, capsys):
+    """A GELU written out whose erf is also a graph output stays decomposed, and --explain-fusion
+    says so with the reason (the GELU of tests/passes/test_decomposed.py)."""
+    from tests.passes.test_decomposed import GELU
+
+    path = tmp_path / "m.kir"
+    path.write_text(GELU.replace("(y: f32[4,16])", "(y: f32[4,16], e: f32[4,16])")
+                    .replace("return y=%4", "return y=%4, e=%1").strip() + "\n")
+    assert main(["dump", str(path), "--explain-fusion"]) == 0
+    out = capsys.readouterr().out
+    assert "patterns: 1 near miss(es) of a decomposed LayerNorm or GELU" in out
+    assert "not matched decomposed-gelu at Mul: Erf is used outside the pattern" in out
+    assert main(["dump", str(path)]) == 0
+    assert "Gelu(" not in capsys.readouterr().out
+
+
 def test_kernels_prints_each_kernel_in_the_loop_form(tmp_path, capsys):
     path = tmp_path / "m.kir"
     path.write_text("""\

@@ -1,0 +1,104 @@
+"""Canonicalization of decomposed patterns (what exporters write for older opsets): LayerNorm from
+ReduceMean/Sub/Pow/Sqrt/Div (and its affine step), GELU from Erf. Structure, numbers (the reference
+interpreter before and after, ``run_pass``) and refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.passes.simplify.canonicalize import RULES, Canonicalize
+
+from .test_simplify import refusals
+from .util import ir, run_pass
+
+RNG = np.random.default_rng(3)
+W = {"g": RNG.uniform(0.5, 1.5, 8).astype(np.float32), "b": RNG.standard_normal(8).astype(np.float32)}
+
+LAYERNORM = """
+graph @t(%x: f32[2,3,8]) -> (y: f32[2,3,8]) {
+  %axes = const i64[1] dense<[AXES]>
+  %two = const f32[] dense<2.0>
+  %eps = const f32[] dense<1e-05>
+  %g = const f32[8]
+  %b = const f32[8]
+  %0 = ReduceMean(%x, %axes) : f32[MEAN]
+  %1 = Sub(%x, %0) : f32[2,3,8]
+  %2 = Pow(%1, %two) : f32[2,3,8]
+  %3 = ReduceMean(%2, %axes) : f32[MEAN]
+  %4 = Add(%3, %eps) : f32[MEAN]
+  %5 = Sqrt(%4) : f32[MEAN]
+  %6 = Div(%1, %5) : f32[2,3,8]
+  %7 = Mul(%6, %g) : f32[2,3,8]
+  %8 = Add(%7, %b) : f32[2,3,8]
+  return y=%8
+}"""
+
+
+def layernorm(axes="-1", mean="2,3,1"):
+    return ir(LAYERNORM.replace("AXES", axes).replace("MEAN", mean), weights=W)
+
+
+def test_a_decomposed_layernorm_and_its_affine_step_become_one_op():
+    g = layernorm()
+    assert run_pass(Canonicalize(), g, rtol=1e-5)
+    assert g.op_counts() == {"LayerNormalization": 1}
+    ln = g.nodes[0]
+    assert ln.op.axis == 2 and ln.op.epsilon == pytest.approx(1e-5)
+    np.testing.assert_allclose(ln.inputs[1].const, W["g"])
+    np.testing.assert_allclose(ln.inputs[2].const, W["b"])
+
+
+def test_a_squared_difference_as_a_product_matches_too():
+    g = ir(LAYERNORM.replace("AXES", "-1").replace("MEAN", "2,3,1")
+           .replace("%2 = Pow(%1, %two)", "%2 = Mul(%1, %1)"), weights=W)
+    assert run_pass(Canonicalize(), g)
+    assert g.op_counts() == {"LayerNormalization": 1}
+
+
+def test_layernorm_refusals():
+    """Means over a leading axis; an intermediate needed outside; a variance of something else."""
+    g = layernorm(axes="1", mean="2,1,8")
+    assert refusals(g, "decomposed-layernorm") == [
+        "the means are not over the same trailing axes (constant, keepdims)"]
+    g = ir(LAYERNORM.replace("AXES", "-1").replace("MEAN", "2,3,1")
+           .replace("(y: f32[2,3,8])", "(y: f32[2,3,8], s: f32[2,3,1])").replace("return y=%8", "return y=%8, s=%5"),
+           weights=W)
+    assert refusals(g, "decomposed-layernorm") == ["Sqrt is used outside the pattern"]
+    assert not Canonicalize(rules=[r for r in RULES if r.name == "decomposed-layernorm"]).run(g)
+    g = ir(LAYERNORM.replace("AXES", "-1").replace("MEAN", "2,3,1").replace("%2 = Pow(%1, %two)", "%2 = Pow(%x, %two)"),
+           weights=W)
+    assert refusals(g, "decomposed-layernorm") == ["the variance is not mean((x - mean(x))^2)"]
+
+
+GELU = """
+graph @t(%x: f32[4,16]) -> (y: f32[4,16]) {
+  %k = const f32[] dense<1.4142135>
+  %one = const f32[] dense<1.0>
+  %h = const f32[] dense<0.5>
+  %0 = Div(%x, %k) : f32[4,16]
+  %1 = Erf(%0) : f32[4,16]
+  %2 = Add(%1, %one) : f32[4,16]
+  %3 = Mul(%x, %2) : f32[4,16]
+  %4 = Mul(%3, %h) : f32[4,16]
+  return y=%4
+}"""
+
+
+@pytest.mark.parametrize("variant", ["torch", "half first", "times 1/sqrt2"])
+def test_a_decomposed_gelu_becomes_gelu(variant):
+    text = GELU
+    if variant == "half first":  # (x * 0.5) * (1 + erf(x / sqrt 2))
+        text = text.replace("%3 = Mul(%x, %2)", "%3 = Mul(%x, %h)").replace("%4 = Mul(%3, %h)", "%4 = Mul(%2, %3)")
+    if variant == "times 1/sqrt2":
+        text = text.replace("dense<1.4142135>", "dense<0.70710677>").replace("Div(%x, %k)", "Mul(%x, %k)")
+    g = ir(text)
+    assert run_pass(Canonicalize(), g, rtol=1e-5)
+    assert g.op_counts() == {"Gelu": 1}
+
+
+def test_gelu_refusals():
+    g = ir(GELU.replace("dense<1.4142135>", "dense<1.7>"))
+    assert sorted(refusals(g, "decomposed-gelu")) == ["no 1 + erf(x / sqrt(2)) of the same x", "no factor 0.5"]
+    g = ir(GELU.replace("(y: f32[4,16])", "(y: f32[4,16], e: f32[4,16])").replace("return y=%4", "return y=%4, e=%1"))
+    assert "Erf is used outside the pattern" in refusals(g, "decomposed-gelu")
+    assert not Canonicalize(rules=[r for r in RULES if r.name == "decomposed-gelu"]).run(g)
