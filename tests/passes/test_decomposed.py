@@ -98,7 +98,47 @@ def test_a_decomposed_gelu_becomes_gelu(variant):
 
 def test_gelu_refusals():
     g = ir(GELU.replace("dense<1.4142135>", "dense<1.7>"))
-    assert sorted(refusals(g, "decomposed-gelu")) == ["no 1 + erf(x / sqrt(2)) of the same x", "no factor 0.5"]
+    assert sorted(refusals(g, "decomposed-gelu")) == [
+        "no 1 + erf(x / sqrt(2)) or 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)) of the same x", "no factor 0.5"]
     g = ir(GELU.replace("(y: f32[4,16])", "(y: f32[4,16], e: f32[4,16])").replace("return y=%4", "return y=%4, e=%1"))
     assert "Erf is used outside the pattern" in refusals(g, "decomposed-gelu")
+    assert not Canonicalize(rules=[r for r in RULES if r.name == "decomposed-gelu"]).run(g)
+
+
+GELU_TANH = """
+graph @t(%x: f32[4,16]) -> (y: f32[4,16]) {
+  %c = const f32[] dense<0.044715>
+  %k = const f32[] dense<0.7978846>
+  %one = const f32[] dense<1.0>
+  %h = const f32[] dense<0.5>
+  %0 = Mul(%x, %x) : f32[4,16]
+  %1 = Mul(%x, %0) : f32[4,16]
+  %2 = Mul(%c, %1) : f32[4,16]
+  %3 = Add(%x, %2) : f32[4,16]
+  %4 = Mul(%k, %3) : f32[4,16]
+  %5 = Tanh(%4) : f32[4,16]
+  %6 = Add(%one, %5) : f32[4,16]
+  %7 = Mul(%x, %6) : f32[4,16]
+  %8 = Mul(%7, %h) : f32[4,16]
+  return y=%8
+}"""
+
+
+@pytest.mark.parametrize("cube", ["as torch exports it", "as Pow"])
+def test_the_tanh_form_becomes_gelu_tanh(cube):
+    """GPT-2's GELU as PyTorch exports it before opset 20 (x * x * x), and with Pow(x, 3)."""
+    text = GELU_TANH
+    if cube == "as Pow":
+        text = text.replace("%0 = Mul(%x, %x)", "%three = const f32[] dense<3.0>\n  %0 = Mul(%x, %x)").replace(
+            "%1 = Mul(%x, %0)", "%1 = Pow(%x, %three)")
+    g = ir(text)
+    assert run_pass(Canonicalize(), g, rtol=1e-5)
+    assert g.op_counts() == {"Gelu": 1} and g.nodes[0].op.approximate == "tanh"
+
+
+def test_the_tanh_form_with_another_constant_stays():
+    g = ir(GELU_TANH.replace("dense<0.044715>", "dense<0.05>"))
+    # (every other Mul is no attempt at the pattern: "no factor 0.5")
+    assert [r for r in refusals(g, "decomposed-gelu") if r != "no factor 0.5"] == [
+        "no 1 + erf(x / sqrt(2)) or 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)) of the same x"]
     assert not Canonicalize(rules=[r for r in RULES if r.name == "decomposed-gelu"]).run(g)

@@ -12,7 +12,7 @@
 * Decomposed normalizations and activations, as exporters write them for older opsets, become the
   op: ``(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)`` over trailing axes is
   LayerNormalization (a following ``* gamma`` and ``+ beta`` by constants become its Scale and B),
-  and ``0.5 * x * (1 + erf(x / sqrt(2)))`` is Gelu, so each becomes one row kernel or one
+  and ``0.5 * x * (1 + erf(x / sqrt(2)))`` is Gelu (its tanh form too), so each becomes one row kernel or one
   elementwise op; ``kiln dump --explain-fusion`` lists the near misses and why they did not match.
 * Einsum of two operands of a type MatMul takes whose labels are batch, row, column or
   contracted labels (each in the places a matrix product puts it; a label in one operand only, not
@@ -608,7 +608,8 @@ class LayerNormAffine(Rule):
 
 class DecomposedGelu(Rule):
     """``x * (1 + erf(x / sqrt(2))) * 0.5`` (in either order of the products, ``x * (1/sqrt(2))`` too)
-    → ``Gelu(x)``."""
+    → ``Gelu(x)``; with ``tanh(sqrt(2/pi) * (x + 0.044715 x^3))`` for the erf → ``Gelu(x,
+    approximate="tanh")`` (GPT-2's)."""
 
     name = "decomposed-gelu"
     roots = ("Mul",)
@@ -643,19 +644,23 @@ class DecomposedGelu(Rule):
             if add is None:
                 continue
             (e, c) = add.inputs if _scalar(add.inputs[1]) is not None else add.inputs[::-1]
-            erf = _producer(e, "Erf")
-            if _scalar(c) != 1.0 or erf is None:
+            if _scalar(c) != 1.0:
                 continue
-            scaled = _producer(erf.inputs[0], "Div", "Mul")
-            if scaled is None or scaled.inputs[0] is not x:
-                continue
-            k = _scalar(scaled.inputs[1])
-            k = None if k is None else (k if scaled.op.name == "Div" else 1.0 / k if k else None)
-            if k is not None and abs(k - 2 ** 0.5) < 1e-4:
-                found = (x, inner + [add, erf, scaled])
+            if (erf := _producer(e, "Erf")) is not None:
+                scaled = _producer(erf.inputs[0], "Div", "Mul")
+                if scaled is None or scaled.inputs[0] is not x:
+                    continue
+                k = _scalar(scaled.inputs[1])
+                k = None if k is None else (k if scaled.op.name == "Div" else 1.0 / k if k else None)
+                if k is not None and abs(k - 2 ** 0.5) < 1e-4:
+                    found = (x, inner + [add, erf, scaled], "none")
+            elif (tanh := _producer(e, "Tanh")) is not None:
+                cubic = _tanh_argument(tanh.inputs[0], x)
+                if cubic is not None:
+                    found = (x, inner + [add, tanh] + cubic, "tanh")
         if found is None:
-            return "no 1 + erf(x / sqrt(2)) of the same x"
-        x, nodes = found
+            return "no 1 + erf(x / sqrt(2)) or 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)) of the same x"
+        x, nodes, approximate = found
         if x.dtype not in (DType.f32, DType.f64, DType.f16):
             return f"Gelu does not take {x.dtype}"
         for n in nodes:
@@ -668,8 +673,42 @@ class DecomposedGelu(Rule):
         return found if isinstance(found, str) else None
 
     def rewrite(self, graph, node):
-        x, _ = self.match(node)
-        node.output.replace_all_uses_with(graph.add_node(op("Gelu"), [x], name=node.name, before=node).output)
+        x, _, approximate = self.match(node)
+        gelu = graph.add_node(op("Gelu", approximate=approximate), [x], name=node.name, before=node)
+        node.output.replace_all_uses_with(gelu.output)
+
+
+def _constant_times(v: Value, k: float) -> Value | None:
+    """``w`` when ``v = w * c`` (either order) with the constant ``c`` within 1e-5 of ``k``."""
+    p = _producer(v, "Mul")
+    if p is None:
+        return None
+    for w, c in (p.inputs, p.inputs[::-1]):
+        if _scalar(c) is not None and abs(_scalar(c) - k) <= 1e-5 * max(1.0, abs(k)):
+            return w
+    return None
+
+
+def _tanh_argument(v: Value, x: Value) -> list[Node] | None:
+    """The nodes of ``sqrt(2/pi) * (x + 0.044715 * x^3)`` computing ``v`` (the cube as Pow(x, 3) or
+    x * (x * x) in any order), or None."""
+    a = _constant_times(v, (2 / np.pi) ** 0.5)
+    add = _producer(a, "Add")
+    if add is None or x not in add.inputs:
+        return None
+    other = add.inputs[1] if add.inputs[0] is x else add.inputs[0]
+    cube = _constant_times(other, 0.044715)
+    c = _producer(cube, "Pow", "Mul")
+    if c is None:
+        return None
+    if c.op.name == "Pow":
+        inner = [] if c.inputs[0] is x and _scalar(c.inputs[1]) == 3.0 else None
+    else:
+        sq = next((_producer(w, "Mul") for w in c.inputs if w is not x), None)
+        inner = [sq] if x in c.inputs and sq is not None and sq.inputs[0] is x and sq.inputs[1] is x else None
+    if inner is None:
+        return None
+    return [v.producer, add, other.producer, c] + inner
 
 
 RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), CastLikeToCast(),
