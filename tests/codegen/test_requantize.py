@@ -136,3 +136,34 @@ def test_an_operand_broadcast_along_part_of_the_pixels_is_refused():
     why = FinishChain([rows.producer], acc, groups).reason()
     assert why is not None and "broadcast along part" in why, why
     assert FinishChain([chans.producer], acc, groups).reason() is None
+
+
+@pytest.mark.parametrize("shape, rows", [((2, 12, 1, 24), (1, 40)), ((1, 12, 24, 1), (2, 1, 40))])
+def test_size_one_axes(shape, rows):
+    """Size-1 axes (a one-row image, a one-column image, one-row products, batch 1 and 2): the
+    blocks form and give the interpreter's bits on this host."""
+    rng = np.random.default_rng(4)
+    g = Graph("ones")
+    x = g.add_input("x", TensorType(DType.u8, shape))
+    a = g.add_input("a", TensorType(DType.u8, rows))
+    outs = [_layer(g, rng, x, 20), _layer(g, rng, a, 17, product="matmul")]
+    g.set_outputs(outs, ["y0", "y1"])
+    feeds = {v.name: rng.integers(0, 256, [int(d) for d in v.shape]).astype(np.uint8) for v in g.inputs}
+    want = interpret(g, feeds)
+    FuseKernels(capabilities=CPU_FUSION).run(g)
+    assert sorted(n.op.kind for n in g.nodes if isinstance(n.op, Kernel)) == ["requantize", "requantize"]
+    got = run_kernels(g, feeds)
+    for name, ref in want.items():
+        np.testing.assert_array_equal(got[name], ref, err_msg=name)
+
+
+def test_empty_results_are_left_to_the_empty_lowering():
+    """A product with a size-0 axis forms no block (its result needs no code) and still runs."""
+    rng = np.random.default_rng(5)
+    g = Graph("empty")
+    a = g.add_input("a", TensorType(DType.u8, (0, 40)))
+    g.set_outputs([_layer(g, rng, a, 17, product="matmul")], ["y"])
+    feeds = {"a": np.zeros((0, 40), np.uint8)}
+    FuseKernels(capabilities=CPU_FUSION).run(g)
+    assert not any(isinstance(n.op, Kernel) and n.op.kind == "requantize" for n in g.nodes)
+    assert run_kernels(g, feeds)["y"].shape == (0, 17)

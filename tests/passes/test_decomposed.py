@@ -142,3 +142,16 @@ def test_the_tanh_form_with_another_constant_stays():
     assert [r for r in refusals(g, "decomposed-gelu") if r != "no factor 0.5"] == [
         "no 1 + erf(x / sqrt(2)) or 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)) of the same x"]
     assert not Canonicalize(rules=[r for r in RULES if r.name == "decomposed-gelu"]).run(g)
+
+
+@pytest.mark.parametrize("lead", ["1,1", "0,3"])
+def test_size_one_and_empty_leading_axes(lead):
+    """Both rules on a single row (size-1 axes) and on no rows (a size-0 axis): same structure,
+    same numbers (``run_pass`` compares the interpreter before and after)."""
+    g = ir(LAYERNORM.replace("AXES", "-1").replace("MEAN", "2,3,1").replace("2,3,", lead + ","), weights=W)
+    assert run_pass(Canonicalize(), g)
+    assert g.op_counts() == {"LayerNormalization": 1}
+    rows = lead.split(",")[0]
+    g = ir(GELU_TANH.replace("f32[4,16]", f"f32[{rows},16]"))
+    assert run_pass(Canonicalize(), g)
+    assert g.op_counts() == {"Gelu": 1}

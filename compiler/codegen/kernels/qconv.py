@@ -173,7 +173,7 @@ class _IntegerConv(Int8Lowering):
         (_, _, H, W), (M, _, KH, KW), _, (sh, sw_), _, (ph, pw) = _geometry(n)
         if self._pointwise(H, W, M, KH, KW, sh, sw_, ph, pw):
             return self.emit_pointwise(k, group, chain)
-        return self.emit_im2col(k, group, chain)
+        return self.emit_im2col(k, group)  # (no chain on this path: ``chain_reason``)
 
     def emit_pointwise(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
         """A 1x1 convolution of stride 1 without padding: per image ``Y[m, p] = W[m, :] . X[:, p]``, the
@@ -302,7 +302,7 @@ class _IntegerConv(Int8Lowering):
                 words(kf, img, pb, kf.let(op("add", op("mul", img, Const(panels, INDEX)), pb), name="pn"), True)
             print_llvm(k, kf.finish())
 
-    def emit_im2col(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
+    def emit_im2col(self, k: KernelBuilder, group: KernelGroup) -> None:
         n = group.node
         x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
         (N, C, H, W), (M, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
@@ -325,20 +325,12 @@ class _IntegerConv(Int8Lowering):
                     pad = zb[(Const(0, INDEX),)] if zb is not None else Const(0, x.type.dtype)
                     kf.store(cb, (row, ow, c, r, s_), select(op("and", ok_h, ok_w), xb[img, c, ihc, iwc], pad))
         print_llvm(k, kf.finish())
-        y = chain.final if chain is not None else n.outputs[0]
+        y = n.outputs[0]
         params = self.param_specs(n, M)
-
-        def finish(s, m, j, param):  # row m is (image, pixel), column j the channel
-            v = self.finish_value(s, j, param, n.outputs[0].type.dtype)
-            if chain is None:
-                return v
-            return chain.expr(KernelForm("chain"), v, [op("div", m, Const(P, INDEX)), j,
-                                                       op("rem", m, Const(P, INDEX))], k.ptr)
-
         emit_int8_tiles(k, Int8Job(
             R=N * P, K=K, N=M, weights=w.const.reshape(M, K).T, weights_zero_point=zw.const if zw is not None else 0,
             a_signed=x.type.dtype is DType.i8, rows=lambda: k.here(cols), a_zero_point=zx, a_zero_point_per_row=False,
-            params=params, finish=finish, out=y,
+            params=params, finish=lambda s, m, j, param: self.finish_value(s, j, param, y.type.dtype), out=y,
             # row m is (image, pixel): its NCHW place, the channels P apart
             out_row=lambda b, m: b.add(b.mul(b.udiv(m, c64(P)), c64(M * P)), b.urem(m, c64(P))), col_stride=P))
 

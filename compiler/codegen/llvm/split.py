@@ -175,7 +175,10 @@ def split_module(text: str, parts: int) -> list[str] | None:
     out = []
     for p in range(parts):
         lines = list(header) + list(decls)
-        lines += [_declaration(by_name[n]) for n in sorted(needed[p])]
+        try:
+            lines += [_declaration(by_name[n]) for n in sorted(needed[p])]
+        except ValueError:  # a header it cannot read: compiled whole
+            return None
         for d in defs:
             if d.name in shared:
                 lines += d.lines
