@@ -1,4 +1,4 @@
-"""Kiln against ONNX Runtime and PyTorch on the model suite: one ``bench_model`` per model.
+"""Kiln against ONNX Runtime, OpenVINO and PyTorch on the model suite: one ``bench_model`` per model.
 
     python benchmarks/models.py                      # every model, all CPUs, automatic rounds
     python benchmarks/models.py --threads 2 --runs 30 --out benchmarks/results
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from compiler.tools.bench import bench_model, cpu_name, human_bytes  # noqa: E402
+from compiler.tools.bench import bench_model, cpu_name, human_bytes, isa_family  # noqa: E402
 from compiler.runtime.executable import default_threads  # noqa: E402
 
 # (label, spec): ONNX model-zoo networks (light: placeholder weights, 224x224, batch 1) and PyTorch-built ones
@@ -38,7 +39,9 @@ SUITE = [
     ("mlp (batch 1)", "zoo:mlp?batch=1"),
     ("mlp (batch 64)", "zoo:mlp?batch=64"),
 ]
-PEERS = ("onnxruntime", "torch")
+PEERS = ("onnxruntime", "openvino", "torch")
+#: the peers "Kiln/best" compares with: the faster of the ONNX runtimes on each model
+RUNTIMES = ("onnxruntime", "openvino")
 
 
 def git_commit() -> str:
@@ -59,7 +62,7 @@ def _ms(v) -> str:
 
 def row(label: str, r: dict) -> list[str]:
     if "error" in r:
-        return [label, f"**failed**: {r['error']}"] + [""] * 11
+        return [label, f"**failed**: {r['error']}"] + [""] * (len(HEADER) - 2)
     e, k = r["engines"], r["kiln"]
     peak = r["peak_fraction"]
     fb = str(k["fallback_nodes"]) + (f" ({', '.join(k['fallback_ops'])})" if k["fallback_ops"] else "")
@@ -68,6 +71,7 @@ def row(label: str, r: dict) -> list[str]:
         _ms(e["kiln"]["median_ms"]),
         *[_ms(e[p]["median_ms"]) if p in e else "-" for p in PEERS],
         *[f"{r['ratios'][p]:.2f}" if p in r["ratios"] else "-" for p in PEERS],
+        f"{best_ratio(r):.2f}" if best_ratio(r) else "-",
         f"{k['flops'] / 1e9:.3g}",
         f"{r['gflops']:.1f}" if r["gflops"] else "-",
         f"{100 * peak:.0f}%" if peak else "-",
@@ -78,8 +82,26 @@ def row(label: str, r: dict) -> list[str]:
     ]
 
 
-HEADER = ["model", "Kiln ms", "ORT ms", "torch ms", "Kiln/ORT", "Kiln/torch", "GFLOP", "Kiln GFLOP/s",
-          "% sgemm peak", "compile s", "artifact", "kernels", "fallback nodes"]
+HEADER = ["model", "Kiln ms", "ORT ms", "OpenVINO ms", "torch ms", "Kiln/ORT", "Kiln/OpenVINO", "Kiln/torch",
+          "Kiln/best", "GFLOP", "Kiln GFLOP/s", "% sgemm peak", "compile s", "artifact", "kernels", "fallback nodes"]
+
+
+def best_ratio(r: dict) -> float | None:
+    """Kiln's median over the faster of ONNX Runtime and OpenVINO on this model (None: neither ran)."""
+    ratios = [r["ratios"][p] for p in RUNTIMES if p in r.get("ratios", {})]
+    return max(ratios) if ratios else None
+
+
+def geomeans(results: list[dict]) -> str:
+    """The geometric mean of each ratio column over the models where it was measured."""
+    parts = []
+    for label, get in [("Kiln/ORT", lambda r: r["ratios"].get("onnxruntime")),
+                       ("Kiln/OpenVINO", lambda r: r["ratios"].get("openvino")),
+                       ("Kiln/best", best_ratio)]:
+        vals = [v for r in results if "ratios" in r for v in [get(r)] if v]
+        if vals:
+            parts.append(f"{label} {math.exp(sum(math.log(v) for v in vals) / len(vals)):.2f} over {len(vals)}")
+    return "Geometric means: " + ", ".join(parts) + "." if parts else ""
 
 
 def markdown(rows: list[list[str]]) -> str:
@@ -96,7 +118,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds per model (default 3)")
     p.add_argument("--budget", type=float, default=10.0, help="seconds of timed rounds per model when --runs is "
                                                               "not given (default 10)")
-    p.add_argument("--compare", default="onnxruntime,torch", help="peers (default onnxruntime,torch)")
+    p.add_argument("--compare", default="onnxruntime,openvino,torch",
+                   help="peers (default onnxruntime,openvino,torch; one not installed is skipped with a note)")
     p.add_argument("--only", default="", help="comma-separated substrings: run only the models whose label or "
                                               "spec contains one")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"), help="output directory")
@@ -128,12 +151,14 @@ def main(argv=None) -> int:
 
     table = markdown(rows)
     head = [
-        f"# Kiln vs ONNX Runtime and PyTorch, {threads} thread{'s' if threads != 1 else ''}",
+        f"# Kiln vs ONNX Runtime, OpenVINO and PyTorch, {threads} thread{'s' if threads != 1 else ''}",
         "",
-        f"{started:%Y-%m-%d %H:%M} UTC, Kiln {git_commit()}, {cpu_name()}. Median latency per engine over "
+        f"{started:%Y-%m-%d %H:%M} UTC, Kiln {git_commit()}, {cpu_name()} ({isa_family()}). Median latency per "
+        "engine over "
         "interleaved rounds (each round gives every engine a turn: untimed calls for 0.1 s, then 3 timed "
         "calls; rotating order), after warm-up. "
-        "Kiln/X = Kiln's median / X's median: below 1, Kiln is faster. Only ratios from one run mean much.",
+        "Kiln/X = Kiln's median / X's median: below 1, Kiln is faster; Kiln/best: against the faster of ONNX "
+        "Runtime and OpenVINO. Only ratios from one run mean much.",
         "",
     ]
     peaks = [r["machine"]["sgemm"] for r in results if r.get("machine", {}).get("sgemm")]
@@ -146,6 +171,8 @@ def main(argv=None) -> int:
                  "\"% sgemm peak\" is Kiln's GFLOP/s on the model over the faster of the two in its own "
                  "measurement.", ""]
     text = "\n".join(head) + "\n" + table + "\n"
+    if geomeans(results):
+        text += "\n" + geomeans(results) + "\n"
     notes = [(r["label"], n) for r in results for n in r.get("notes", [])]
     if notes:
         text += "\nNotes:\n\n" + "\n".join(f"- {label}: {n}" for label, n in notes) + "\n"
@@ -155,7 +182,7 @@ def main(argv=None) -> int:
         f.write(text)
     with open(base + ".json", "w", encoding="utf-8") as f:
         json.dump({"started": started.isoformat(), "commit": git_commit(), "threads": threads, "cpu": cpu_name(),
-                   "results": results}, f, indent=2)
+                   "isa": isa_family(), "results": results}, f, indent=2)
     print(text)
     print(f"wrote {base}.md and {base}.json", file=sys.stderr)
     return 1 if failed else 0

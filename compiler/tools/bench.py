@@ -1,7 +1,7 @@
-"""``kiln bench``: Kiln against ONNX Runtime and PyTorch on one model, in one process, as ratios.
+"""``kiln bench``: Kiln against ONNX Runtime, OpenVINO and PyTorch on one model, in one process, as ratios.
 
     kiln bench zoo:bert
-    kiln bench light:resnet50 --compare onnxruntime --threads 2 --runs 20
+    kiln bench light:resnet50 --compare onnxruntime,openvino --threads 2 --runs 20
     kiln bench 'zoo:mlp?batch=64' --json
 
 ``bench_model(spec, ...)`` is the library form (``benchmarks/models.py`` runs a suite through it). It
@@ -9,12 +9,16 @@
 1. compiles the model with Kiln (compile time, artifact size, kernels and fallback nodes from the
    manifest);
 2. builds the peers with the same thread count: an ONNX Runtime session (ORT_ENABLE_ALL,
-   ``intra_op_num_threads`` = threads, ``inter_op_num_threads`` = 1) and, for ``zoo:`` models, the
+   ``intra_op_num_threads`` = threads, ``inter_op_num_threads`` = 1), an OpenVINO CPU model (the
+   same ONNX bytes; ``PERFORMANCE_HINT`` LATENCY, one stream, ``INFERENCE_NUM_THREADS`` = threads,
+   ``INFERENCE_PRECISION_HINT`` f32: no bf16 on CPUs that have it) and, for ``zoo:`` models, the
    PyTorch module in eager mode (``torch.set_num_threads``, ``torch.inference_mode``); OpenBLAS, which
    NumPy and Kiln's interpreter fallback use, gets the same thread count too;
 3. checks that every peer agrees with Kiln on every output (max abs error relative to the peer's
    largest magnitude must be within ``rtol``, or the abs error within ``atol``): a ``BenchError``
-   otherwise, so a wrong fast number is never reported;
+   when no peer agrees, so a wrong fast number is never reported; a peer that disagrees while
+   another agrees with Kiln is left out with a note (an ill-conditioned output, such as a softmax
+   of equal huge logits from the ``light:`` models' placeholder weights, can differ by rounding);
 4. measures interleaved rounds: each round runs every engine in turn, in an order that rotates
    from round to round, so drift on a shared machine hits every engine alike; an engine's turn is
    untimed calls for ``SETTLE_SECONDS`` (so threads the previous engine left spinning do not slow
@@ -42,10 +46,11 @@ import numpy as np
 from ..errors import KilnError
 from ..profiling import cpu_name
 
-ENGINES = ("kiln", "onnxruntime", "torch")
-PEERS = ("onnxruntime", "torch")
-ALIASES = {"onnxruntime": "onnxruntime", "ort": "onnxruntime", "torch": "torch", "pytorch": "torch"}
-DEFAULT_COMPARE = ("onnxruntime", "torch")
+ENGINES = ("kiln", "onnxruntime", "openvino", "torch")
+PEERS = ("onnxruntime", "openvino", "torch")
+ALIASES = {"onnxruntime": "onnxruntime", "ort": "onnxruntime", "openvino": "openvino", "ov": "openvino",
+           "torch": "torch", "pytorch": "torch"}
+DEFAULT_COMPARE = ("onnxruntime", "openvino", "torch")
 DEFAULT_WARMUP = 3
 BUDGET_SECONDS = 10.0  # automatic --runs: about this long of timed rounds
 MIN_RUNS, MAX_RUNS = 5, 200
@@ -72,7 +77,7 @@ def parse_engines(compare: str | Sequence[str] | None) -> list[str]:
             continue  # always measured
         if item not in ALIASES:
             raise BenchError(f"unknown engine {item!r} in --compare; engines: {', '.join(PEERS)} "
-                             f"(aliases: ort, pytorch; 'none' for Kiln alone)")
+                             f"(aliases: ort, ov, pytorch; 'none' for Kiln alone)")
         if ALIASES[item] not in out:
             out.append(ALIASES[item])
     return out
@@ -119,6 +124,44 @@ def _ort_engine(model_bytes_or_path, feeds: dict, nthreads: int, notes: list[str
                   lambda: dict(zip(out_names, sess.run(None, mine))))
 
 
+def _openvino_engine(model_bytes_or_path, feeds: dict, nthreads: int, notes: list[str]) -> Engine | None:
+    """OpenVINO's CPU plugin on the same ONNX model, reshaped to the feeds' shapes (static, as Kiln
+    compiles it): latency hint, one stream, ``nthreads`` threads, f32 inference precision (its default
+    on CPUs with bf16 would be bf16: not the same arithmetic)."""
+    try:
+        import openvino as ov
+    except ImportError:
+        notes.append("openvino: not installed (pip install openvino); skipped")
+        return None
+    core = ov.Core()
+    config = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": nthreads,
+              "INFERENCE_PRECISION_HINT": "f32"}
+    try:
+        if isinstance(model_bytes_or_path, (bytes, bytearray)):
+            model = core.read_model(model=bytes(model_bytes_or_path), weights=b"")
+        else:
+            model = core.read_model(model_bytes_or_path)
+        names = [i.get_any_name() for i in model.inputs]
+        missing = [n for n in names if n not in feeds]
+        if missing:
+            notes.append(f"openvino: the model wants inputs {missing} Kiln does not take; skipped")
+            return None
+        model.reshape({n: list(feeds[n].shape) for n in names})
+        compiled = core.compile_model(model, "CPU", config)
+    except Exception as e:  # noqa: BLE001 - OpenVINO raises its own exception types
+        notes.append(f"openvino: cannot load the model ({str(e).strip().splitlines()[0][:200]}); skipped")
+        return None
+    request = compiled.create_infer_request()
+    mine = {n: feeds[n] for n in names}
+    outputs = list(compiled.outputs)
+
+    def results() -> dict[str, np.ndarray]:
+        r = request.infer(mine)
+        return {o.get_any_name(): np.array(r[o]) for o in outputs}
+
+    return Engine("openvino", lambda: request.infer(mine), results)
+
+
 def _torch_engine(module, feeds: dict, output_names: Sequence[str]) -> Engine:
     import torch
 
@@ -137,6 +180,12 @@ def _torch_engine(module, feeds: dict, output_names: Sequence[str]) -> Engine:
 
 
 # -- the machine ---------------------------------------------------------------------------------
+
+def isa_family() -> str:
+    """This machine's vector ISA as benchmark reports name it: "AVX-512 (VNNI, BF16)", "AVX2+FMA", ..."""
+    from ..codegen.llvm.target import host_target
+
+    return host_target().family
 
 class _OpenBLASThreads:
     """Set NumPy's OpenBLAS thread count for a while (Kiln's interpreter fallback and np.matmul use it)."""
@@ -421,16 +470,20 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
             feeds = random_feeds(exe.inputs, seed)
         engines = [_kiln_engine(exe, feeds)]
         # 2. peers
-        ort_seconds = None
+        ort_seconds = ov_seconds = old_threads = None
         for peer in peers:
-            if peer == "onnxruntime":
+            if peer in ("onnxruntime", "openvino"):
                 if ort_model is None:
-                    notes.append("onnxruntime: runs ONNX models only; skipped")
+                    notes.append(f"{peer}: runs ONNX models only; skipped")
                     continue
-                say(f"{name}: building the ONNX Runtime session")
+                say(f"{name}: building the {'ONNX Runtime session' if peer == 'onnxruntime' else 'OpenVINO model'}")
                 t0 = time.perf_counter()
-                e = _ort_engine(ort_model, feeds, nthreads, notes)
-                ort_seconds = time.perf_counter() - t0
+                make = _ort_engine if peer == "onnxruntime" else _openvino_engine
+                e = make(ort_model, feeds, nthreads, notes)
+                if peer == "onnxruntime":
+                    ort_seconds = time.perf_counter() - t0
+                else:
+                    ov_seconds = time.perf_counter() - t0
                 if e is not None:
                     engines.append(e)
             elif peer == "torch":
@@ -446,7 +499,17 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
             # 3. numerics
             say(f"{name}: checking outputs")
             kiln_out = engines[0].outputs()
-            check = {e.name: compare_outputs(kiln_out, e.outputs(), e.name, rtol, atol) for e in engines[1:]}
+            check, disagree = {}, {}
+            for e in engines[1:]:
+                try:
+                    check[e.name] = compare_outputs(kiln_out, e.outputs(), e.name, rtol, atol)
+                except BenchError as err:
+                    disagree[e.name] = err
+            if disagree and not check:  # no peer agrees with Kiln: Kiln may be wrong
+                raise next(iter(disagree.values()))
+            for peer, err in disagree.items():  # another peer agrees with Kiln: this one is left out
+                notes.append(f"{peer} disagrees with Kiln and with {', '.join(check)}, which agree: not timed ({err})")
+            engines = [e for e in engines if e.name not in disagree]
             flat = [n for n, a in kiln_out.items()
                     if a.size > 1 and a.dtype.kind == "f" and np.all(a == a.reshape(-1)[0])]
             if flat and len(engines) > 1:
@@ -468,7 +531,7 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
                 say(f"sgemm peak ({sgemm_size}^3, {nthreads} threads)")
                 peak = sgemm_peak(nthreads, sgemm_size)
         finally:
-            if module is not None and "torch" in [e.name for e in engines]:
+            if old_threads is not None:
                 torch.set_num_threads(old_threads)
 
     results: dict[str, dict] = {}
@@ -489,7 +552,8 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
         "runs": runs_done,
         "warmup": warmup,
         "inputs": {k: f"{v.dtype}{list(v.shape)}" for k, v in feeds.items()},
-        "machine": {"cpu": cpu_name(), "target": exe.manifest.target.cpu, "cpus": os.cpu_count(),
+        "machine": {"cpu": cpu_name(), "target": exe.manifest.target.cpu, "isa": isa_family(),
+                    "cpus": os.cpu_count(),
                     "load": round(load, 2), "sgemm": peak},
         "kiln": {
             "compile_seconds": compile_seconds,
@@ -505,6 +569,7 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
             "native_flops": native_flops,
         },
         "onnxruntime_session_seconds": ort_seconds,
+        "openvino_compile_seconds": ov_seconds,
         "engines": results,
         "ratios": ratios,
         "gflops": kiln["gflops"],
@@ -538,6 +603,7 @@ def format_result(r: dict) -> str:
                  f"{k['kernels']} kernels, {k['fallback_nodes']} fallback nodes"
                  + (f" ({', '.join(k['fallback_ops'])})" if k["fallback_ops"] else "")
                  + f", {k['flops'] / 1e9:.3g} GFLOP per run")
+    lines.append(f"machine: {r['machine']['cpu']}, {r['machine']['isa']}, {r['machine']['cpus']} CPUs")
     peak = r["machine"].get("sgemm")
     if peak:
         kg = f"{peak['kiln_gflops']:.1f}" if peak.get("kiln_gflops") else "n/a"
@@ -585,8 +651,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL",
                    help="light:NAME, zoo:NAME[?KEY=VALUE,...] (zoo:bert, 'zoo:mlp?batch=64'), or model.onnx")
     p.add_argument("--compare", default=",".join(DEFAULT_COMPARE), metavar="ENGINES",
-                   help="peers to measure against, comma-separated: onnxruntime (ort), torch (zoo: models only); "
-                        "'none' for Kiln alone (default: onnxruntime,torch)")
+                   help="peers to measure against, comma-separated: onnxruntime (ort), openvino (ov), torch "
+                        "(zoo: models only); a peer not installed is skipped with a note; 'none' for Kiln alone "
+                        "(default: onnxruntime,openvino,torch)")
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                    help="threads for every engine (default: the CPUs this process may use)")
     p.add_argument("--runs", type=_positive_int, default=None, metavar="N",
@@ -626,4 +693,4 @@ def run(args) -> int:
 
 
 __all__ = ["BenchError", "ENGINES", "add_arguments", "bench_model", "compare_outputs", "format_result",
-           "measure", "parse_engines", "run", "sgemm_peak"]
+           "isa_family", "measure", "parse_engines", "run", "sgemm_peak"]

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_commands(sub, parse_shape, parse_input)
     from . import bench
 
-    b = sub.add_parser("bench", help="measure a compiled model against ONNX Runtime and PyTorch in one run",
+    b = sub.add_parser("bench", help="measure a compiled model against ONNX Runtime, OpenVINO and PyTorch in one run",
                        description=bench.__doc__.strip().splitlines()[0] if bench.__doc__ else None,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_arguments(b)

@@ -87,6 +87,20 @@ class Target:
     def data_layout(self) -> str:
         return str(self.target_machine().target_data)
 
+    @property
+    def family(self) -> str:
+        """The vector ISA in a few words, for reports: "AVX-512 (VNNI, BF16)", "AVX2+FMA", "SSE"."""
+        isa = self.isa
+        if "avx512f" in isa:
+            base, extra = "AVX-512", (("avx512vnni", "VNNI"), ("avx512bf16", "BF16"), ("avx512fp16", "FP16"),
+                                      ("amx-tile", "AMX"))
+        elif "avx2" in isa:
+            base, extra = "AVX2+FMA" if "fma" in isa else "AVX2", (("avxvnni", "AVX-VNNI"),)
+        else:
+            base, extra = ("AVX" if "avx" in isa else "SSE"), ()
+        names = [n for f, n in extra if f in isa]
+        return base + (f" ({', '.join(names)})" if names else "")
+
     def describe(self) -> str:
         isa = " ".join(f for f in ISA_FEATURES if f in self.isa) or "(baseline)"
         return f"{self.triple} cpu={self.cpu} isa: {isa}"
