@@ -37,8 +37,8 @@ from ...ir.ops import conv as cv
 from ...ir.ops.base import OpError
 from ..llvm.elementwise import _For
 from .base import F32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
-from .im2col import (_fill_zero, _gep, _helper_fn, _span, im2col, im2col_phased, im2col_table, pad_plane,
-                     table_applies, window_table)
+from .im2col import (_fill_zero, _gep, _helper_fn, _span, im2col, im2col_phased, im2col_table,
+                     im2col_table_packed_a, pad_plane, table_applies, window_table)
 from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
 from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
 from .prologue import ProloguePacker, prologue_reason
@@ -150,11 +150,14 @@ class Conv(Lowering):
         # outputs a few pixels wide: the col matrix gathered through an index table
         table = (window_table(cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl)
                  if not direct and not chunked and not packed and table_applies(kk, ow, p) else None)
+        # transposed with a table: the gather writes col^T as the GEMM's packed A (it packs nothing)
+        packed_a = trans and table is not None
         # strided windows: the padded input split by column phase first, then contiguous row copies
         phased = not direct and not chunked and not packed and table is None and sw > 1
         hp = (oh - 1) * sh + (kh - 1) * dh + 1
         wq = -(-((ow - 1) * sw + (kw - 1) * dw + 1) // sw)
-        col_f = 0 if direct or packed else kk * (block * ow if chunked else p)
+        col_rows = -(-p // cfg.MR) * cfg.MR if packed_a else block * ow if chunked else p
+        col_f = 0 if direct or packed else kk * col_rows
         planes_f = cg * sw * hp * wq if phased else 0
         ctr_f = p * mg if trans else 0
         # small images x groups GEMMs may run as parallel tasks (gemm_loop), each with its own scratch
@@ -175,7 +178,8 @@ class Conv(Lowering):
                f"im2col by blocks of {block} output rows" if chunked else
                "transposed GEMM (few pixels)" if trans else "im2col + GEMM")
         if table is not None:
-            k.note("im2col gathered through an index table (a narrow output)")
+            k.note("im2col gathered through an index table (a narrow output)" + (", as the GEMM's packed A"
+                                                                                  if packed_a else ""))
         if te is not None:
             k.note("bias and chain inside the GEMM" if fused else "bias inside the GEMM")
         if prologue:
@@ -208,6 +212,9 @@ class Conv(Lowering):
                 src = k.at(xt, xbase)
             elif packed:
                 src = xt  # (not read: the packer makes B's blocks)
+            elif packed_a:
+                im2col_table_packed_a(k, xt, xbase, colt, table, cfg.MR)
+                src = colt
             elif table is not None:
                 im2col_table(k, xt, xbase, colt, table)
                 src = colt
@@ -219,7 +226,7 @@ class Conv(Lowering):
                 src = colt
             if trans:
                 # Y^T[P, Mg] = col^T @ W^T (col [K, P] is A transposed), then transposed back
-                call_sgemm(k, 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctt, mg)
+                call_sgemm(k, 2 if packed_a else 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctt, mg)
                 _transpose_out(k, ctt, cptr, p, mg, k.again(bp) if bp is not None else None, b.mul(gi, c64(mg)))
             else:
                 call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p, epilogue=ep,

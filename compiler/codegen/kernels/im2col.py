@@ -9,6 +9,8 @@ that one copy serves every convolution of a module and compile time stays flat.
   (``pad_plane_rt``), so every row copy is contiguous again;
 * ``im2col_table``: the same as one gather through a compile-time index table, for outputs a few
   pixels wide (a 2x2 map), where the run-by-run copies cost far more per element than they move;
+  ``im2col_table_packed_a``: that gather written as ``col^T`` in the GEMM's packed-A panels (the
+  transposed conv's A operand, so the GEMM packs nothing);
 * ``pad_plane`` (compile-time sizes) and ``pad_plane_rt`` (run-time sizes): a zero-padded plane
   split by column phase, ``plane[ph, r, t] = xpad[r, t*sw + ph]``.
 """
@@ -191,6 +193,31 @@ def im2col_table(k: KernelBuilder, xp, xbase, col, table: np.ndarray) -> None:
         inside = b.icmp_signed(">=", j, c64(0))
         v = k.load(xg, b.select(inside, j, c64(0)))
         k.store(b.select(inside, v, cf32(0.0)), col, i)
+
+
+def packed_a_tables(table: np.ndarray, mr: int) -> list[tuple[int, np.ndarray]]:
+    """``table`` ([K, P]) as ``col^T``'s rows in the GEMM's packed-A order (``ta = 2``: panels of
+    ``mr`` pixels, each ``K x mr`` with pixel i of its panel at ``k*mr + i``): per panel, the pixels
+    in it and its table ``[K, rows]``. Padding rows of the last panel get no entry: the GEMM's
+    microkernels for a short panel read its rows only."""
+    kk, p = table.shape
+    return [(min(mr, p - p0), np.ascontiguousarray(table[:, p0:p0 + mr])) for p0 in range(0, p, mr)]
+
+
+def im2col_table_packed_a(k: KernelBuilder, xp, xbase, dst, table: np.ndarray, mr: int) -> None:
+    """``col^T`` of ``table`` into packed-A panels at ``dst`` (see ``packed_a_tables``): per panel a
+    loop over K whose body gathers the panel's pixels, 0 where the table holds -1."""
+    b = k.b
+    xg = k.at(xp, xbase)
+    kk = table.shape[0]
+    for i, (rows, t) in enumerate(packed_a_tables(table, mr)):
+        tp, base = k.weight(t), i * kk * mr
+        with k.loop(kk, f"pa{i}") as q:
+            for r in range(rows):
+                j = b.sext(k.load(tp, b.add(b.mul(q, c64(rows)), c64(r)), I32), I64)
+                inside = b.icmp_signed(">=", j, c64(0))
+                v = k.load(xg, b.select(inside, j, c64(0)))
+                k.store(b.select(inside, v, cf32(0.0)), dst, b.add(b.mul(q, c64(mr)), c64(base + r)))
 
 
 @contextmanager
