@@ -348,3 +348,28 @@ def test_rows_order_on_the_cuda_printer(monkeypatch):
     monkeypatch.setattr(pool_mod, "UNROLL_TAPS", 0)
     g, feeds, labels = _edges_graph(EDGES[1::4], DType.f32)
     _exact(run_cuda_forms(g, feeds, threads=3), interpret(g, feeds), labels, g.output_names)
+
+
+def test_strided_overlapping_windows_by_output_width():
+    """3x3 stride-2 max pools: narrow output rows (ResNet-18 at 64x64: 16 columns) by registers,
+    wider ones by rows; exact either way. On x86 the kernels vectorize the strided taps without
+    gathers (``CODEGEN_FEATURES``): checked in the assembly for an AVX-512 and an AVX2 target."""
+    from compiler.codegen.kernels.testing import build_kernels
+    from compiler.codegen.llvm import toolchain
+    from compiler.codegen.llvm.target import target_for
+
+    g = Graph("strided")
+    feeds = {}
+    for name, size in (("narrow", 32), ("wide", 56)):
+        x = g.add_input(name, TensorType(DType.f32, (1, 16, size, size)))
+        feeds[name] = _data((1, 16, size, size), DType.f32)
+        g.add_node(P.MaxPool(kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)), [x])
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    orders = [Pool().form(KernelGroup.of_node(n), "k").notes[0].split(" by ")[1].split(",")[0] for n in g.nodes]
+    assert orders == ["registers", "rows"]
+    _exact(run_kernels(g, feeds), interpret(g, feeds), ["narrow", "wide"], g.output_names)
+    for cpu in ("znver4", "znver3"):
+        target = target_for(cpu)
+        module, _, _ = build_kernels(g, target)
+        asm = toolchain.assembly(str(module), target)
+        assert ("%ymm" in asm or "%zmm" in asm) and "gather" not in asm, cpu  # vectorized, no gathers

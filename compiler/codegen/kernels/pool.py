@@ -43,10 +43,12 @@ In the **rows** order the result row is the running value (``inout``): set to th
 serial loop per outer kernel axis over its taps (over the run inside the input where that is static,
 else over all with a test as above) runs the column ranges with only the ``kw`` taps written out,
 and a last pass divides. It is taken where the written-out taps would pass ``UNROLL_TAPS``, and for
-strided windows (``sw > 1``) whose columns overlap (``kw > sw``: 3x3 stride 2) or whose output rows
-are ``WIDE_ROWS`` or wider (2x2 stride 2 over 224 columns): measured faster there (LLVM leaves scalar
-remainders or builds gathers for the larger registers-order bodies over strided loads), the order of
-the hand-written kernel this replaced. f16 AveragePool cannot take it (an f16 result cannot hold the
+strided windows (``sw > 1``) whose columns overlap (``kw > sw``: 3x3 stride 2) over output rows
+wider than ``NARROW_ROWS``, or whose output rows are ``WIDE_ROWS`` or wider (2x2 stride 2 over 224
+columns): measured faster there (LLVM leaves scalar remainders for the larger registers-order bodies
+over strided loads), the order of the hand-written kernel this replaced. Narrower strided rows (a
+3x3 stride-2 pool over 16 output columns: ResNet-18 at 64x64) are faster by registers, whose taps
+LLVM loads as wide vectors and shuffles (x86 targets prefer no gathers: ``CODEGEN_FEATURES``). f16 AveragePool cannot take it (an f16 result cannot hold the
 f32 running sum) and is refused past ``UNROLL_TAPS``.
 
 Either order applies the taps in the reference's order: AveragePool starts from +0 and divides (not
@@ -90,6 +92,9 @@ UNROLL_TAPS = 4096
 VECTOR_BYTES = 32
 #: strided windows over output rows this wide or wider are computed by rows
 WIDE_ROWS = 64
+#: strided windows whose columns overlap are computed by rows over output rows wider than this
+#: (3x3 stride 2 over 16 output columns: by registers 6.6 us, by rows 20 us; over 28: 36 and 22 us)
+NARROW_ROWS = 16
 #: windowed pools whose kernel rows are inside for some output rows only split the planes among the
 #: threads from this many planes on (else the rows of all planes)
 PLANES_PARALLEL = 8
@@ -250,7 +255,8 @@ class Pool(FormLowering):
         rows_fit = is_max or dt is compute_type(dt)  # the result can hold the running value
         # by rows past the written-out taps, and for strided windows whose columns overlap (3x3
         # stride 2) or whose rows are wide (2x2 stride 2 over 224 columns): measured faster so
-        rows_order = written > UNROLL_TAPS or (rows_fit and w.s > 1 and (w.k > w.s or w.out >= WIDE_ROWS))
+        rows_order = written > UNROLL_TAPS or (rows_fit and w.s > 1 and (w.k > w.s and w.out > NARROW_ROWS or
+                                                                          w.out >= WIDE_ROWS))
         if rows_order and not rows_fit:
             raise ValueError(f"{dt} AveragePool windows of more than {UNROLL_TAPS} taps are left to the interpreter "
                              "(the result's type could not hold the running sum)")
