@@ -9,7 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..ir.graph import Graph, Node
+from ..ir import ops
+from ..ir.graph import Graph, Node, Value
+
+
+def op(name: str, **attrs):
+    """A new op of the table's class ``name`` (attributes validated at construction)."""
+    cls = ops.lookup(name)
+    if cls is None:  # pragma: no cover - every op rules make is in the table
+        raise RuntimeError(f"op {name} is missing from the op table")
+    return cls(**attrs)
+
+
+def only_use_is(v: Value, node: Node) -> bool:
+    """Whether ``node`` is the one use of ``v``."""
+    use = v.uses.single()
+    return use is not None and use[0] is node
 
 
 class Rule:

@@ -1,5 +1,6 @@
-"""frontends/onnx/functions.py: ops imported as ONNX's own function body (Attention, RMSNormalization,
-...) run natively and agree with ONNX's reference evaluator; those that must stay ops stay."""
+"""frontends/onnx/functions.py: ops imported as ONNX's own function body (Attention, RotaryEmbedding,
+...) run natively and agree with ONNX's reference evaluator; those that must stay ops stay
+(RMSNormalization, which has a kernel of its own)."""
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,6 @@ CASES = [
      [("q", (2, 3, 4, 8)), ("k", (2, 3, 6, 8)), ("v", (2, 3, 6, 8))], 25),
     ("attention_gqa_3d", helper.make_node("Attention", ["q", "k", "v"], ["y"], q_num_heads=4, kv_num_heads=2),
      [("q", (1, 5, 32)), ("k", (1, 7, 16)), ("v", (1, 7, 16))], 25),
-    ("rms_normalization", helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1, epsilon=1e-5),
-     [("x", (2, 3, 16)), ("s", (16,))], 23),
     ("rotary_embedding", helper.make_node("RotaryEmbedding", ["x", "cos", "sin"], ["y"], num_heads=2),
      [("x", (1, 4, 16)), ("cos", (1, 4, 4)), ("sin", (1, 4, 4))], 23),
 ]
@@ -48,11 +47,21 @@ def test_expanded_ops_run_natively_and_agree_with_onnx(name, node, inputs, opset
         np.testing.assert_allclose(got[o.name], w, rtol=1e-5, atol=1e-5)
 
 
-def test_narrow_floats_stay_ops():
-    """f16 RMSNormalization keeps Kiln's op (f32 inside, rounded once), not a body that rounds each step."""
-    m = _model(helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1),
-               [("x", (2, 3, 16)), ("s", (16,))], 23, TensorProto.FLOAT16)
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])
+def test_rmsnormalization_is_imported_as_its_op_and_runs_natively(elem):
+    """RMSNormalization stays Kiln's op (one row kernel; f16 computed in f32 and rounded once, not a
+    body that rounds each step), compiled with no fallback, within ONNX's reference evaluator."""
+    m = _model(helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1, epsilon=1e-5),
+               [("x", (2, 3, 16)), ("s", (16,))], 23, elem)
     assert expand_functions(m) is m
+    assert import_model(m).op_counts() == {"RMSNormalization": 1}
+    dt = np.float32 if elem == TensorProto.FLOAT else np.float16
+    feeds = {"x": RNG.standard_normal((2, 3, 16)).astype(dt), "s": RNG.standard_normal(16).astype(dt)}
+    exe = compiler.compile(m)
+    assert exe.fallback == []
+    tol = 1e-5 if dt is np.float32 else 2e-3
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_allclose(exe.run(feeds)["y"].astype(np.float32), want.astype(np.float32), rtol=tol, atol=tol)
 
 
 def test_narrow_attention_is_a_float32_body_between_casts():

@@ -224,6 +224,21 @@ def test_canonicalize_identity_dropout_sum_reshapes_transposes():
     assert not run_pass(Canonicalize(), g)
 
 
+def test_a_cast_to_its_own_type_disappears():
+    """``x.float()`` of a float32 tensor as PyTorch exports it: the Cast is x; a Cast that changes
+    the type stays, and says why."""
+    g = ir("""
+    graph @t(%x: f32[2,3]) -> (y: f32[2,3], z: f16[2,3]) {
+      %0 = Cast(%x) {to=f32} : f32[2,3]
+      %1 = Relu(%0) : f32[2,3]
+      %2 = Cast(%1) {to=f16} : f16[2,3]
+      return y=%1, z=%2
+    }""")
+    assert run_pass(Canonicalize(), g)
+    assert g.op_counts() == {"Relu": 1, "Cast": 1} and g.nodes[0].inputs[0] is g.inputs[0]
+    assert refusals(g, "remove-identity") == ["the Cast changes the element type"]
+
+
 def test_inference_dropout_with_its_mask_used():
     g = ir("""
     graph @t(%x: f32[2,3]) -> (y: f32[2,3], m: bool[2,3]) {

@@ -16,7 +16,7 @@ from .epilogue import Epilogue
 from .linalg import Gemm, MatMul
 from .matmul_loops import LOWERINGS as MATMUL_LOOPS_LOWERINGS
 from .onehot import LOWERINGS as ONEHOT_LOWERINGS
-from .norm import GroupNorm, InstanceNorm, LayerNorm, Lrn, Softmax
+from .norm import GroupNorm, InstanceNorm, LayerNorm, Lrn, RMSNorm, Softmax
 from .pool import GlobalPool, Pool
 from .qconv import LOWERINGS as QCONV_LOWERINGS
 from .qmatmul import LOWERINGS as QMATMUL_LOWERINGS
@@ -37,7 +37,7 @@ from .shuffle import ShuffledDepthwise
 _GEMM, _MATMUL, _CONV, _CONVT = Gemm(), MatMul(), Conv(), ConvTranspose()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, *MATMUL_LOOPS_LOWERINGS, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
                              Hardmax(), LpNormalization(), *ONEHOT_LOWERINGS,
-                             Softmax(), LayerNorm(), InstanceNorm(), GroupNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
+                             Softmax(), LayerNorm(), RMSNorm(), InstanceNorm(), GroupNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
                              *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS, *TOPK_LOWERINGS, *GRIDSAMPLE_LOWERINGS, *LPPOOL_LOWERINGS, _CONVT,
                              *RECURRENT_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV, _CONVT)), Requantize(), RowReduce(), Attention(),

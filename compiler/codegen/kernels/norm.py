@@ -1,4 +1,4 @@
-"""Softmax, LogSoftmax, LayerNormalization and LRN on the loop form, for every float type the form
+"""Softmax, LogSoftmax, LayerNormalization, RMSNormalization and LRN on the loop form, for every float type the form
 holds (float16 computed in float32), and the row programs that ``row_reduce.py`` runs after an
 elementwise chain.
 
@@ -19,6 +19,8 @@ on the way: ``row_reduce.py``), ``again(i)`` in the later passes.
   ``y = round_X((x - mean) * inv) * scale + bias`` in X's compute type (sums: ``row_sum``). Scale and B must not vary
   over the leading (row) axes; ones that broadcast within the normalized axes must be constants
   (expanded at compile time). Mean and InvStdDev are written when they are used.
+* **RMSNormalization**: ``ms = sum x^2 / D`` (``row_sum``), ``y = round_X(x / sqrt(ms + epsilon)) *
+  scale`` in the compute type of scale's type (the result's), dividing as the reference does.
 
 Softmax along another axis views x as ``[outer, A, inner]`` and reduces each column of A elements
 (loop order outer (threads), a, inner: every read contiguous; the running max and sum of a column
@@ -46,8 +48,9 @@ from ..loops.form import Buffer
 from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 
 FLOATS = (DType.f32, DType.f64, DType.f16, DType.bf16)
-#: work per element of a softmax row (three passes and an exp), per LayerNorm element (three passes)
-SOFTMAX_COST, LAYERNORM_COST = 4, 3
+#: work per element of a softmax row (three passes and an exp), per LayerNorm element (three passes),
+#: per RMSNorm element (two passes)
+SOFTMAX_COST, LAYERNORM_COST, RMSNORM_COST = 4, 3, 2
 #: elements per block of a row sum (``row_sum``)
 SUM_BLOCK = 128
 #: the most scratch bytes a softmax along an inner axis uses for its running max and sum
@@ -298,6 +301,25 @@ def layernorm_row(kf: KernelForm, D: int, row: Row, y: Buffer, r: Expr, scale: B
     return mean, inv
 
 
+def _rows_reason(group: KernelGroup, values) -> str | None:
+    """Why a normalization over trailing axes has no row kernel: its ``values``' types, or a Scale or
+    B that varies over the rows."""
+    n = group.node
+    return float_reason(group, values) or ScaleBias(n, n.op.axis % n.inputs[0].type.rank).reason()
+
+
+def _trailing_rows(kf: KernelForm, n):
+    """A normalization over axes [axis, rank) as rows: (axis, R rows, D elements each, x and y as
+    ``[R, D]`` buffers of ``kf``, the Scale and B buffers)."""
+    x, y = n.inputs[0], n.outputs[0]
+    shape = [int(d) for d in x.shape]
+    a = n.op.axis % len(shape)
+    R, D = math.prod(shape[:a]), math.prod(shape[a:])
+    xb = kf.buffer("x", x.type.dtype, (R, D), value=x)
+    yb = kf.buffer("y", y.type.dtype, (R, D), "out", value=y)
+    return a, R, D, xb, yb, ScaleBias(n, a).buffers(kf)
+
+
 class LayerNorm(FormLowering):
     """LayerNormalization, every float type, statistics in float32 or (stash_type float64) float64."""
 
@@ -305,23 +327,13 @@ class LayerNorm(FormLowering):
 
     def check(self, group: KernelGroup) -> str | None:
         n = group.node
-        used = [v for v in n.outputs[1:] if v.uses]
-        why = float_reason(group, list(n.inputs) + [n.outputs[0]] + used)
-        if why:
-            return why
-        return ScaleBias(n, n.op.axis % n.inputs[0].type.rank).reason()
+        return _rows_reason(group, list(n.inputs) + [n.outputs[0]] + [v for v in n.outputs[1:] if v.uses])
 
     def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
         n = group.node
-        x, y = n.inputs[0], n.outputs[0]
-        shape = [int(d) for d in x.shape]
-        a = n.op.axis % len(shape)
-        R, D = math.prod(shape[:a]), math.prod(shape[a:])
-        stash = stash_type(n.op)
         kf = KernelForm(name)
-        xb = kf.buffer("x", x.type.dtype, (R, D), value=x)
-        yb = kf.buffer("y", y.type.dtype, (R, D), "out", value=y)
-        scale, bias = ScaleBias(n, a).buffers(kf)
+        a, R, D, xb, yb, (scale, bias) = _trailing_rows(kf, n)
+        stash = stash_type(n.op)
         stats = [kf.buffer(what, v.type.dtype, (R,), "out", value=v) if v.uses else None
                  for what, v in zip(("mean", "inv_std"), n.outputs[1:3])]
         with kf.loop(R, "parallel", grain=par_grain(LAYERNORM_COST * D), name="r") as r:
@@ -329,6 +341,39 @@ class LayerNorm(FormLowering):
             for buf, v in zip(stats, got):
                 if buf is not None:
                     kf.store(buf, r, cast(v, compute_type(buf.dtype)))
+        return kf.finish()
+
+
+_ROUND = {DType.f16: "to_f16", DType.bf16: "to_bf16"}
+
+
+class RMSNorm(FormLowering):
+    """RMSNormalization, every float type (X and scale may differ), statistics in float32 or
+    (stash_type float64) float64: per row ``ms = sum x^2 / D`` (``row_sum``), then
+    ``y = round_X(x / sqrt(ms + epsilon)) * scale`` in the compute type of the result (scale's type),
+    as the reference divides."""
+
+    ops = (nm.RMSNormalization,)
+
+    def check(self, group: KernelGroup) -> str | None:
+        return _rows_reason(group, list(group.node.inputs) + [group.node.outputs[0]])
+
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None) -> Kernel:
+        n = group.node
+        kf = KernelForm(name)
+        a, R, D, xb, yb, (scale, _) = _trailing_rows(kf, n)
+        stash, xdt, out = stash_type(n.op), xb.dtype, compute_type(yb.dtype)
+        with kf.loop(R, "parallel", grain=par_grain(RMSNORM_COST * D), name="r") as r:
+            row = Row.of(xb, r, stash)
+            ms = row_sum(kf, D, lambda i: (lambda v: v * v)(row.first(i)), stash, mean=True)
+            std = kf.let(op("sqrt", ms + float(n.op.epsilon)), "std")
+            with kf.loop(D, "vector") as i:
+                v = op("div", row.again(i), std)
+                if xdt in _ROUND:
+                    v = op(_ROUND[xdt], v)  # the normalized value is rounded to X's type first
+                elif xdt is DType.f32 and stash is DType.f64:
+                    v = cast(v, DType.f32)
+                kf.store(yb, (r, i), cast(v, out) * cast(scale[i], out))
         return kf.finish()
 
 

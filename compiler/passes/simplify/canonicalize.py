@@ -1,6 +1,6 @@
 """Canonicalization: declarative rewrite rules that bring the graph to one normal form.
 
-* Identity and inference-mode Dropout disappear.
+* Identity, a Cast to its input's own type and inference-mode Dropout disappear.
 * Sum of n inputs becomes a chain of Adds.
 * Flatten / Squeeze / Unsqueeze with a static result become Reshape; chains of Reshapes collapse to
   one; a Reshape to its input's shape disappears.
@@ -10,10 +10,12 @@
 * MatMul of float16 or bfloat16 operands becomes Casts to float32 around a float32 MatMul (what its
   reference computes: the product of the widened operands, rounded once).
 * Decomposed normalizations and activations, as exporters write them for older opsets, become the
-  op: ``(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)`` over trailing axes is
-  LayerNormalization (a following ``* gamma`` and ``+ beta`` by constants become its Scale and B),
-  and ``0.5 * x * (1 + erf(x / sqrt(2)))`` is Gelu (its tanh form too), so each becomes one row kernel or one
-  elementwise op; ``kiln dump --explain-fusion`` lists the near misses and why they did not match.
+  op (``decomposed.py``): ``(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)`` over trailing axes
+  is LayerNormalization, ``x / sqrt(mean(x^2) + eps)`` (or ``x * (1 / sqrt(...))``) is
+  RMSNormalization (a following ``* gamma`` and, for LayerNormalization, ``+ beta`` by constants
+  become their Scale and B), and ``0.5 * x * (1 + erf(x / sqrt(2)))`` is Gelu (its tanh form too),
+  so each becomes one row kernel or one elementwise op; ``kiln dump --explain-fusion`` lists the
+  near misses and why they did not match.
 * Einsum of two operands of a type MatMul takes whose labels are batch, row, column or
   contracted labels (each in the places a matrix product puts it; a label in one operand only, not
   in the result, is summed there first) becomes Transposes and Reshapes around one MatMul; Einsum of
@@ -23,23 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir import ops
 from ...ir.graph import Graph, Node, Value
 from ...ir.types import DType
 from ..manager import Pass
-from ..rewrite import Rule, apply_rules, explain
-
-
-def op(name: str, **attrs):
-    cls = ops.lookup(name)
-    if cls is None:  # pragma: no cover - every op used here is in the table
-        raise RuntimeError(f"op {name} is missing from the op table")
-    return cls(**attrs)
-
-
-def only_use_is(v: Value, node: Node) -> bool:
-    use = v.uses.single()
-    return use is not None and use[0] is node
+from ..rewrite import Rule, apply_rules, explain, only_use_is, op
+from .decomposed import DecomposedGelu, DecomposedLayerNorm, DecomposedRMSNorm, NormAffine
 
 
 def reshape_to(graph: Graph, x: Value, shape, before: Node, name: str | None = None) -> Value:
@@ -50,10 +40,15 @@ def reshape_to(graph: Graph, x: Value, shape, before: Node, name: str | None = N
 
 
 class RemoveIdentity(Rule):
+    """Identity, and a Cast to the type its input already has (``x.float()`` of a float32 tensor, as
+    PyTorch exports it), are their input."""
+
     name = "remove-identity"
-    roots = ("Identity",)
+    roots = ("Identity", "Cast")
 
     def check(self, node):
+        if node.op.name == "Cast" and node.inputs[0].dtype != node.output.dtype:
+            return "the Cast changes the element type"
         return None
 
     def rewrite(self, graph, node):
@@ -479,243 +474,11 @@ def _diagonal(graph: Graph, v: Value, term: str, label: str, before: Node) -> tu
     return v, "".join(term[k] for k in rest) + label
 
 
-def _producer(v: Value, *names: str) -> Node | None:
-    """``v``'s producer when it is one of the ops ``names``."""
-    p = v.producer if v is not None else None
-    return p if p is not None and p.op.name in names else None
-
-
-def _scalar(v: Value) -> float | None:
-    """The value of a constant holding one number (any shape of one element), else None."""
-    if v is None or v.const is None or np.asarray(v.const).size != 1:
-        return None
-    return float(np.asarray(v.const).reshape(()))
-
-
-def _reduced_axes(node: Node) -> tuple[int, ...] | None:
-    """A ReduceMean's (keepdims) axes, non-negative and sorted, when they are known; else None."""
-    if node.op.keepdims != 1 or len(node.inputs) < 2 or node.inputs[1] is None or node.inputs[1].const is None:
-        return None
-    rank = node.inputs[0].type.rank
-    return tuple(sorted(int(a) % rank for a in np.asarray(node.inputs[1].const).reshape(-1)))
-
-
-class DecomposedLayerNorm(Rule):
-    """``Div(Sub(x, m), Sqrt(Add(ReduceMean(Pow(Sub(x, m), 2)), eps)))`` with ``m = ReduceMean(x)``
-    over the same trailing axes → ``LayerNormalization(x, ones, axis, epsilon=eps)`` (float32: the
-    decomposed form rounds each step to x's type; the op's stash type is float32)."""
-
-    name = "decomposed-layernorm"
-    roots = ("Div",)
-    #: the reason a root is no attempt at the pattern at all (others are near misses, reported)
-    unrelated = ("the numerator is not x - mean(x)",)
-
-    @staticmethod
-    def match(node: Node):
-        """(x, axes, eps, the nodes replaced) or the reason it is not the pattern."""
-        d, s = node.inputs
-        sub = _producer(d, "Sub")
-        if sub is None:
-            return "the numerator is not x - mean(x)"
-        x, m = sub.inputs
-        mean = _producer(m, "ReduceMean")
-        if mean is None or mean.inputs[0] is not x:
-            return "the numerator is not x - mean(x)"
-        sq = _producer(s, "Sqrt")
-        add = _producer(sq.inputs[0], "Add") if sq is not None else None
-        if add is None:
-            return "the denominator is not sqrt(variance + eps)"
-        (v, e) = add.inputs if _scalar(add.inputs[1]) is not None else add.inputs[::-1]
-        eps, var = _scalar(e), _producer(v, "ReduceMean")
-        if eps is None or var is None:
-            return "the denominator is not sqrt(mean(...) + eps) with a constant eps"
-        sqr = _producer(var.inputs[0], "Pow", "Mul")
-        if sqr is None or sqr.inputs[0] is not d or (
-                sqr.inputs[1] is not d if sqr.op.name == "Mul" else _scalar(sqr.inputs[1]) != 2.0):
-            return "the variance is not mean((x - mean(x))^2)"
-        axes = _reduced_axes(mean)
-        rank = x.type.rank
-        if axes is None or axes != _reduced_axes(var) or not axes or axes != tuple(range(axes[0], rank)):
-            return "the means are not over the same trailing axes (constant, keepdims)"
-        if x.dtype != DType.f32 or not x.type.is_static:
-            return f"x is {x.type}: the rule takes static float32 tensors"
-        inner = (mean, sub, sqr, var, add, sq)
-        users = {id(n) for n in inner} | {id(node)}
-        for n in inner:
-            if any(u[0] is not None and id(u[0]) not in users for u in n.outputs[0].uses):
-                return f"{n.op.name} {n.name or ''} is used outside the pattern".replace("  ", " ")
-        return x, axes, eps
-
-    def check(self, node):
-        found = self.match(node)
-        return found if isinstance(found, str) else None
-
-    def rewrite(self, graph, node):
-        x, axes, eps = self.match(node)
-        ones = graph.add_constant(np.ones([int(d) for d in x.shape[axes[0]:]], np.float32))
-        ln = graph.add_node(op("LayerNormalization", axis=axes[0], epsilon=eps), [x, ones], name=node.name,
-                            before=node)
-        node.output.replace_all_uses_with(ln.outputs[0])
-
-
-class LayerNormAffine(Rule):
-    """``LayerNormalization(x, scale, b) * c`` or ``+ c`` with constants (``c`` of the normalized
-    shape, or broadcast to it) → the LayerNormalization with ``scale * c`` and ``b * c`` (or ``b +
-    c``): the affine step of a decomposed layer norm."""
-
-    name = "layernorm-affine"
-    roots = ("Mul", "Add")
-
-    @staticmethod
-    def split(node):
-        for ln, c in (node.inputs, node.inputs[::-1]):
-            if _producer(ln, "LayerNormalization") is not None and c is not None and c.const is not None:
-                return ln.producer, c
-        return None, None
-
-    def check(self, node):
-        ln, c = self.split(node)
-        if ln is None:
-            return "no operand is a LayerNormalization's result and the other a constant"
-        if not only_use_is(ln.outputs[0], node) or any(o.uses for o in ln.outputs[1:]):
-            return "the LayerNormalization's results have other uses"
-        scale = ln.inputs[1]
-        b = ln.inputs[2] if len(ln.inputs) > 2 else None
-        if scale.const is None or (b is not None and b.const is None):
-            return "the LayerNormalization's scale or bias is not constant"
-        norm = tuple(int(d) for d in ln.inputs[0].shape[ln.op.axis % ln.inputs[0].type.rank:])
-        cs = tuple(int(d) for d in c.shape)
-        if len(cs) > len(norm) or any(d not in (1, n) for d, n in zip(cs[::-1], norm[::-1])) or c.dtype != DType.f32:
-            return f"the constant's shape {list(cs)} does not broadcast over the normalized axes {list(norm)}"
-        if node.output.shape != ln.outputs[0].shape:
-            return "the result broadcasts beyond the normalized tensor"
-        return None
-
-    def rewrite(self, graph, node):
-        ln, c = self.split(node)
-        x, scale = ln.inputs[0], ln.inputs[1]
-        norm = [int(d) for d in x.shape[ln.op.axis % x.type.rank:]]
-        cv = np.broadcast_to(np.asarray(c.const, np.float32), norm)
-        s = np.broadcast_to(np.asarray(scale.const, np.float32), norm)
-        b = np.broadcast_to(np.asarray(ln.inputs[2].const, np.float32), norm) if len(ln.inputs) > 2 and \
-            ln.inputs[2] is not None else np.zeros(norm, np.float32)
-        s, b = (s * cv, b * cv) if node.op.name == "Mul" else (s, b + cv)
-        new = graph.add_node(ln.op, [x, graph.add_constant(np.ascontiguousarray(s, np.float32)),
-                                     graph.add_constant(np.ascontiguousarray(b, np.float32))],
-                             name=ln.name, before=node)
-        node.output.replace_all_uses_with(new.outputs[0])
-
-
-class DecomposedGelu(Rule):
-    """``x * (1 + erf(x / sqrt(2))) * 0.5`` (in either order of the products, ``x * (1/sqrt(2))`` too)
-    → ``Gelu(x)``; with ``tanh(sqrt(2/pi) * (x + 0.044715 x^3))`` for the erf → ``Gelu(x,
-    approximate="tanh")`` (GPT-2's)."""
-
-    name = "decomposed-gelu"
-    roots = ("Mul",)
-    unrelated = ("no factor 0.5", "no x * (1 + erf(...)) beside the 0.5")
-
-    @staticmethod
-    def match(node: Node):
-        """(x, the inner nodes) or the reason it is not the pattern."""
-        inner = []
-        a, b = node.inputs
-        half, rest = (b, a) if _scalar(b) == 0.5 else (a, b) if _scalar(a) == 0.5 else (None, None)
-        if half is not None:  # (x * (1 + erf)) * 0.5
-            prod = _producer(rest, "Mul")
-            if prod is None:
-                return "no x * (1 + erf(...)) beside the 0.5"
-            inner.append(prod)
-            pair = prod.inputs
-        else:  # (x * 0.5) * (1 + erf), or the other way round
-            pair = None
-            for h, other in ((a, b), (b, a)):
-                hm = _producer(h, "Mul")
-                if hm is not None and 0.5 in (_scalar(hm.inputs[0]), _scalar(hm.inputs[1])):
-                    x = hm.inputs[0] if _scalar(hm.inputs[1]) == 0.5 else hm.inputs[1]
-                    inner.append(hm)
-                    pair = (x, other)
-                    break
-            if pair is None:
-                return "no factor 0.5"
-        found = None
-        for x, one in (pair, pair[::-1]):
-            add = _producer(one, "Add")
-            if add is None:
-                continue
-            (e, c) = add.inputs if _scalar(add.inputs[1]) is not None else add.inputs[::-1]
-            if _scalar(c) != 1.0:
-                continue
-            if (erf := _producer(e, "Erf")) is not None:
-                scaled = _producer(erf.inputs[0], "Div", "Mul")
-                if scaled is None or scaled.inputs[0] is not x:
-                    continue
-                k = _scalar(scaled.inputs[1])
-                k = None if k is None else (k if scaled.op.name == "Div" else 1.0 / k if k else None)
-                if k is not None and abs(k - 2 ** 0.5) < 1e-4:
-                    found = (x, inner + [add, erf, scaled], "none")
-            elif (tanh := _producer(e, "Tanh")) is not None:
-                cubic = _tanh_argument(tanh.inputs[0], x)
-                if cubic is not None:
-                    found = (x, inner + [add, tanh] + cubic, "tanh")
-        if found is None:
-            return "no 1 + erf(x / sqrt(2)) or 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)) of the same x"
-        x, nodes, approximate = found
-        if x.dtype not in (DType.f32, DType.f64, DType.f16):
-            return f"Gelu does not take {x.dtype}"
-        for n in nodes:
-            if not all(u[0] is not None and (u[0] is node or u[0] in nodes) for u in n.outputs[0].uses):
-                return f"{n.op.name} {n.name or ''} is used outside the pattern".replace("  ", " ")
-        return found
-
-    def check(self, node):
-        found = self.match(node)
-        return found if isinstance(found, str) else None
-
-    def rewrite(self, graph, node):
-        x, _, approximate = self.match(node)
-        gelu = graph.add_node(op("Gelu", approximate=approximate), [x], name=node.name, before=node)
-        node.output.replace_all_uses_with(gelu.output)
-
-
-def _constant_times(v: Value, k: float) -> Value | None:
-    """``w`` when ``v = w * c`` (either order) with the constant ``c`` within 1e-5 of ``k``."""
-    p = _producer(v, "Mul")
-    if p is None:
-        return None
-    for w, c in (p.inputs, p.inputs[::-1]):
-        if _scalar(c) is not None and abs(_scalar(c) - k) <= 1e-5 * max(1.0, abs(k)):
-            return w
-    return None
-
-
-def _tanh_argument(v: Value, x: Value) -> list[Node] | None:
-    """The nodes of ``sqrt(2/pi) * (x + 0.044715 * x^3)`` computing ``v`` (the cube as Pow(x, 3) or
-    x * (x * x) in any order), or None."""
-    a = _constant_times(v, (2 / np.pi) ** 0.5)
-    add = _producer(a, "Add")
-    if add is None or x not in add.inputs:
-        return None
-    other = add.inputs[1] if add.inputs[0] is x else add.inputs[0]
-    cube = _constant_times(other, 0.044715)
-    c = _producer(cube, "Pow", "Mul")
-    if c is None:
-        return None
-    if c.op.name == "Pow":
-        inner = [] if c.inputs[0] is x and _scalar(c.inputs[1]) == 3.0 else None
-    else:
-        sq = next((_producer(w, "Mul") for w in c.inputs if w is not x), None)
-        inner = [sq] if x in c.inputs and sq is not None and sq.inputs[0] is x and sq.inputs[1] is x else None
-    if inner is None:
-        return None
-    return [v.producer, add, other.producer, c] + inner
-
-
 RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(), CastLikeToCast(),
                            SoftmaxCrossEntropyToNLL(), BlocksToTranspose(), BatchNormToElementwise(),
                            ReshapeLikeToReshape(), CollapseReshapes(), ComposeTransposes(),
                            MatMulAddToGemm(), EinsumToMatMul(), EinsumOfOne(), NarrowMatMulToFloat32(),
-                           DecomposedLayerNorm(), LayerNormAffine(), DecomposedGelu())
+                           DecomposedLayerNorm(), DecomposedRMSNorm(), NormAffine(), DecomposedGelu())
 
 
 def type_of(name: str, rules):
