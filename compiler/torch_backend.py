@@ -18,7 +18,9 @@ What the backend does with each graph dynamo hands it (``kiln_backend``):
    compiled by ``compiler.compile`` for the example inputs' shapes and run natively; the other nodes
    stay in PyTorch; ``last_report`` (and the ``kiln`` logger) say what ran where and why;
 4. the result is the partitioned module: tensors in, tensors out (NumPy views, no copies in; the
-   outputs are the compiled model's arrays, wrapped).
+   outputs are the compiled model's arrays, wrapped); when the whole graph is one Kiln partition, a
+   function calling it straight instead (``last_report["direct"]``: no FX module or ``nn.Module``
+   call around it per run).
 
 Dynamo guards the shapes: a new input shape compiles again. Training (an input or parameter that
 needs gradients with grad mode on) is out of scope: such a graph runs in PyTorch, with a warning.
@@ -60,11 +62,19 @@ class _KilnPart:
     def __call__(self, *args):
         import torch
 
-        feeds = {name: args[i].detach().contiguous().numpy() if args[i].device.type == "cpu" else
-                 args[i].detach().cpu().numpy() for name, i in zip(self.names, self.taken)}
+        feeds = {name: _array(args[i]) for name, i in zip(self.names, self.taken)}
         outs = self.exe.run(feeds)
         res = tuple(torch.from_numpy(outs[n]) for n in self.exe.output_names)
         return res[0] if self.single else res
+
+
+def _array(t):
+    """A CPU tensor's data as a NumPy array (a view when it is contiguous)."""
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.requires_grad:
+        t = t.detach()
+    return (t if t.is_contiguous() else t.contiguous()).numpy()
 
 
 def kiln_backend(gm, example_inputs, options: dict | None = None, **kwargs):
@@ -98,11 +108,16 @@ class _PerShape:
         self.gm, self.opts = gm, opts
         self.cache: OrderedDict = OrderedDict()
         self.size = int(opts.get("cache", 8))
+        self.varying: list[int] | None = None  # the inputs that are not frozen parameters
 
     def __call__(self, *args):
         import torch
 
-        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        if self.varying is None:
+            frozen = _frozen(self.gm, args)
+            self.varying = [i for i in range(len(args)) if i not in frozen]
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
+                    for a in (args[i] for i in self.varying))
         fn = self.cache.get(key)
         if fn is None:
             fn = _compile_static(self.gm, args, self.opts)
@@ -185,7 +200,57 @@ def _compile_static(gm, example_inputs, opts: dict):
         log.info("kiln: %s: %d node(s) natively in %d kernel(s)", r["partition"], r["nodes"], r["kernels"])
     for target, why in refusals.items():
         log.info("kiln: in PyTorch: %s (%s)", target, why)
-    return parts.forward
+    direct = _direct(parts, position)
+    last_report["direct"] = direct is not None
+    return direct or parts.forward
+
+
+def _direct(parts, position):
+    """When the whole graph is one Kiln partition of the graph's inputs whose results are returned
+    as they are: a function calling it straight (no FX module or ``nn.Module`` call in between:
+    microseconds per call on a small model). Else None."""
+    nodes = [n for n in parts.graph.nodes if n.op != "placeholder"]
+    calls = [n for n in nodes if n.op == "call_module"]
+    if len(calls) != 1 or not isinstance(getattr(parts, calls[0].target), torch_module_type()):
+        return None
+    call = calls[0]
+    part = getattr(parts, call.target).fn
+    if not isinstance(part, _KilnPart) or any(a not in position for a in call.args):
+        return None
+    picks = {}  # node -> the index of the part's results it is (None: the single result)
+    for n in nodes:
+        if n is call:
+            picks[n] = None
+        elif n.op == "call_function" and getattr(n.target, "__name__", "") == "getitem" and n.args[0] is call \
+                and isinstance(n.args[1], int) and not part.single:
+            picks[n] = n.args[1]
+        elif n.op != "output":
+            return None
+    out = [n for n in nodes if n.op == "output"][0].args[0]
+    items = list(out) if isinstance(out, (list, tuple)) else [out]
+    if any(i not in picks or (picks[i] is None) != part.single for i in items):
+        return None
+    where = [position[a] for a in call.args]
+    taken = [where[i] for i in part.taken]
+    container = type(out) if isinstance(out, (list, tuple)) else None
+    spec = [picks[i] for i in items]
+    n = len(call.args)
+
+    def run(*args):
+        part_args = [None] * n  # (the frozen ones are constants of the part: not read)
+        for j, p in zip(part.taken, taken):
+            part_args[j] = args[p]
+        res = part(*part_args)
+        got = [res if k is None else res[k] for k in spec]
+        return container(got) if container is not None else got[0]
+
+    return run
+
+
+def torch_module_type():
+    import torch
+
+    return torch.nn.Module
 
 
 def _example(arg, example_inputs, position):

@@ -52,6 +52,30 @@ def test_a_cnn_runs_as_one_native_partition():
     (part,) = kt.last_report["partitions"]
     assert {"convolution", "addmm", "gelu", "native_layer_norm", "_softmax"} <= set(part["ops"])
     assert part["interpreted"] == [] and kt.last_report["in_torch"] == {}
+    assert kt.last_report["direct"]  # one partition: called straight, not through the FX module
+
+
+class TwoOut(nn.Module):
+    def __init__(self, passthrough: bool):
+        super().__init__()
+        self.a, self.passthrough = nn.Linear(8, 4), passthrough
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        return (y, x) if self.passthrough else (torch.tanh(y), y * 2)
+
+
+@pytest.mark.parametrize("passthrough", [False, True], ids=["two results", "an input returned"])
+def test_one_partition_with_several_results(passthrough):
+    """Two results of one partition come back in the graph's container, straight from the part; an
+    input returned as it is is returned by dynamo's own code (the graph has the one result)."""
+    m = TwoOut(passthrough).eval()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        fast = torch.compile(m, backend="kiln")
+        _close(fast(x), m(x))
+        _close(fast(x + 1), m(x + 1))
+    assert kt.last_report["direct"]
 
 
 class WithCumsum(nn.Module):
@@ -68,7 +92,7 @@ def test_ops_without_a_lowering_stay_in_pytorch_between_partitions():
     x = torch.randn(3, 8)
     with torch.no_grad():
         _close(torch.compile(m, backend="kiln")(x), m(x))
-    assert len(kt.last_report["partitions"]) == 2
+    assert len(kt.last_report["partitions"]) == 2 and not kt.last_report["direct"]
     assert "no Kiln lowering for aten.cumsum.default" in kt.last_report["in_torch"]["aten.cumsum.default"]
 
 
