@@ -211,10 +211,10 @@ def _direct(parts, position):
     microseconds per call on a small model). Else None."""
     nodes = [n for n in parts.graph.nodes if n.op != "placeholder"]
     calls = [n for n in nodes if n.op == "call_module"]
-    if len(calls) != 1 or not isinstance(getattr(parts, calls[0].target), torch_module_type()):
+    if len(calls) != 1:
         return None
     call = calls[0]
-    part = getattr(parts, call.target).fn
+    part = getattr(getattr(parts, call.target), "fn", None)  # a KilnModule's part, else None
     if not isinstance(part, _KilnPart) or any(a not in position for a in call.args):
         return None
     picks = {}  # node -> the index of the part's results it is (None: the single result)
@@ -246,11 +246,6 @@ def _direct(parts, position):
 
     return run
 
-
-def torch_module_type():
-    import torch
-
-    return torch.nn.Module
 
 
 def _example(arg, example_inputs, position):

@@ -107,10 +107,11 @@ def test_conv_im2col_table():
     conv(t, (2, 4, 16, 16), 6, (3, 3), pads=(1, 1, 1, 1))                        # 16 wide: copies
     conv(t, (2, 16, 4, 4), 64, (3, 3), pads=(1, 1, 1, 1))    # 16 pixels: packed A in several panels
     conv(t, (3, 24, 2, 3), 40, (3, 3), pads=(1, 1, 1, 1), bias=False)           # 6 pixels, 3 images
+    conv(t, (2, 32, 1, 1), 64, (3, 3), pads=(1, 1, 1, 1))                        # one pixel, 2 images
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
     _, _, plan = build_kernels(t.g, host_target())
     tabled = [any("index table" in note for note in k.notes) for _, k in plan]
-    assert tabled == [True, True, True, True, False, True, True], [k.notes for _, k in plan]
+    assert tabled == [True, True, True, True, False, True, True, True], [k.notes for _, k in plan]
     # transposed with a table: the gather writes the GEMM's packed A (whatever the host's MR and NR)
     for _, k in plan:
         trans = any("transposed GEMM" in note for note in k.notes)

@@ -144,6 +144,20 @@ def test_rmsnorm():
            "z": RNG.standard_normal((3, 1000)).astype(np.float32) * 5,
            "h": RNG.standard_normal((5, 24)).astype(np.float16)}
     _run(g, ins, rtol=1e-5, atol=2e-6)
+    # size-1 axes: one element per row, one row; a size-0 tensor has nothing to compute (the empty lowering)
+    e = Graph("rms_edges")
+    a = _input(e, "a", (2, 3, 1))
+    r1 = _input(e, "r1", (1, 1, 40))
+    e.set_outputs([_ln(e, nm.RMSNormalization(), a, e.add_constant(np.full(1, 3, np.float32))),
+                   _ln(e, nm.RMSNormalization(axis=1), r1, e.add_constant(RNG.standard_normal((1, 40)).astype(np.float32)))],
+                  ["a", "r1"])
+    _run(e, {"a": RNG.standard_normal((2, 3, 1)).astype(np.float32),
+             "r1": RNG.standard_normal((1, 1, 40)).astype(np.float32)}, rtol=1e-5, atol=2e-6)
+    z0 = Graph("rms_empty")
+    n0 = z0.add_node(nm.RMSNormalization(), [_input(z0, "x", (0, 8)), z0.add_constant(np.ones(8, np.float32))])
+    z0.set_outputs([n0.outputs[0]], ["y"])
+    assert not isinstance(lowering_for(KernelGroup.of_node(n0))[0], RMSNorm)
+    assert run_kernels(z0, {"x": np.zeros((0, 8), np.float32)})["y"].shape == (0, 8)
     bad = Graph("rms_bad")
     node = bad.add_node(nm.RMSNormalization(), [_input(bad, "x", (4, 40)), _input(bad, "s", (4, 40))])
     low, why = lowering_for(KernelGroup.of_node(node))

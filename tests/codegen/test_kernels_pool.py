@@ -360,14 +360,15 @@ def test_strided_overlapping_windows_by_output_width():
 
     g = Graph("strided")
     feeds = {}
-    for name, size in (("narrow", 32), ("wide", 56)):
-        x = g.add_input(name, TensorType(DType.f32, (1, 16, size, size)))
-        feeds[name] = _data((1, 16, size, size), DType.f32)
+    shapes = {"narrow": (2, 16, 32, 32), "wide": (1, 16, 56, 56), "one row": (3, 1, 2, 32), "one column": (1, 4, 9, 1)}
+    for name, shape in shapes.items():
+        x = g.add_input(name, TensorType(DType.f32, shape))
+        feeds[name] = _data(shape, DType.f32)
         g.add_node(P.MaxPool(kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)), [x])
     g.set_outputs([n.outputs[0] for n in g.nodes])
     orders = [Pool().form(KernelGroup.of_node(n), "k").notes[0].split(" by ")[1].split(",")[0] for n in g.nodes]
-    assert orders == ["registers", "rows"]
-    _exact(run_kernels(g, feeds), interpret(g, feeds), ["narrow", "wide"], g.output_names)
+    assert orders == ["registers", "rows", "registers", "registers"]
+    _exact(run_kernels(g, feeds), interpret(g, feeds), list(shapes), g.output_names)
     for cpu in ("znver4", "znver3"):
         target = target_for(cpu)
         module, _, _ = build_kernels(g, target)
