@@ -3,9 +3,9 @@ native kernel computes; ``compiler/ir/ops/kernel.py``).
 
 Rules, in order of each group's first node (``plan_fusion``):
 
-* **attention**: MatMul, an elementwise chain (scale, mask), Softmax on the last axis and a second
-  MatMul, with the Transposes computing the MatMuls' operands and the one after the second
-  (``_attention``);
+* **attention**: MatMul, an elementwise chain (scale, additive or boolean ``Where`` mask), Softmax
+  on the last axis and a second MatMul, with the Transposes computing the MatMuls' operands and the
+  one after the second (``_attention``);
 * **shuffle**: a Transpose and the Reshape after it, read by a depthwise Conv only (``_shuffle``);
 * **epilogue**: a GEMM or convolution (pattern out-elementwise-fusable) takes the chain of
   elementwise ops after it: bias, folded BatchNorm scale/shift, activation, residual add;
@@ -229,7 +229,10 @@ def _attention(mm1: Node, fusable, taken: set[int], max_ops: int,
             return None, None, None
         if type(u.op) is nm.Softmax:
             break
-        if not fusable(u) or _quantizes(u) or tuple(u.outputs[0].shape) != tuple(cur.outputs[0].shape):
+        # an elementwise op the backend does not fuse elsewhere (a mask's Where on a bool condition)
+        # stays in the walk: the backend's check says whether its attention kernel takes it, and why not
+        elementwise = fusable(u) or (u.op.pattern <= Pattern.BROADCAST and len(u.outputs) == 1)
+        if not elementwise or _quantizes(u) or tuple(u.outputs[0].shape) != tuple(cur.outputs[0].shape):
             return None, None, None
         chain.append(u)
         cur = u

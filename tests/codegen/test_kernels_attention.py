@@ -158,3 +158,67 @@ def test_attention_in_a_compiled_artifact(tmp_path):
     exe = compiler.compile(g, 2, output=str(tmp_path / "att.kiln"))
     assert any(k.get("lowering") == "Attention" for k in exe.kernels), exe.kernels
     np.testing.assert_allclose(exe.run(feeds)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def _where_block(b, s, h, d, masked_first: bool, const_mask: bool) -> str:
+    """Causal or padding attention as exporters write it for a boolean mask (``masked_fill``):
+    ``Where(keep, scores, -inf)``, or ``Where(drop, -inf, scores)`` with the operands the other way;
+    the mask a constant [1, 1, s, s] (GPT-2's ``tril`` buffer) or an input [b, 1, 1, s]."""
+    sc, qh, kh = _dims([b, h, s, s]), _dims([b, h, s, d]), _dims([b, h, d, s])
+    mshape = [1, 1, s, s] if const_mask else [b, 1, 1, s]
+    keep = np.tril(np.ones((s, s), bool)).reshape(mshape) if const_mask else None
+    mdecl = "" if const_mask else f", %m: bool{_dims(mshape)}"
+    mconst = (f"  %m = const bool{_dims(mshape)} dense<{np.array2string(keep if not masked_first else ~keep, separator=', ', threshold=10**6).replace('True', 'true').replace('False', 'false')}>\n"
+              if const_mask else "")
+    select = "Where(%m, %inf, %1)" if masked_first else "Where(%m, %1, %inf)"
+    return f"""graph @g(%q: f32{qh}, %k: f32{kh}, %v: f32{qh}{mdecl}) -> (y: f32{qh}) {{
+{mconst}  %c = const f32[] dense<{d ** -0.5}>
+  %inf = const f32[] dense<-inf>
+  %0 = MatMul(%q, %k) : f32{sc}
+  %1 = Mul(%0, %c) : f32{sc}
+  %2 = {select} : f32{sc}
+  %3 = Softmax(%2) {{axis=-1}} : f32{sc}
+  %4 = MatMul(%3, %v) : f32{qh}
+  return y=%4
+}}"""
+
+
+@pytest.mark.parametrize("masked_first,const_mask", [(False, True), (True, True), (False, False), (True, False)])
+def test_boolean_where_mask_is_in_the_kernel(masked_first, const_mask):
+    b, s, h, d = 2, 13, 3, 8
+    g = parse(_where_block(b, s, h, d, masked_first, const_mask))
+    feeds = {v.name: RNG.standard_normal([int(x) for x in v.shape]).astype(np.float32)
+             for v in g.inputs if v.name != "m"}
+    keep = np.tril(np.ones((s, s), bool)).reshape(1, 1, s, s)
+    if not const_mask:  # padding: each batch's last positions dropped (position 0 always kept)
+        keep = np.arange(s).reshape(1, 1, 1, s) < np.array([s, 5]).reshape(b, 1, 1, 1)
+        feeds["m"] = ~keep if masked_first else keep
+    want = interpret(g, feeds)["y"]
+    p = FuseKernels(capabilities=CPU_FUSION)
+    p.run(g)
+    assert [n.op.kind for n in g.nodes] == ["attention"]
+    assert g.nodes[0].op.members() == ["MatMul", "Mul", "Where", "Softmax", "MatMul"]
+    sc = feeds["q"] @ feeds["k"] * np.float32(d ** -0.5)
+    sc = np.where(keep, sc, -np.inf)
+    e = np.exp(sc - sc.max(-1, keepdims=True))
+    ref = (e / e.sum(-1, keepdims=True)) @ feeds["v"]
+    for t in (1, 2, 3):
+        got = run_kernels(g, feeds, nthreads=t)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_scores_through_a_narrower_type_are_refused_with_the_reason():
+    # a mixed-precision export casts the scores to f16 and back: no f16 loop code in the kernel
+    g, p, feeds, want = _fused("""graph @g(%q: f32[2,8,4], %k: f32[2,4,8], %v: f32[2,8,6]) -> (y: f32[2,8,6]) {
+  %0 = MatMul(%q, %k) : f32[2,8,8]
+  %1 = Cast(%0) {to=f16} : f16[2,8,8]
+  %2 = Cast(%1) {to=f32} : f32[2,8,8]
+  %3 = Softmax(%2) {axis=-1} : f32[2,8,8]
+  %4 = MatMul(%3, %v) : f32[2,8,6]
+  return y=%4
+}""")
+    assert all(n.op.name != "Kernel" or n.op.kind != "attention" for n in g.nodes)
+    why = [d.reason for d in p.decisions if d.producer.op.name == "Softmax"]
+    assert why and "not as attention: element type f16 is not supported natively" in why[0], why
+    np.testing.assert_allclose(run_kernels(g, feeds)["y"], want, rtol=1e-3, atol=1e-3)

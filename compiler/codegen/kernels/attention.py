@@ -30,11 +30,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...ir.graph import Node, Value
+from ...ir.ops import elementwise as ew
 from ...ir.ops import linalg as la
 from ...ir.ops import norm as nm
 from ...ir.ops import shape as sh
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm, print_llvm
+from ..loops.scalar import reason as scalar_reason
 from .base import KernelBuilder, KernelGroup, Lowering, c64, dtype_reason, strides_of, unravel
 from .elementwise import Elementwise
 from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
@@ -148,9 +150,16 @@ class Attention(Lowering):
         parts = Parts.of(group)
         if isinstance(parts, str):
             return parts
-        why = dtype_reason([v for n in group.nodes for v in list(n.inputs) + list(n.outputs)])
+        values = [v for n in group.nodes for v in list(n.inputs) + list(n.outputs)]
+        masks = {id(n.inputs[0]) for n in parts.chain if isinstance(n.op, ew.Where)}
+        why = dtype_reason([v for v in values if id(v) not in masks]) or \
+            dtype_reason([v for v in values if id(v) in masks], allowed=(DType.bool,))
         if why:
             return why
+        for n in parts.chain:
+            why = scalar_reason(n.op, [None if v is None else v.type.dtype for v in n.inputs], n.outputs[0].type.dtype)
+            if type(n.op) not in Elementwise.ops or why:
+                return f"{n.op.name} on the scores: {why or 'not an elementwise op with loop code'}"
         s, o = parts.mm1.outputs[0], parts.mm2.outputs[0]
         if len(s.shape) < 3 or len(parts.mm1.inputs[0].shape) != len(s.shape) or \
                 len(parts.mm1.inputs[1].shape) != len(s.shape) or len(parts.mm2.inputs[1].shape) != len(s.shape):

@@ -27,7 +27,8 @@ from ...ir.graph import Graph, Node, Value
 from ...ir.types import DType, TensorType
 from ..llvm.elementwise import _For, no_vectorize_metadata
 from ..loops import KernelForm, print_llvm
-from .base import F32, I64, PTR, VOID, KernelBuilder, c64, strides_of
+from ..loops.llvm import MEMORY_TYPES
+from .base import I64, PTR, VOID, KernelBuilder, c64, strides_of
 from .elementwise import chain_lets, inline_const, inlined
 
 #: the length of the synthetic rows (any size > 1: the row function takes its length at run time)
@@ -140,9 +141,9 @@ class TileEpilogue:
         with _For(b, b.sub(i1, i0), "eprow", no_vectorize_metadata(k.module)) as r:
             i = b.add(i0, r)
             ptrs = []
-            for base, (_, st) in zip(bases, self.args):
+            for base, (v, st) in zip(bases, self.args):
                 off = b.add(b.mul(i, c64(self._row(st))), b.mul(j0, c64(self._col(st))))
-                ptrs.append(b.gep(base, [off], inbounds=True, source_etype=F32))
+                ptrs.append(b.gep(base, [off], inbounds=True, source_etype=MEMORY_TYPES[v.type.dtype]))
             # the GEMM's blocks are NR columns wide but at C's right edge: with the width a
             # constant the inlined row is a few whole vectors (no remainder loops; measured 2x
             # faster on 24-wide rows, which are 25% of a K=64 1x1 conv's time otherwise)
@@ -169,7 +170,8 @@ class TileEpilogue:
                 if st[a]:
                     off = b.add(off, b.mul(idx, c64(st[a])))
             base = (bases or {}).get(id(v))
-            b.store(k.at(k.ptr(v) if base is None else base, off), b.gep(table, [c64(j)], source_etype=PTR))
+            b.store(k.at(k.ptr(v) if base is None else base, off, MEMORY_TYPES[v.type.dtype]),
+                    b.gep(table, [c64(j)], source_etype=PTR))
         return table
 
     def call_args(self, lead: Sequence[ir.Value], row0: ir.Value,
@@ -205,9 +207,9 @@ class RowChain:
         key = id(v)
         if key not in self.synth:
             if inlined(v):
-                self.synth[key] = self.g.add_constant(v.const.reshape([1]).astype("float32"))
+                self.synth[key] = self.g.add_constant(v.const.reshape([1]).astype(v.type.dtype.np))
             else:
-                ty = TensorType(DType.f32, [_L] if self.col(strides) else [1])
+                ty = TensorType(v.type.dtype, [_L] if self.col(strides) else [1])
                 self.synth[key] = self.g.add_input(f"in{len(self.operands)}", ty)
                 self.operands.append((v, strides, self.synth[key]))
         return self.synth[key]
@@ -235,7 +237,7 @@ class RowChain:
             a.add_attribute("noalias")
         kf = KernelForm(name)
         n = kf.size("n", ROW_BOUND)
-        bufs = {id(sv): kf.buffer(f"in{j}", DType.f32, (ROW_BOUND,), "inout" if j in in_place.values() else "in",
+        bufs = {id(sv): kf.buffer(f"in{j}", sv.type.dtype, (ROW_BOUND,), "inout" if j in in_place.values() else "in",
                                   strides=(1 if int(sv.shape[0]) > 1 else 0,), value=fn.args[j])
                 for j, sv in enumerate(ins)}
         outs = [bufs[id(ins[in_place[o]])] if o in in_place else
