@@ -1,7 +1,8 @@
 """ONNX functions at import: the ops of ``EXPANDED`` become ONNX's own definition of them.
 
 ONNX defines many newer ops as *functions*: a body of simpler ops (``Attention`` is MatMul, scale,
-mask, Softmax, MatMul; ``RotaryEmbedding`` slices, products and a concat). For the ops listed in ``EXPANDED`` Kiln imports that body instead of the op: every op in it
+mask, Softmax, MatMul; ``SwiGLU`` a split, Sigmoid and products). For the ops listed in ``EXPANDED`` Kiln
+imports that body instead of the op: every op in it
 has native code (Kiln's own ops of these names run in the reference interpreter). The body comes from ONNX's schema for the
 model's opset (``get_context_dependent_function_with_opset_version`` where it depends on the input
 types), and ``onnx.inliner`` splices it into the graph (names prefixed, attributes substituted),
@@ -19,7 +20,7 @@ import onnx.inliner
 import onnx.shape_inference
 
 #: ops imported as their ONNX function body (each in ONNX's default domain)
-EXPANDED = frozenset({"Attention", "RotaryEmbedding", "CausalConvWithState", "SwiGLU",
+EXPANDED = frozenset({"Attention", "CausalConvWithState", "SwiGLU",
                       "GroupNormalization", "MeanVarianceNormalization", "SpaceToDepth", "DepthToSpace",
                       "CenterCropPad", "LinearAttention"})
 #: ops whose float16/bfloat16 nodes are imported as float32 ones between Casts (then expanded):

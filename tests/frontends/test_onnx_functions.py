@@ -1,6 +1,6 @@
-"""frontends/onnx/functions.py: ops imported as ONNX's own function body (Attention, RotaryEmbedding,
-...) run natively and agree with ONNX's reference evaluator; those that must stay ops stay
-(RMSNormalization, which has a kernel of its own)."""
+"""frontends/onnx/functions.py: ops imported as ONNX's own function body (Attention, ...) run natively
+and agree with ONNX's reference evaluator; those that must stay ops stay (RMSNormalization and
+RotaryEmbedding, which have kernels of their own)."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +28,6 @@ CASES = [
      [("q", (2, 3, 4, 8)), ("k", (2, 3, 6, 8)), ("v", (2, 3, 6, 8))], 25),
     ("attention_gqa_3d", helper.make_node("Attention", ["q", "k", "v"], ["y"], q_num_heads=4, kv_num_heads=2),
      [("q", (1, 5, 32)), ("k", (1, 7, 16)), ("v", (1, 7, 16))], 25),
-    ("rotary_embedding", helper.make_node("RotaryEmbedding", ["x", "cos", "sin"], ["y"], num_heads=2),
-     [("x", (1, 4, 16)), ("cos", (1, 4, 4)), ("sin", (1, 4, 4))], 23),
 ]
 
 
@@ -45,6 +43,24 @@ def test_expanded_ops_run_natively_and_agree_with_onnx(name, node, inputs, opset
     got = exe.run(feeds)
     for o, w in zip(m.graph.output, want):
         np.testing.assert_allclose(got[o.name], w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])
+def test_rotary_embedding_is_imported_as_its_op_and_runs_natively(elem):
+    """RotaryEmbedding stays Kiln's op (one kernel: f16 computed in f32 and rounded once), compiled with
+    no fallback, within ONNX's reference evaluator (3-D input with num_heads, per-token caches)."""
+    m = _model(helper.make_node("RotaryEmbedding", ["x", "cos", "sin"], ["y"], num_heads=2),
+               [("x", (1, 4, 16)), ("cos", (1, 4, 4)), ("sin", (1, 4, 4))], 23, elem)
+    assert expand_functions(m) is m
+    assert import_model(m).op_counts() == {"RotaryEmbedding": 1}
+    dt = np.float32 if elem == TensorProto.FLOAT else np.float16
+    feeds = {n: RNG.standard_normal(s).astype(dt) for n, s in (("x", (1, 4, 16)), ("cos", (1, 4, 4)),
+                                                                ("sin", (1, 4, 4)))}
+    exe = compiler.compile(m)
+    assert exe.fallback == []
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    tol = 1e-5 if elem == TensorProto.FLOAT else 5e-3
+    np.testing.assert_allclose(exe.run(feeds)["y"].astype(np.float32), want.astype(np.float32), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])

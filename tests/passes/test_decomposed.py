@@ -1,6 +1,7 @@
 """Canonicalization of decomposed patterns (what exporters write for older opsets): LayerNorm from
-ReduceMean/Sub/Pow/Sqrt/Div (and its affine step), RMSNorm (and its weight), GELU from Erf. Structure, numbers (the reference
-interpreter before and after, ``run_pass``) and refusals."""
+ReduceMean/Sub/Pow/Sqrt/Div (and its affine step), RMSNorm (and its weight), GELU from Erf, rotary
+embeddings from rotate_half. Structure, numbers (the reference interpreter before and after,
+``run_pass``) and refusals."""
 from __future__ import annotations
 
 import numpy as np
@@ -237,3 +238,86 @@ def test_rmsnorm_on_one_row_and_on_none():
         g = rmsnorm(("2,3,", lead + ","))
         assert run_pass(Canonicalize(), g)
         assert g.op_counts() == {"RMSNormalization": 1}
+
+
+# -- rotary embeddings ------------------------------------------------------------------------------
+
+_FREQS = np.outer(np.arange(6), 1.0 / 10000 ** (np.arange(4) / 4))
+ROPE_W = {"cos": np.cos(np.concatenate([_FREQS, _FREQS], -1)).astype(np.float32),
+          "sin": np.sin(np.concatenate([_FREQS, _FREQS], -1)).astype(np.float32)}
+
+ROTARY = """
+graph @t(%q: f32[2,6,16]) -> (y: f32[2,2,6,8]) {
+  %heads = const i64[4] dense<[2, 6, 2, 8]>
+  %zero = const i64[1] dense<[0]>
+  %four = const i64[1] dense<[4]>
+  %end = const i64[1] dense<[9223372036854775807]>
+  %last = const i64[1] dense<[-1]>
+  %cos = const f32[6,8]
+  %sin = const f32[6,8]
+  %0 = Reshape(%q, %heads) : f32[2,6,2,8]
+  %1 = Transpose(%0) {perm=[0, 2, 1, 3]} : f32[2,2,6,8]
+  %2 = Mul(%1, %cos) : f32[2,2,6,8]
+  %3 = Slice(%1, %zero, %four, %last) : f32[2,2,6,4]
+  %4 = Slice(%1, %four, %end, %last) : f32[2,2,6,4]
+  %5 = Neg(%4) : f32[2,2,6,4]
+  %6 = Concat(%5, %3) {axis=-1} : f32[2,2,6,8]
+  %7 = Mul(%6, %sin) : f32[2,2,6,8]
+  %8 = Add(%2, %7) : f32[2,2,6,8]
+  return y=%8
+}"""
+
+
+def rotary(*edits, weights=ROPE_W):
+    text = ROTARY
+    for old, new in edits:
+        text = text.replace(old, new)
+    return ir(text, weights=weights)
+
+
+@pytest.mark.parametrize("form", ["as torch exports it", "operands swapped", "no head split"])
+def test_a_decomposed_rotary_embedding_becomes_one_op(form):
+    """Llama's ``q * cos + rotate_half(q) * sin`` as PyTorch exports it: one RotaryEmbedding with
+    per-token caches of half the features; on the head split's Transpose it rotates the projection
+    ([B, S, H*D], num_heads) and the Transpose follows (for the attention kernel to read as strides);
+    the same numbers (``run_pass``), each product and the sum in either order."""
+    edits = {"operands swapped": [("Mul(%1, %cos)", "Mul(%cos, %1)"), ("Mul(%6, %sin)", "Mul(%sin, %6)"),
+                                  ("Add(%2, %7)", "Add(%7, %2)")],
+             "no head split": [("%q: f32[2,6,16]", "%q: f32[2,2,6,8]"), ("Transpose(%0) {perm=[0, 2, 1, 3]}",
+                                                                        "Identity(%q)")]}.get(form, [])
+    g = rotary(*edits)
+    assert run_pass(Canonicalize(), g, rtol=1e-6)
+    counts = g.op_counts()
+    assert counts.pop("RotaryEmbedding") == 1
+    rope = next(n for n in g.nodes if n.op.name == "RotaryEmbedding")
+    if form == "no head split":
+        assert counts == {} and rope.op.num_heads is None
+    else:
+        assert counts == {"Reshape": 1, "Transpose": 1} and rope.op.num_heads == 2
+        assert rope.inputs[0] is g.inputs[0]  # the [2, 6, 16] projection itself
+    assert rope.inputs[1].shape == (2, 6, 4)
+    np.testing.assert_array_equal(rope.inputs[1].const[1], ROPE_W["cos"][:, :4])
+    np.testing.assert_array_equal(rope.inputs[2].const[0], ROPE_W["sin"][:, :4])
+
+
+def rope_refusals(g):
+    return [r for r in refusals(g, "decomposed-rotary") if r != "not x * cos + rotate_half(x) * sin"]
+
+
+def test_rotary_refusals():
+    """cos and sin computed at run time; halves that differ (not cat(freqs, freqs)); a cos per head;
+    the rotated half needed elsewhere; rotate_half's halves the other way round (no match at all)."""
+    g = rotary(("%q: f32[2,6,16])", "%q: f32[2,6,16], %cos: f32[6,8])"), ("  %cos = const f32[6,8]\n", ""))
+    assert rope_refusals(g) == ["cos and sin are computed at run time (the rule takes constants)"]
+    odd = dict(ROPE_W, sin=RNG.standard_normal((6, 8)).astype(np.float32))
+    g = rotary(weights=odd)
+    assert rope_refusals(g) == ["cos or sin differs between the two halves of the features (not cat(freqs, freqs))"]
+    per_head = dict(ROPE_W, cos=np.stack([ROPE_W["cos"], ROPE_W["cos"] * 2])[None])
+    g = rotary(("%cos = const f32[6,8]", "%cos = const f32[1,2,6,8]"), weights=per_head)
+    assert rope_refusals(g) == ["cos or sin differs between heads"]
+    g = rotary(("-> (y: f32[2,2,6,8])", "-> (y: f32[2,2,6,8], r: f32[2,2,6,8])"), ("return y=%8", "return y=%8, r=%6"))
+    assert rope_refusals(g) == ["Concat is used outside the pattern"]
+    run_pass(Canonicalize(), g)
+    assert "RotaryEmbedding" not in g.op_counts()
+    g = rotary(("Concat(%5, %3)", "Concat(%3, %5)"))
+    assert rope_refusals(g) == [] and "RotaryEmbedding" not in g.op_counts()

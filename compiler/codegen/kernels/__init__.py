@@ -22,6 +22,7 @@ from .qconv import LOWERINGS as QCONV_LOWERINGS
 from .qmatmul import LOWERINGS as QMATMUL_LOWERINGS
 from .quant import LOWERINGS as QUANT_LOWERINGS
 from .resize import LOWERINGS as RESIZE_LOWERINGS
+from .rotary import LOWERINGS as ROTARY_LOWERINGS
 from .topk import LOWERINGS as TOPK_LOWERINGS
 from .gridsample import LOWERINGS as GRIDSAMPLE_LOWERINGS
 from .lppool import LOWERINGS as LPPOOL_LOWERINGS
@@ -38,7 +39,7 @@ _GEMM, _MATMUL, _CONV, _CONVT = Gemm(), MatMul(), Conv(), ConvTranspose()
 ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, *MATMUL_LOOPS_LOWERINGS, _CONV, Pool(), GlobalPool(), Reduce(), ArgReduce(),
                              Hardmax(), LpNormalization(), *ONEHOT_LOWERINGS,
                              Softmax(), LayerNorm(), RMSNorm(), InstanceNorm(), GroupNorm(), Lrn(), *DATA_LOWERINGS, *INDEXING_LOWERINGS, *SCAN_LOWERINGS,
-                             *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS, *TOPK_LOWERINGS, *GRIDSAMPLE_LOWERINGS, *LPPOOL_LOWERINGS, _CONVT,
+                             *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS, *ROTARY_LOWERINGS, *TOPK_LOWERINGS, *GRIDSAMPLE_LOWERINGS, *LPPOOL_LOWERINGS, _CONVT,
                              *RECURRENT_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV, _CONVT)), Requantize(), RowReduce(), Attention(),
                              ShuffledDepthwise())

@@ -29,7 +29,7 @@ from ...ir.graph import Graph, Node, Value
 from ...ir.types import DType
 from ..manager import Pass
 from ..rewrite import Rule, apply_rules, explain, only_use_is, op
-from .decomposed import DecomposedGelu, DecomposedLayerNorm, DecomposedRMSNorm, NormAffine
+from .decomposed import DecomposedGelu, DecomposedLayerNorm, DecomposedRMSNorm, DecomposedRotary, NormAffine
 
 
 def reshape_to(graph: Graph, x: Value, shape, before: Node, name: str | None = None) -> Value:
@@ -478,7 +478,8 @@ RULES: tuple[Rule, ...] = (RemoveIdentity(), RemoveInferenceDropout(), SumToAdd(
                            SoftmaxCrossEntropyToNLL(), BlocksToTranspose(), BatchNormToElementwise(),
                            ReshapeLikeToReshape(), CollapseReshapes(), ComposeTransposes(),
                            MatMulAddToGemm(), EinsumToMatMul(), EinsumOfOne(), NarrowMatMulToFloat32(),
-                           DecomposedLayerNorm(), DecomposedRMSNorm(), NormAffine(), DecomposedGelu())
+                           DecomposedLayerNorm(), DecomposedRMSNorm(), NormAffine(), DecomposedGelu(),
+                           DecomposedRotary())
 
 
 def type_of(name: str, rules):

@@ -9,13 +9,17 @@ all; the others are near misses, which ``kiln dump --explain-fusion`` lists (``C
   (``Reciprocal`` too) over trailing axes: Llama's and T5's RMSNorm as PyTorch exports it;
 * ``norm-affine``: LayerNormalization's result times or plus a constant, RMSNormalization's times
   one: absorbed into Scale and B;
-* ``decomposed-gelu``: the erf form and GPT-2's tanh form.
+* ``decomposed-gelu``: the erf form and GPT-2's tanh form;
+* ``decomposed-rotary``: ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = concat(-x2, x1)``
+  (Llama's rotary embedding as PyTorch exports it), cos and sin constants → ``RotaryEmbedding``.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir.graph import Node, Value
+from ...ir.ops.base import known_ints
+from ...ir.ops.tensor import _slice_range
 from ...ir.types import DType
 from ..rewrite import Rule, only_use_is, op
 
@@ -328,3 +332,119 @@ def _tanh_argument(v: Value, x: Value) -> list[Node] | None:
     if inner is None:
         return None
     return [v.producer, add, other.producer, c] + inner
+
+
+def _last_axis_slice(n: Node | None) -> tuple[Value, int, int] | None:
+    """(x, start, end) when ``n`` is a step-1 Slice of the last axis of a static ``x``, else None."""
+    if n is None or _static_rank(n.inputs[0]) is None:
+        return None
+    x = n.inputs[0]
+    ins = list(n.inputs) + [None] * (5 - len(n.inputs))
+    starts, ends = known_ints(ins[1]), known_ints(ins[2])
+    axes = known_ints(ins[3]) if ins[3] is not None else list(range(len(starts or [])))
+    steps = known_ints(ins[4]) if ins[4] is not None else [1]
+    rank, d = x.type.rank, int(x.shape[-1])
+    if starts is None or ends is None or axes is None or len(starts) != 1 or len(ends) != 1 or \
+            len(axes) != 1 or axes[0] % rank != rank - 1 or steps != [1]:
+        return None
+    start, end, _ = _slice_range(d, starts[0], ends[0], 1)
+    return x, start, end
+
+
+def _static_rank(v: Value | None) -> int | None:
+    """The rank of a static tensor value, else None."""
+    return v.type.rank if v is not None and getattr(v.type, "is_static", False) else None
+
+
+def _rotate_half(r: Value):
+    """(x, [the Concat, Neg and Slices]) when ``r`` is ``concat(-x[..., h:], x[..., :h])`` along the
+    last axis of x (2h features), else None."""
+    cat = _producer(r, "Concat")
+    if cat is None or len(cat.inputs) != 2 or _static_rank(r) is None or cat.op.axis % r.type.rank != r.type.rank - 1:
+        return None
+    neg = _producer(cat.inputs[0], "Neg")
+    hi = _last_axis_slice(_producer(neg.inputs[0], "Slice")) if neg is not None else None
+    lo = _last_axis_slice(_producer(cat.inputs[1], "Slice"))
+    if hi is None or lo is None or hi[0] is not lo[0]:
+        return None
+    x, d = hi[0], int(hi[0].shape[-1])
+    if d % 2 or lo[1:] != (0, d // 2) or hi[1:] != (d // 2, d):
+        return None
+    return x, [cat, neg, neg.inputs[0].producer, cat.inputs[1].producer]
+
+
+def _cache(c: Value, x: Value):
+    """``c`` (cos or sin, broadcast to x's [B, H, S, D]) as the op's per-token cache [B, S, D/2], or
+    the reason it cannot be."""
+    if c.const is None:
+        return "cos and sin are computed at run time (the rule takes constants)"
+    shape = [int(d) for d in x.shape]
+    a = np.asarray(c.const, np.float32)
+    if a.ndim > 4:
+        return "cos or sin has more axes than x"
+    a = a.reshape((1,) * (4 - a.ndim) + a.shape)
+    if a.shape[1] != 1:
+        return "cos or sin differs between heads"
+    full = np.broadcast_to(a[:, 0], (shape[0], shape[2], shape[3]))
+    h = shape[3] // 2
+    if not np.array_equal(full[..., :h], full[..., h:]):
+        return "cos or sin differs between the two halves of the features (not cat(freqs, freqs))"
+    return np.ascontiguousarray(full[..., :h])
+
+
+class DecomposedRotary(Rule):
+    """``x * cos + rotate_half(x) * sin`` (either order of each product and of the sum), with
+    ``rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])`` on a static float32 ``x`` of [B, H, S, D],
+    and cos, sin constants with equal halves (``cat(freqs, freqs)``, same for every head) →
+    ``RotaryEmbedding(x, cos[..., :D/2], sin[..., :D/2])`` with per-token caches [B, S, D/2]. Exact:
+    each result is ``x1 * cos - x2 * sin`` or ``x2 * cos + x1 * sin``, the op's two sums. When x is
+    the head split ``Transpose(perm=[0, 2, 1, 3])``, the op rotates the [B, S, H*D] projection
+    (``num_heads``) and the Transpose follows it."""
+
+    name = "decomposed-rotary"
+    roots = ("Add",)
+    unrelated = ("not x * cos + rotate_half(x) * sin",)
+
+    @staticmethod
+    def match(node: Node):
+        """(x, cos cache, sin cache) or the reason it is not the pattern."""
+        for a, b in (node.inputs, node.inputs[::-1]):
+            ma, mb = _producer(a, "Mul"), _producer(b, "Mul")
+            if ma is None or mb is None:
+                continue
+            for r, sin in (mb.inputs, mb.inputs[::-1]):
+                rot = _rotate_half(r)
+                if rot is None or rot[0] not in ma.inputs:
+                    continue
+                x, inner = rot
+                cos = ma.inputs[1] if ma.inputs[0] is x else ma.inputs[0]
+                if x.dtype is not DType.f32 or x.type.rank != 4:
+                    return f"x is {x.type}: the rule takes static float32 [batch, heads, seq, head] tensors"
+                caches = [_cache(c, x) for c in (cos, sin)]
+                why = next((c for c in caches if isinstance(c, str)), None)
+                return why or _used_outside(node, [ma, mb] + inner) or (x, *caches)
+        return "not x * cos + rotate_half(x) * sin"
+
+    def check(self, node):
+        found = self.match(node)
+        return found if isinstance(found, str) else None
+
+    def rewrite(self, graph, node):
+        x, cos, sin = self.match(node)
+        caches = [graph.add_constant(cos), graph.add_constant(sin)]
+        t = _producer(x, "Transpose")
+        if t is not None and list(t.op._perm(4)) == [0, 2, 1, 3]:
+            # the head split's Transpose moves after the rotation: the op reads the [B, S, H, D]
+            # projection as [B, S, H*D] (num_heads), and the Transpose is left to its consumer (the
+            # attention kernel reads it as strides)
+            y = t.inputs[0]
+            b, s, h, d = (int(v) for v in y.shape)
+            flat = graph.add_node(op("Reshape"), [y, graph.add_constant(np.array([b, s, h * d], np.int64))],
+                                  before=node).output
+            rope = graph.add_node(op("RotaryEmbedding", num_heads=h), [flat] + caches, name=node.name, before=node)
+            back = graph.add_node(op("Reshape"), [rope.output, graph.add_constant(np.array([b, s, h, d], np.int64))],
+                                  before=node).output
+            out = graph.add_node(op("Transpose", perm=[0, 2, 1, 3]), [back], before=node).output
+        else:
+            out = graph.add_node(op("RotaryEmbedding"), [x] + caches, name=node.name, before=node).output
+        node.output.replace_all_uses_with(out)
