@@ -17,9 +17,11 @@ BLIS-style single-precision GEMM:
 * parallelism: the C matrix is cut into a grid of rectangular tasks (about ``tasks_per_thread``
   tasks per thread; the grid of least estimated time per thread: rounds of tasks times a task's
   padded area, plus the operand traffic its tasks stream and pack), which the calling thread and up to ``nthreads - 1``
-  threads of a persistent pool take from an atomic counter (dynamic scheduling: a thread the OS
-  descheduled does not hold the others up, and the caller never waits for a thread that has not
-  started). The pool (POSIX threads, started on first use, one per emitted prefix) sleeps on a
+  threads of a persistent pool take: thread k the tasks of its own contiguous range first (the k-th
+  T-th of the grid, from a counter in its own cache line), then those left in the others' ranges.
+  The same tasks (the same weight panels) go to the same threads call after call, so each finds them
+  in its own cache, and still a thread the OS descheduled does not hold the others up, and the
+  caller never waits for a thread that has not started. The pool (POSIX threads, started on first use, one per emitted prefix) sleeps on a
   condition variable between calls after a short ``sched_yield`` poll (``pool_spin``). A caller
   that finds the pool busy with another caller's GEMM computes its own alone: concurrent calls
   are safe and never oversubscribe. The per-call context is heap-allocated and reference-counted.
@@ -73,6 +75,8 @@ from .pool import PoolEmitter
 # the task grid's cost estimate, per unit of K: streaming one element of A or B to a task costs
 # about READ_COST elements of C (K/(2 W) FMA instructions each), packing it PACK_COST more (measured)
 READ_COST, PACK_COST = 2, 6
+#: i64 slots between two threads' task counters in a call's context (one 64-byte line each)
+CLAIM_STRIDE = 8
 
 
 class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
@@ -91,8 +95,10 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
             ("B", FP), ("brs", I64), ("bcs", I64), ("bpacked", I1), ("bdirect", I1),
             ("C", FP), ("ldc", I64),
             ("tm", I64), ("tn", I64), ("tiles_n", I64), ("ntasks", I64), ("kstep", I64),
-            ("abuf", I64), ("bbuf", I64), ("next", I64), ("done", I64), ("refs", I64),
+            ("abuf", I64), ("bbuf", I64), ("nranges", I64), ("done", I64), ("refs", I64),
             ("helpers", I64), ("max_helpers", I64), ("ep", I8P), ("epctx", I8P), ("pb", I8P), ("pbctx", I8P),
+            # the next task of each thread's range, one per cache line (``claim_ptr``)
+            ("claims", ir.ArrayType(I64, CLAIM_STRIDE * cfg.max_threads)),
         ]
         self.ctx_index = {n: i for i, (n, _) in enumerate(self.ctx_fields)}
         self.ep_type = ir.FunctionType(VOID, [I8P, I64, I64, I64, I64])  # ep(epctx, i0, i1, j0, j1)
@@ -115,6 +121,11 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
 
     def field_ptr(self, b, ctx, name):
         return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, self.ctx_index[name])], inbounds=True)
+
+    def claim_ptr(self, b, ctx, k):
+        """The next task of range ``k`` (an i64 value) of the call's context."""
+        return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, self.ctx_index["claims"]),
+                           b.mul(k, c64(CLAIM_STRIDE))], inbounds=True)
 
     def edge_rows(self) -> list[int]:
         """Row counts of the kernels that cover an M remainder (< MR): powers of two below MR."""
@@ -254,7 +265,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         b = f.b
         ctx, abuf, bbuf, i0, i1, j0, j1 = fn.args
         g = {n: b.load(self.field_ptr(b, ctx, n)) for n, _ in self.ctx_fields
-             if n not in ("next", "done", "refs", "helpers", "max_helpers")}
+             if n not in ("nranges", "claims", "done", "refs", "helpers", "max_helpers")}
         K = g["K"]
         has_ep = b.icmp_unsigned("!=", g["ep"], ir.Constant(I8P, None))
         ep = b.bitcast(g["ep"], self.ep_type.as_pointer())
@@ -450,20 +461,22 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         vals = dict(M=M, N=N, K=K, alpha=alpha, beta=beta, A=Ap, ars=ars, acs=acs, apacked=apacked,
                     B=Bp, brs=brs, bcs=bcs, bpacked=bpacked, bdirect=bdirect, C=C, ldc=ldc, tm=tm,
                     tn=tn, tiles_n=tiles_n, ntasks=ntasks, abuf=abuf, bbuf=bbuf, kstep=kcb, ep=ep, epctx=epctx,
-                    pb=pbf, pbctx=pbctx,
-                    next=c64(0),
-                    done=c64(0))
-        malloc = _declare(self.mod, "malloc", I8P, [I64])
+                    pb=pbf, pbctx=pbctx, nranges=T, done=c64(0))
         free = _declare(self.mod, "free", VOID, [I8P])
         size = b.ptrtoint(b.gep(ir.Constant(self.ctx_ty.as_pointer(), None), [ir.Constant(I32, 1)]), I64)
-        raw = b.call(malloc, [size])
-        with f.if_(b.icmp_unsigned("==", raw, ir.Constant(I8P, None)), "noctx"):
+        memalign = _declare(self.mod, "posix_memalign", I32, [I8P.as_pointer(), I64, I64])
+        rawp = f.alloca(I8P, name="rawctx")
+        with f.if_(b.icmp_signed("!=", b.call(memalign, [rawp, c64(64), size]), ir.Constant(I32, 0)), "noctx"):
             b.ret(ir.Constant(I32, 1))
             b.position_at_end(f.block("unreachable"))
-        ctx = b.bitcast(raw, self.ctx_ty.as_pointer())
+        ctx = b.bitcast(b.load(rawp), self.ctx_ty.as_pointer())
         vals.update(refs=c64(1), helpers=c64(0), max_helpers=c64(0))
         for n, _ in self.ctx_fields:
-            b.store(vals[n], self.field_ptr(b, ctx, n))
+            if n != "claims":
+                b.store(vals[n], self.field_ptr(b, ctx, n))
+        # thread k's range of tasks: [k * ntasks / T, (k + 1) * ntasks / T) (pool.py, emit_run)
+        with f.loop(0, T, 1, "range") as k:
+            b.store(b.sdiv(b.mul(k, ntasks), T), self.claim_ptr(b, ctx, k))
         slots = f.alloca(I8P, 2, name="slots")
 
         def own_buffers():  # the calling thread's packing buffers (none: C is unchanged, return 1)
@@ -517,17 +530,19 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
             with tf.if_(tf.b.call(alloc, [tctx, tslots]), "ok"):
                 a = tf.b.bitcast(tf.b.load(tf.b.gep(tslots, [c64(0)])), FP)
                 bb = tf.b.bitcast(tf.b.load(tf.b.gep(tslots, [c64(1)])), FP)
-                tf.b.call(run, [tctx, a, bb])
+                tf.b.call(run, [tctx, a, bb, task.args[1]])  # chunk k: thread k (parallel.c), range k
                 tf.b.call(free, [tf.b.bitcast(a, I8P)])
                 tf.b.call(free, [tf.b.bitcast(bb, I8P)])
             tf.b.ret_void()
         b.call(pf, [b.bitcast(task, I8P), b.bitcast(ctx, I8P), T, b.trunc(T, I32)])  # T = 1: inline
-        left = b.icmp_signed("<", b.load_atomic(self.field_ptr(b, ctx, "next"), "seq_cst", 8), ntasks)
+        # every chunk has returned: a run drains every range, so tasks are left only when no chunk
+        # could allocate its buffers
+        left = b.icmp_signed("<", b.load_atomic(self.field_ptr(b, ctx, "done"), "seq_cst", 8), ntasks)
         with f.if_(left, "leftover"):
             own_buffers()
             abuf = b.bitcast(b.load(b.gep(slots, [c64(0)])), FP)
             bbuf = b.bitcast(b.load(b.gep(slots, [c64(1)])), FP)
-            b.call(run, [ctx, abuf, bbuf])
+            b.call(run, [ctx, abuf, bbuf, c64(0)])
             b.call(free, [b.bitcast(abuf, I8P)])
             b.call(free, [b.bitcast(bbuf, I8P)])
 
@@ -571,7 +586,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
             b.call(self.f_unlock, [self._mutex(b)])
         abuf = b.bitcast(b.load(b.gep(slots, [c64(0)])), FP)
         bbuf = b.bitcast(b.load(b.gep(slots, [c64(1)])), FP)
-        b.call(run, [ctx, abuf, bbuf])
+        b.call(run, [ctx, abuf, bbuf, c64(0)])
         b.call(free, [b.bitcast(abuf, I8P)])
         b.call(free, [b.bitcast(bbuf, I8P)])
 

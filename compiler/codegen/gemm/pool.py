@@ -35,27 +35,37 @@ class PoolEmitter:
         return fn
 
     def emit_run(self, name, task):
-        """run(ctx, abuf, bbuf): take tasks from the shared counter until none is left."""
+        """run(ctx, abuf, bbuf, slot): the tasks of range ``slot`` (mod the ranges), then those left in
+        the other ranges in turn, each taken from its range's counter; adds the count done to ``done``
+        once, at the end."""
         fn = _new_fn(self.mod, name, VOID, [(self.ctx_ty.as_pointer(), "ctx"), (FP, "abuf"),
-                                           (FP, "bbuf")])
+                                           (FP, "bbuf"), (I64, "slot")])
         f = _Fn(fn)
         b = f.b
-        ctx, abuf, bbuf = fn.args
-        g = {n: b.load(self.field_ptr(b, ctx, n)) for n in ("M", "N", "tm", "tn", "tiles_n", "ntasks")}
-        head, body, done = f.block("w.head"), f.block("w.body"), f.block("w.done")
-        b.branch(head)
-        b.position_at_end(head)
-        t = b.atomic_rmw("add", self.field_ptr(b, ctx, "next"), c64(1), "seq_cst")
-        b.cbranch(b.icmp_signed("<", t, g["ntasks"]), body, done)
-        b.position_at_end(body)
-        gi, gj = b.sdiv(t, g["tiles_n"]), b.srem(t, g["tiles_n"])
-        ii0, jj0 = b.mul(gi, g["tm"]), b.mul(gj, g["tn"])
-        ii1 = f.min(g["M"], b.add(ii0, g["tm"]))
-        jj1 = f.min(g["N"], b.add(jj0, g["tn"]))
-        b.call(task, [ctx, abuf, bbuf, ii0, ii1, jj0, jj1])
-        b.atomic_rmw("add", self.field_ptr(b, ctx, "done"), c64(1), "seq_cst")
-        b.branch(head)
-        b.position_at_end(done)
+        ctx, abuf, bbuf, slot = fn.args
+        g = {n: b.load(self.field_ptr(b, ctx, n)) for n in ("M", "N", "tm", "tn", "tiles_n", "ntasks", "nranges")}
+        count = f.alloca(I64, name="count")
+        b.store(c64(0), count)
+        with f.loop(0, g["nranges"], 1, "r") as r:
+            k = b.srem(b.add(slot, r), g["nranges"])
+            end = b.sdiv(b.mul(b.add(k, c64(1)), g["ntasks"]), g["nranges"])
+            claim = self.claim_ptr(b, ctx, k)
+            head, body, done = f.block("w.head"), f.block("w.body"), f.block("w.done")
+            # a finished range is only read: its line stays in its owner's cache
+            b.cbranch(b.icmp_signed("<", b.load_atomic(claim, "monotonic", 8), end), head, done)
+            b.position_at_end(head)
+            t = b.atomic_rmw("add", claim, c64(1), "seq_cst")
+            b.cbranch(b.icmp_signed("<", t, end), body, done)
+            b.position_at_end(body)
+            gi, gj = b.sdiv(t, g["tiles_n"]), b.srem(t, g["tiles_n"])
+            ii0, jj0 = b.mul(gi, g["tm"]), b.mul(gj, g["tn"])
+            ii1 = f.min(g["M"], b.add(ii0, g["tm"]))
+            jj1 = f.min(g["N"], b.add(jj0, g["tn"]))
+            b.call(task, [ctx, abuf, bbuf, ii0, ii1, jj0, jj1])
+            b.store(b.add(b.load(count), c64(1)), count)
+            b.branch(head)
+            b.position_at_end(done)
+        b.atomic_rmw("add", self.field_ptr(b, ctx, "done"), b.load(count), "seq_cst")
         b.ret_void()
         return fn
 
@@ -151,8 +161,10 @@ class PoolEmitter:
         ctx = b.bitcast(job, self.ctx_ty.as_pointer())
         hp = self.field_ptr(b, ctx, "helpers")
         want = b.icmp_signed("<", b.load(hp), b.load(self.field_ptr(b, ctx, "max_helpers")))
+        myslot = f.alloca(I64, name="slot")
         with f.if_(want, "join"):
             b.store(b.add(b.load(hp), c64(1)), hp)
+            b.store(b.load(hp), myslot)  # helper h (from 1) takes range h first
             b.atomic_rmw("add", self.field_ptr(b, ctx, "refs"), c64(1), "seq_cst")
             b.store(ir.Constant(I1, 1), took)
         b.branch(after)
@@ -163,7 +175,7 @@ class PoolEmitter:
             with f.if_(b.call(alloc, [ctx, slots]), "ok"):
                 abuf = b.load(b.gep(slots, [c64(0)]))
                 bbuf = b.load(b.gep(slots, [c64(1)]))
-                b.call(run, [ctx, b.bitcast(abuf, FP), b.bitcast(bbuf, FP)])
+                b.call(run, [ctx, b.bitcast(abuf, FP), b.bitcast(bbuf, FP), b.load(myslot)])
                 b.call(free, [abuf])
                 b.call(free, [bbuf])
             b.call(release, [ctx])

@@ -8,9 +8,13 @@
  *       (profiling builds: step done, charged to the pass's record in its arena; -1 when a pass starts)
  *
  * runs task(ctx, b, e) over [0, n) cut into about 4 chunks per thread, on the calling thread and up
- * to nthreads - 1 pool threads, and returns when every chunk is done. Chunks are taken from an
- * atomic counter, so a thread the OS deschedules holds nobody up, and the caller never waits for a
- * thread that has not started. Pool threads are started on first use, poll briefly (sched_yield,
+ * to nthreads - 1 pool threads, and returns when every chunk is done. Each thread first takes the
+ * chunks of its own contiguous range (slot k: the k-th T-th of them; the caller is slot 0, pool
+ * thread k slot k), then the chunks left in the other ranges. So a loop over the same data runs on
+ * the same threads call after call, and each thread finds its part in its own cache (on a machine
+ * whose cores do not share one, e.g. two core complexes, moving it costs more than computing it),
+ * while a thread the OS deschedules still holds nobody up (its chunks are taken by the others), and
+ * the caller never waits for a thread that has not started. Pool threads are started on first use, poll briefly (sched_yield,
  * which gives the core to any other runnable thread) for the next job, then sleep on a condition
  * variable. A caller that finds the pool busy (another thread's kernel) runs its loop alone: calls
  * from several threads are safe and never oversubscribe the machine. Tasks must not call
@@ -44,13 +48,20 @@ typedef struct {
     double seconds[];                      /* nsteps step times, then nsteps per pool thread 1.. */
 } kiln_profile_rec;
 
+/* the next chunk of one thread's range, alone in its cache line (only that thread writes it, until
+ * it is done and others take what is left) */
+typedef struct {
+    _Alignas(64) atomic_llong next;
+} kiln_range;
+
 typedef struct {
     kiln_task fn;
     void *ctx;
     int64_t n, chunk, nchunks;
-    atomic_llong next;   /* the next chunk to take */
-    atomic_int active;   /* pool threads working on this job */
+    int32_t nranges;       /* threads the chunks are divided among */
+    atomic_int active;     /* pool threads working on this job */
     kiln_profile_rec *rec; /* the poster's profile record (profiling builds), else 0 */
+    kiln_range range[KILN_MAX_THREADS]; /* range k: chunks [k * nchunks / nranges, (k + 1) * ...) */
 } kiln_job;
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -69,19 +80,29 @@ static double clock_seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static int64_t range_end(const kiln_job *j, int k) {
+    return (k + 1) * j->nchunks / j->nranges;
+}
+
 static void run_chunks(kiln_job *j) {
     kiln_profile_rec *rec = pool_slot > 0 && pool_slot < KILN_PROFILE_THREADS ? j->rec : 0;
-    for (;;) {
-        int64_t c = atomic_fetch_add(&j->next, 1);
-        if (c >= j->nchunks)
-            return;
-        int64_t b = c * j->chunk, e = b + j->chunk;
-        if (rec) {
-            double t0 = clock_seconds();
-            j->fn(j->ctx, b, e < j->n ? e : j->n);
-            rec->pending[pool_slot] += clock_seconds() - t0;
-        } else {
-            j->fn(j->ctx, b, e < j->n ? e : j->n);
+    for (int i = 0; i < j->nranges; i++) {  /* its own range first, then the others' in turn */
+        int k = (pool_slot + i) % j->nranges;
+        int64_t end = range_end(j, k);
+        if (atomic_load_explicit(&j->range[k].next, memory_order_relaxed) >= end)
+            continue;  /* (a finished range is not written again: its line stays where it is) */
+        for (;;) {
+            int64_t c = atomic_fetch_add(&j->range[k].next, 1);
+            if (c >= end)
+                break;
+            int64_t b = c * j->chunk, e = b + j->chunk;
+            if (rec) {
+                double t0 = clock_seconds();
+                j->fn(j->ctx, b, e < j->n ? e : j->n);
+                rec->pending[pool_slot] += clock_seconds() - t0;
+            } else {
+                j->fn(j->ctx, b, e < j->n ? e : j->n);
+            }
         }
     }
 }
@@ -155,7 +176,9 @@ void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
         j.nchunks = n;
     j.chunk = (n + j.nchunks - 1) / j.nchunks;
     j.nchunks = (n + j.chunk - 1) / j.chunk;
-    atomic_init(&j.next, 0);
+    j.nranges = j.nchunks < nthreads ? (int32_t)j.nchunks : nthreads;
+    for (int k = 0; k < j.nranges; k++)
+        atomic_init(&j.range[k].next, k * j.nchunks / j.nranges);
     atomic_init(&j.active, 0);
     j.rec = thread_rec;
 
