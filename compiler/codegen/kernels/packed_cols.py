@@ -32,6 +32,10 @@ from .base import F32, I32, I64, PTR, VOID, KernelBuilder, c64
 from .im2col import _helper_fn, pad_plane_rt
 from .linalg import const_table
 
+#: floats of padded planes per parallel task of the padding at least
+PAD_MIN_FLOATS = 1 << 14
+
+
 def packed_cols_applies(n_images: int, groups: int) -> bool:
     """Whether the conv's col matrix is made as packed panels here: one image and group."""
     return n_images * groups == 1
@@ -88,7 +92,8 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, cg: int, h: int, wd: int, kh: in
                          a["h"], a["wd"], a["hp"], a["wq"], a["pt"], a["pl"], sw)
     pad = _helper_fn(k, f"kiln_pad_planes_s{sw}", [("x", PTR), ("xpad", PTR)] + [
         (nm, I64) for nm in ("c0", "c1", "h", "wd", "chan", "hp", "wq", "pt", "pl")], pad_body)
-    with k.parallel_for(cg, min_per_task=1) as (lo, hi):
+    # (a few planes are padded by the calling thread: less than a parallel loop costs to start)
+    with k.parallel_for(cg, min_per_task=-(-PAD_MIN_FLOATS // g.chan)) as (lo, hi):
         b = k.b
         xt, pt_ = k.ptr(x), k.again(xpad)
         b.call(pad, [xt, pt_, lo, hi] + [c64(v) for v in (h, wd, g.chan, g.hp, g.wq, pt, pl)])
