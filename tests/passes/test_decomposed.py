@@ -300,6 +300,34 @@ def test_a_decomposed_rotary_embedding_becomes_one_op(form):
     np.testing.assert_array_equal(rope.inputs[2].const[0], ROPE_W["sin"][:, :4])
 
 
+@pytest.mark.parametrize("freqs", ["1,6,4", "6,4", "2,6,4"])
+def test_rotary_with_caches_computed_at_run_time(freqs):
+    """Hugging Face's rotary module with position ids fed to the model: cos and sin are
+    ``cos/sin(cat(f, f))`` computed at run time, unsqueezed for the heads: the op's caches become
+    ``cos(f)`` and ``sin(f)`` (reshaped and broadcast to [B, S, D/2]); the same numbers."""
+    fshape = [int(v) for v in freqs.split(",")]
+    cat = fshape[:-1] + [8]
+    view = ("Unsqueeze(%c, %one) : f32[" + ",".join(map(str, cat[:1] + [1] + cat[1:])) + "]"
+            if len(fshape) == 3 else "Identity(%c) : f32[6,8]")
+    sview = view.replace("%c", "%sn")
+    text = ROTARY.replace("%q: f32[2,6,16])", f"%q: f32[2,6,16], %f: f32[{freqs}])").replace(
+        "  %cos = const f32[6,8]\n  %sin = const f32[6,8]\n", f"""  %one = const i64[1] dense<[1]>
+  %e = Concat(%f, %f) {{axis=-1}} : f32[{",".join(map(str, cat))}]
+  %c = Cos(%e) : f32[{",".join(map(str, cat))}]
+  %sn = Sin(%e) : f32[{",".join(map(str, cat))}]
+  %cos = {view}
+  %sin = {sview}
+""")
+    g = ir(text)
+    assert run_pass(Canonicalize(), g, rtol=1e-6)
+    counts = g.op_counts()
+    assert counts["RotaryEmbedding"] == 1 and "Slice" not in counts and "Neg" not in counts, counts
+    rope = next(n for n in g.nodes if n.op.name == "RotaryEmbedding")
+    assert rope.inputs[1].shape == (2, 6, 4)
+    assert {rope.inputs[1].producer.op.name, rope.inputs[2].producer.op.name} <= {"Cos", "Sin", "Expand",
+                                                                                  "Reshape"}
+
+
 def rope_refusals(g):
     return [r for r in refusals(g, "decomposed-rotary") if r != "not x * cos + rotate_half(x) * sin"]
 
@@ -308,7 +336,7 @@ def test_rotary_refusals():
     """cos and sin computed at run time; halves that differ (not cat(freqs, freqs)); a cos per head;
     the rotated half needed elsewhere; rotate_half's halves the other way round (no match at all)."""
     g = rotary(("%q: f32[2,6,16])", "%q: f32[2,6,16], %cos: f32[6,8])"), ("  %cos = const f32[6,8]\n", ""))
-    assert rope_refusals(g) == ["cos and sin are computed at run time (the rule takes constants)"]
+    assert rope_refusals(g) == ["cos and sin are computed at run time, and not as cos/sin(cat(freqs, freqs))"]
     odd = dict(ROPE_W, sin=RNG.standard_normal((6, 8)).astype(np.float32))
     g = rotary(weights=odd)
     assert rope_refusals(g) == ["cos or sin differs between the two halves of the features (not cat(freqs, freqs))"]

@@ -11,7 +11,8 @@ all; the others are near misses, which ``kiln dump --explain-fusion`` lists (``C
   one: absorbed into Scale and B;
 * ``decomposed-gelu``: the erf form and GPT-2's tanh form;
 * ``decomposed-rotary``: ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = concat(-x2, x1)``
-  (Llama's rotary embedding as PyTorch exports it), cos and sin constants → ``RotaryEmbedding``.
+  (Llama's rotary embedding as PyTorch exports it), cos and sin constants or ``cos/sin(cat(f, f))``
+  → ``RotaryEmbedding``.
 """
 from __future__ import annotations
 
@@ -373,12 +374,34 @@ def _rotate_half(r: Value):
     return x, [cat, neg, neg.inputs[0].producer, cat.inputs[1].producer]
 
 
+def _computed_cache(c: Value, shape: list[int]):
+    """(the unary op, f) when ``c`` is ``op(concat(f, f))`` along the last axis (op Cos or Sin: its
+    halves are equal by construction), seen through a view that adds the head axis, with f of
+    [B, S, D/2] or [S, D/2] (B = 1 or any, broadcast); else the reason it is not."""
+    b, _, s, d = shape
+    v = c
+    p = _producer(v, "Unsqueeze", "Reshape")
+    if p is not None and tuple(int(n) for n in v.shape) in ((b, 1, s, d), (1, 1, s, d)) and \
+            tuple(int(n) for n in p.inputs[0].shape) in ((b, s, d), (1, s, d), (s, d)):
+        v = p.inputs[0]  # (HF's cos.unsqueeze(1))
+    u = _producer(v, "Cos", "Sin")
+    cat = _producer(u.inputs[0], "Concat") if u is not None else None
+    if cat is None or len(cat.inputs) != 2 or cat.inputs[0] is not cat.inputs[1] or \
+            cat.op.axis % cat.outputs[0].type.rank != cat.outputs[0].type.rank - 1:
+        return "cos and sin are computed at run time, and not as cos/sin(cat(freqs, freqs))"
+    f = cat.inputs[0]
+    if tuple(int(n) for n in f.shape) not in ((b, s, d // 2), (1, s, d // 2), (s, d // 2)):
+        return f"the frequencies {list(f.shape)} are not [batch, seq, head/2]"
+    return u.op.name, f
+
+
 def _cache(c: Value, x: Value):
-    """``c`` (cos or sin, broadcast to x's [B, H, S, D]) as the op's per-token cache [B, S, D/2], or
-    the reason it cannot be."""
-    if c.const is None:
-        return "cos and sin are computed at run time (the rule takes constants)"
+    """``c`` (cos or sin, broadcast to x's [B, H, S, D]) as the op's per-token cache [B, S, D/2]: an
+    array (c a constant), or (Cos or Sin, f) for one computed as ``cos/sin(cat(f, f))``; or the reason
+    it cannot be."""
     shape = [int(d) for d in x.shape]
+    if c.const is None:
+        return _computed_cache(c, shape)
     a = np.asarray(c.const, np.float32)
     if a.ndim > 4:
         return "cos or sin has more axes than x"
@@ -392,11 +415,30 @@ def _cache(c: Value, x: Value):
     return np.ascontiguousarray(full[..., :h])
 
 
+def _cache_value(graph, cache, x: Value, before: Node) -> Value:
+    """The cache [B, S, D/2] in the graph: a constant, or op(f) (reshaped and broadcast to it)."""
+    if isinstance(cache, np.ndarray):
+        return graph.add_constant(cache)
+    name, f = cache
+    b, _, s, d = (int(n) for n in x.shape)
+    v = graph.add_node(op(name), [f], before=before).output
+    if v.type.rank == 2:
+        v = graph.add_node(op("Reshape"), [v, graph.add_constant(np.array([1, s, d // 2], np.int64))],
+                           before=before).output
+    if int(v.shape[0]) != b:
+        v = graph.add_node(op("Expand"), [v, graph.add_constant(np.array([b, s, d // 2], np.int64))],
+                           before=before).output
+    return v
+
+
 class DecomposedRotary(Rule):
     """``x * cos + rotate_half(x) * sin`` (either order of each product and of the sum), with
     ``rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])`` on a static float32 ``x`` of [B, H, S, D],
-    and cos, sin constants with equal halves (``cat(freqs, freqs)``, same for every head) →
-    ``RotaryEmbedding(x, cos[..., :D/2], sin[..., :D/2])`` with per-token caches [B, S, D/2]. Exact:
+    and cos, sin with equal halves, the same for every head: constants (checked), or computed at run
+    time as ``cos(cat(f, f))`` and ``sin(cat(f, f))`` (Hugging Face's rotary module, position ids fed
+    to the model; viewed as [B, 1, S, D]) →
+    ``RotaryEmbedding(x, cos[..., :D/2], sin[..., :D/2])`` with per-token caches [B, S, D/2] (computed:
+    ``cos(f)``, ``sin(f)``). Exact:
     each result is ``x1 * cos - x2 * sin`` or ``x2 * cos + x1 * sin``, the op's two sums. When x is
     the head split ``Transpose(perm=[0, 2, 1, 3])``, the op rotates the [B, S, H*D] projection
     (``num_heads``) and the Transpose follows it."""
@@ -431,7 +473,7 @@ class DecomposedRotary(Rule):
 
     def rewrite(self, graph, node):
         x, cos, sin = self.match(node)
-        caches = [graph.add_constant(cos), graph.add_constant(sin)]
+        caches = [_cache_value(graph, c, x, node) for c in (cos, sin)]
         t = _producer(x, "Transpose")
         if t is not None and list(t.op._perm(4)) == [0, 2, 1, 3]:
             # the head split's Transpose moves after the rotation: the op reads the [B, S, H, D]
