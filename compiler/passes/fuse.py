@@ -217,6 +217,10 @@ def _only_user(v: Value) -> Node | None:
     return use[0] if use is not None and isinstance(use[0], Node) else None
 
 
+#: the data movements an attention block reads its operands through (as offsets and strides)
+_ATTENTION_VIEWS = (sh.Transpose, sh.Reshape, tn.Tile, tn.Expand)
+
+
 def _attention(mm1: Node, fusable, taken: set[int], max_ops: int,
                check: Callable[[str, list[Node]], str | None]) -> tuple[list[Node] | None, Node | None, str | None]:
     """(the nodes of an attention block whose first MatMul is ``mm1``, its Softmax, why it does not fuse)."""
@@ -241,10 +245,20 @@ def _attention(mm1: Node, fusable, taken: set[int], max_ops: int,
     if mm2 is None or not isinstance(mm2.op, la.MatMul) or mm2.inputs[0] is not sm.outputs[0] or id(mm2) in taken:
         return None, None, None
 
-    def view(v: Value | None) -> list[Node]:  # a Transpose computing an operand for this MatMul alone
-        p = v.producer if v is not None else None
-        ok = p is not None and isinstance(p.op, sh.Transpose) and _only_user(v) is not None and id(p) not in taken
-        return [p] if ok else []
+    def view(v: Value | None) -> list[Node]:
+        """The data movements computing an operand for this MatMul alone, source first: a Transpose
+        (the head split), or a chain of Transposes, Reshapes, Tiles and Expands ending in one (grouped
+        query attention's repeated key/value heads), each result read by the next only."""
+        found: list[Node] = []
+        while v is not None and v.producer is not None and type(v.producer.op) in _ATTENTION_VIEWS and \
+                _only_user(v) is not None and id(v.producer) not in taken and \
+                all(w.const is not None for w in v.producer.inputs[1:] if w is not None):
+            found.insert(0, v.producer)
+            v = v.producer.inputs[0]
+        if not any(isinstance(n.op, (tn.Tile, tn.Expand)) for n in found):
+            # nothing repeated: the last Transpose alone (the Reshapes before it are free views)
+            return found[-1:] if found and isinstance(found[-1].op, sh.Transpose) else []
+        return found
     members = view(mm1.inputs[0]) + view(mm1.inputs[1]) + [mm1] + chain + [sm] + view(mm2.inputs[1]) + [mm2]
     after = _only_user(mm2.outputs[0])
     if after is not None and isinstance(after.op, sh.Transpose) and id(after) not in taken:

@@ -160,6 +160,16 @@ def test_attention_in_a_compiled_artifact(tmp_path):
     np.testing.assert_allclose(exe.run(feeds)["y"], want, rtol=1e-5, atol=1e-5)
 
 
+def _matches_on_threads(g, feeds, want, scores, v):
+    """The fused graph on 1, 2 and 3 threads against the interpreter and NumPy's softmax(scores) @ v."""
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    ref = (e / e.sum(-1, keepdims=True)) @ v
+    for t in (1, 2, 3):
+        got = run_kernels(g, feeds, nthreads=t)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
 def _where_block(b, s, h, d, masked_first: bool, const_mask: bool) -> str:
     """Causal or padding attention as exporters write it for a boolean mask (``masked_fill``):
     ``Where(keep, scores, -inf)``, or ``Where(drop, -inf, scores)`` with the operands the other way;
@@ -199,26 +209,79 @@ def test_boolean_where_mask_is_in_the_kernel(masked_first, const_mask):
     assert [n.op.kind for n in g.nodes] == ["attention"]
     assert g.nodes[0].op.members() == ["MatMul", "Mul", "Where", "Softmax", "MatMul"]
     sc = feeds["q"] @ feeds["k"] * np.float32(d ** -0.5)
-    sc = np.where(keep, sc, -np.inf)
-    e = np.exp(sc - sc.max(-1, keepdims=True))
-    ref = (e / e.sum(-1, keepdims=True)) @ feeds["v"]
-    for t in (1, 2, 3):
-        got = run_kernels(g, feeds, nthreads=t)["y"]
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    _matches_on_threads(g, feeds, want, np.where(keep, sc, -np.inf), feeds["v"])
 
 
 def test_scores_through_a_narrower_type_are_refused_with_the_reason():
     # a mixed-precision export casts the scores to f16 and back: no f16 loop code in the kernel
-    g, p, feeds, want = _fused("""graph @g(%q: f32[2,8,4], %k: f32[2,4,8], %v: f32[2,8,6]) -> (y: f32[2,8,6]) {
+    _refused("""graph @g(%q: f32[2,8,4], %k: f32[2,4,8], %v: f32[2,8,6]) -> (y: f32[2,8,6]) {
   %0 = MatMul(%q, %k) : f32[2,8,8]
   %1 = Cast(%0) {to=f16} : f16[2,8,8]
   %2 = Cast(%1) {to=f32} : f32[2,8,8]
   %3 = Softmax(%2) {axis=-1} : f32[2,8,8]
   %4 = MatMul(%3, %v) : f32[2,8,6]
   return y=%4
-}""")
+}""", "not as attention: element type f16 is not supported natively", tol=1e-3)
+
+
+def _refused(text, reason, tol=1e-5):
+    """The graph fused: no attention kernel, ``reason`` given for its Softmax, the same numbers."""
+    g, p, feeds, want = _fused(text)
     assert all(n.op.name != "Kernel" or n.op.kind != "attention" for n in g.nodes)
     why = [d.reason for d in p.decisions if d.producer.op.name == "Softmax"]
-    assert why and "not as attention: element type f16 is not supported natively" in why[0], why
-    np.testing.assert_allclose(run_kernels(g, feeds)["y"], want, rtol=1e-3, atol=1e-3)
+    assert why and reason in why[0], why
+    np.testing.assert_allclose(run_kernels(g, feeds)["y"], want, rtol=tol, atol=tol)
+
+
+def _gqa_block(b, s, hkv, rep, d, expand: bool) -> str:
+    """Grouped-query attention as exporters write ``repeat_interleave`` (Reshape, Tile, Reshape) or
+    ``expand`` (Reshape, Expand, Reshape) of the key and value heads; the key transposed last."""
+    h = hkv * rep
+    kv, kv5, rep5 = _dims([b, hkv, s, d]), _dims([b, hkv, 1, s, d]), _dims([b, hkv, rep, s, d])
+    qh, kt, sc = _dims([b, h, s, d]), _dims([b, h, d, s]), _dims([b, h, s, s])
+    grow = (f"Expand(%{{0}}, %to) : f32{rep5}" if expand else f"Tile(%{{0}}, %reps) : f32{rep5}")
+    return f"""graph @g(%q: f32{qh}, %k: f32{kv}, %v: f32{kv}) -> (y: f32{qh}) {{
+  %five = const i64[5] dense<[{b}, {hkv}, 1, {s}, {d}]>
+  %four = const i64[4] dense<[{b}, {h}, {s}, {d}]>
+  %reps = const i64[5] dense<[1, 1, {rep}, 1, 1]>
+  %to = const i64[5] dense<[{b}, {hkv}, {rep}, {s}, {d}]>
+  %c = const f32[] dense<{d ** -0.5}>
+  %k1 = Reshape(%k, %five) : f32{kv5}
+  %k2 = {grow.format("k1")}
+  %k3 = Reshape(%k2, %four) : f32{qh}
+  %k4 = Transpose(%k3) {{perm=[0, 1, 3, 2]}} : f32{kt}
+  %v1 = Reshape(%v, %five) : f32{kv5}
+  %v2 = {grow.format("v1")}
+  %v3 = Reshape(%v2, %four) : f32{qh}
+  %0 = MatMul(%q, %k4) : f32{sc}
+  %1 = Mul(%0, %c) : f32{sc}
+  %2 = Softmax(%1) {{axis=-1}} : f32{sc}
+  %3 = MatMul(%2, %v3) : f32{qh}
+  return y=%3
+}}"""
+
+
+@pytest.mark.parametrize("expand", [False, True], ids=["tile", "expand"])
+def test_grouped_query_heads_are_read_in_place(expand):
+    """The repeated key/value heads are not copied: the attention kernel takes the Reshape, Tile (or
+    Expand), Reshape and Transpose chains and reads key/value head h // rep for query head h."""
+    b, s, hkv, rep, d = 2, 9, 2, 3, 8
+    g, p, feeds, want = _fused(_gqa_block(b, s, hkv, rep, d, expand))
+    assert [n.op.kind for n in g.nodes] == ["attention"]
+    members = g.nodes[0].op.members()
+    assert members.count("Reshape") == 4 and members.count("Expand" if expand else "Tile") == 2
+    q, k, v = feeds["q"], np.repeat(feeds["k"], rep, axis=1), np.repeat(feeds["v"], rep, axis=1)
+    _matches_on_threads(g, feeds, want, q @ k.transpose(0, 1, 3, 2) * np.float32(d ** -0.5), v)
+
+
+def test_a_movement_that_breaks_the_strides_is_refused_with_the_reason():
+    # the key's features tiled along themselves: no pair of strides reads it
+    _refused("""graph @g(%q: f32[2,8,8], %k: f32[2,8,4], %v: f32[2,8,6]) -> (y: f32[2,8,6]) {
+  %reps = const i64[3] dense<[1, 1, 2]>
+  %0 = Tile(%k, %reps) : f32[2,8,8]
+  %1 = Transpose(%0) {perm=[0, 2, 1]} : f32[2,8,8]
+  %2 = MatMul(%q, %1) : f32[2,8,8]
+  %3 = Softmax(%2) {axis=-1} : f32[2,8,8]
+  %4 = MatMul(%3, %v) : f32[2,8,6]
+  return y=%4
+}""", "the data movements do not leave each matrix at one pair of strides")

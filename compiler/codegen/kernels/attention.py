@@ -16,6 +16,12 @@ indices are enough tasks for the pool (``linalg.gemm_loop``):
 2. Softmax over each row of ``S_t``, in place;
 3. ``O_t = S_t @ V'_t``, written straight into the result.
 
+An operand computed by a chain of data movements with a repetition in it (grouped-query attention's
+key/value heads repeated for their query heads: Reshape, Tile or Expand, Reshape, Transpose) is read
+in place too: the movements are run at compile time on the source's element indices (``_moved``),
+and each batch index's matrix must lie at one pair of strides, the repetition becoming the offset
+table (query head h reads key/value head h // rep).
+
 A Transposed operand is a matrix of its source at strides: its columns contiguous (``lda`` is the
 stride of its rows) or its rows contiguous (the GEMM reads it transposed), and each batch index at an
 offset from a compile-time table. So the head split (``Transpose(Reshape(x), [0, 2, 1, 3])``) and the
@@ -34,6 +40,7 @@ from ...ir.ops import elementwise as ew
 from ...ir.ops import linalg as la
 from ...ir.ops import norm as nm
 from ...ir.ops import shape as sh
+from ...ir.ops import tensor as tn
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm, print_llvm
 from ..loops.scalar import reason as scalar_reason
@@ -58,17 +65,22 @@ class Operand:
     offsets: list[int]
 
 
+def _layout(r: int, c: int, sr: int, sc: int) -> tuple[int, int] | str:
+    """(trans, ld) of an ``r x c`` matrix at row and column strides ``sr``, ``sc``, or why not."""
+    if sc == 1 or c == 1:
+        return 0, (sr if r > 1 else c)
+    if sr == 1 or r == 1:
+        return 1, (sc if c > 1 else r)
+    return "neither of the matrix's axes is contiguous"
+
+
 def _view(shape: list[int], strides: list[int], batch: tuple[int, ...]) -> tuple[int, int, list[int]] | str:
     """(trans, ld, offsets) of a ``[*batch', r, c]`` matrix stack at element ``strides`` read for each
     index of ``batch`` (its own batch dimensions 1 or equal), or why not."""
-    r, c = shape[-2], shape[-1]
-    sr, sc = strides[-2], strides[-1]
-    if sc == 1 or c == 1:
-        trans, ld = 0, (sr if r > 1 else c)
-    elif sr == 1 or r == 1:
-        trans, ld = 1, (sc if c > 1 else r)
-    else:
-        return "neither of the matrix's axes is contiguous"
+    layout = _layout(shape[-2], shape[-1], strides[-2], strides[-1])
+    if isinstance(layout, str):
+        return layout
+    trans, ld = layout
     lead = len(shape) - 2
     if lead != len(batch) or any(d not in (1, o) for d, o in zip(shape[:lead], batch)):
         return f"the batch dimensions {shape[:lead]} do not match the result's {list(batch)}"
@@ -76,6 +88,38 @@ def _view(shape: list[int], strides: list[int], batch: tuple[int, ...]) -> tuple
     idx = np.indices(batch).reshape(lead, -1) if lead else np.zeros((0, 1), np.int64)
     offsets = (np.asarray(st, np.int64).reshape(-1, 1) * idx).sum(axis=0) if lead else np.zeros(1, np.int64)
     return trans, ld, [int(o) for o in offsets]
+
+
+#: the data movements an operand is read through (the fuse pass's ``_ATTENTION_VIEWS``)
+VIEWS = (sh.Transpose, sh.Reshape, tn.Tile, tn.Expand)
+#: the most elements of a moved operand's source whose index map is worked out at compile time
+MOVED_MAX = 1 << 22
+
+
+def _moved(moves: list[Node], v: Value, batch: tuple[int, ...]) -> "Operand | str":
+    """``v``, computed from a buffer by the data movements ``moves`` (a Transpose, Reshape, Tile,
+    Expand chain: grouped-query attention's key/value heads repeated for their query heads), as a
+    matrix per batch index at an offset of that buffer with one pair of strides: found by running the
+    movements (their reference semantics) on the buffer's element indices, or why not."""
+    src = moves[0].inputs[0]
+    n = math.prod(int(d) for d in src.shape)
+    if n > MOVED_MAX:
+        return f"the operand's source has more than {MOVED_MAX} elements to map"
+    idx = np.arange(n, dtype=np.int64).reshape([int(d) for d in src.shape])
+    for m in moves:
+        idx = m.op.compute(idx, *[None if w is None else w.const for w in m.inputs[1:]])[0]
+    r, c = int(v.shape[-2]), int(v.shape[-1])
+    lead = idx.shape[:-2]
+    if len(lead) != len(batch) or any(d not in (1, o) for d, o in zip(lead, batch)):
+        return f"the batch dimensions {list(lead)} do not match the result's {list(batch)}"
+    e = np.broadcast_to(idx, tuple(batch) + (r, c)).reshape(-1, r, c)
+    sr = int(e[0, 1, 0] - e[0, 0, 0]) if r > 1 else 0
+    sc = int(e[0, 0, 1] - e[0, 0, 0]) if c > 1 else 0
+    offsets = e[:, 0, 0]
+    if not np.array_equal(e, offsets[:, None, None] + np.arange(r)[:, None] * sr + np.arange(c)[None, :] * sc):
+        return "the data movements do not leave each matrix at one pair of strides"
+    layout = _layout(r, c, sr, sc)
+    return layout if isinstance(layout, str) else Operand(src, *layout, [int(o) for o in offsets])
 
 
 @dataclass
@@ -87,7 +131,7 @@ class Parts:
     softmax: Node
     mm2: Node
     out_transpose: Node | None
-    views: dict[int, Node]  # id(MatMul operand) -> the Transpose computing it
+    views: dict[int, list[Node]]  # id(MatMul operand) -> the data movements computing it, source first
 
     @staticmethod
     def of(group: KernelGroup) -> "Parts | str":
@@ -108,16 +152,26 @@ class Parts:
                 return "the MatMul's result does not reach the Softmax through one elementwise chain"
             chain.append(nxt[0])
             cur = nxt[0].outputs[0]
-        views = {id(n.outputs[0]): n for n in nodes if isinstance(n.op, sh.Transpose)
-                 and any(n.outputs[0] is v for v in (mm1.inputs[0], mm1.inputs[1], mm2.inputs[1]))}
+        members = {id(n) for n in nodes}
+        views = {}
+        for v in (mm1.inputs[0], mm1.inputs[1], mm2.inputs[1]):
+            moves, cur = [], v
+            while cur.producer is not None and id(cur.producer) in members and type(cur.producer.op) in VIEWS:
+                moves.insert(0, cur.producer)
+                cur = cur.producer.inputs[0]
+            if moves:
+                views[id(v)] = moves
         out_t = [n for n in nodes if isinstance(n.op, sh.Transpose) and n.inputs[0] is mm2.outputs[0]]
-        if len(views) + len(out_t) + len(chain) + 3 != len(nodes):
+        if sum(len(m) for m in views.values()) + len(out_t) + len(chain) + 3 != len(nodes):
             return "the group holds nodes that are not part of the attention pattern"
         return Parts(mm1, chain, sm, mm2, out_t[0] if out_t else None, views)
 
     def operand(self, v: Value, batch: tuple[int, ...]) -> Operand | str:
         """``v`` (an input of a MatMul) as strides of the buffer it is read from."""
-        t = self.views.get(id(v))
+        moves = self.views.get(id(v), [])
+        if len(moves) > 1 or (moves and not isinstance(moves[0].op, sh.Transpose)):
+            return _moved(moves, v, batch)
+        t = moves[0] if moves else None
         src = t.inputs[0] if t is not None else v
         sst = strides_of([int(d) for d in src.shape])
         perm = t.op._perm(len(src.shape)) if t is not None else list(range(len(src.shape)))
@@ -144,13 +198,14 @@ class Parts:
 
 
 class Attention(Lowering):
-    ops = (la.MatMul, nm.Softmax, sh.Transpose) + Elementwise.ops
+    ops = (la.MatMul, nm.Softmax) + VIEWS + Elementwise.ops
 
     def check(self, group: KernelGroup) -> str | None:
         parts = Parts.of(group)
         if isinstance(parts, str):
             return parts
-        values = [v for n in group.nodes for v in list(n.inputs) + list(n.outputs)]
+        values = [v for n in group.nodes for v in (list(n.inputs[:1]) if type(n.op) in VIEWS else list(n.inputs))
+                  + list(n.outputs)]
         masks = {id(n.inputs[0]) for n in parts.chain if isinstance(n.op, ew.Where)}
         why = dtype_reason([v for v in values if id(v) not in masks]) or \
             dtype_reason([v for v in values if id(v) in masks], allowed=(DType.bool,))
