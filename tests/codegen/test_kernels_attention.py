@@ -261,11 +261,13 @@ def _gqa_block(b, s, hkv, rep, d, expand: bool) -> str:
 }}"""
 
 
+@pytest.mark.parametrize("b,hkv,rep", [(2, 2, 3), (1, 1, 4)], ids=["2x2x3", "1x1x4"])
 @pytest.mark.parametrize("expand", [False, True], ids=["tile", "expand"])
-def test_grouped_query_heads_are_read_in_place(expand):
+def test_grouped_query_heads_are_read_in_place(expand, b, hkv, rep):
     """The repeated key/value heads are not copied: the attention kernel takes the Reshape, Tile (or
-    Expand), Reshape and Transpose chains and reads key/value head h // rep for query head h."""
-    b, s, hkv, rep, d = 2, 9, 2, 3, 8
+    Expand), Reshape and Transpose chains and reads key/value head h // rep for query head h (a
+    batch of two, and one image with one key/value head: size-1 axes)."""
+    s, d = 9, 8
     g, p, feeds, want = _fused(_gqa_block(b, s, hkv, rep, d, expand))
     assert [n.op.kind for n in g.nodes] == ["attention"]
     members = g.nodes[0].op.members()

@@ -30,6 +30,7 @@ MatMul writes each head's columns of the merged result. Neither S nor P ever rea
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -96,7 +97,8 @@ VIEWS = (sh.Transpose, sh.Reshape, tn.Tile, tn.Expand)
 MOVED_MAX = 1 << 22
 
 
-def _moved(moves: list[Node], v: Value, batch: tuple[int, ...]) -> "Operand | str":
+@functools.lru_cache(maxsize=64)  # (the lowering's check and emit both ask, for the same nodes)
+def _moved(moves: tuple[Node, ...], v: Value, batch: tuple[int, ...]) -> "Operand | str":
     """``v``, computed from a buffer by the data movements ``moves`` (a Transpose, Reshape, Tile,
     Expand chain: grouped-query attention's key/value heads repeated for their query heads), as a
     matrix per batch index at an offset of that buffer with one pair of strides: found by running the
@@ -170,7 +172,7 @@ class Parts:
         """``v`` (an input of a MatMul) as strides of the buffer it is read from."""
         moves = self.views.get(id(v), [])
         if len(moves) > 1 or (moves and not isinstance(moves[0].op, sh.Transpose)):
-            return _moved(moves, v, batch)
+            return _moved(tuple(moves), v, batch)
         t = moves[0] if moves else None
         src = t.inputs[0] if t is not None else v
         sst = strides_of([int(d) for d in src.shape])

@@ -46,6 +46,12 @@ def _reduced_axes(node: Node) -> tuple[int, ...] | None:
     return tuple(sorted(int(a) % rank for a in np.asarray(node.inputs[1].const).reshape(-1)))
 
 
+def _trailing_axes(mean: Node, rank: int) -> tuple[int, ...] | None:
+    """A ReduceMean's axes when they are known and the trailing axes of a tensor of ``rank``."""
+    axes = _reduced_axes(mean)
+    return axes if axes and axes == tuple(range(axes[0], rank)) else None
+
+
 def _root_mean_square(sq: Node, v: Value, what: str):
     """(eps, the ReduceMean, [the Add, the ReduceMean, the square]) when ``sq`` is
     ``Sqrt(ReduceMean(v^2) + eps)`` with a constant eps (``v^2`` as ``Pow(v, 2)`` or ``v * v``), else
@@ -128,9 +134,8 @@ class DecomposedLayerNorm(_DecomposedNorm):
         if isinstance(rms, str):
             return rms
         eps, var, inner = rms
-        axes = _reduced_axes(mean)
-        rank = x.type.rank
-        if axes is None or axes != _reduced_axes(var) or not axes or axes != tuple(range(axes[0], rank)):
+        axes = _trailing_axes(mean, x.type.rank)
+        if axes is None or axes != _reduced_axes(var):
             return "the means are not over the same trailing axes (constant, keepdims)"
         return DecomposedLayerNorm.found(node, x, axes, eps, [mean, sub, sq] + inner)
 
@@ -226,9 +231,8 @@ class DecomposedRMSNorm(_DecomposedNorm):
         if isinstance(rms, str):
             return rms
         eps, mean, more = rms
-        axes = _reduced_axes(mean)
-        rank = x.type.rank
-        if axes is None or not axes or axes != tuple(range(axes[0], rank)):
+        axes = _trailing_axes(mean, x.type.rank)
+        if axes is None:
             return "the mean is not over trailing axes (constant, keepdims)"
         return DecomposedRMSNorm.found(node, x, axes, eps, inner + [sq] + more)
 
