@@ -11,6 +11,9 @@ from compiler.ir.graph import Graph
 from compiler.ir.ops import conv as cv
 from compiler.ir.types import DType, TensorType
 
+from compiler.codegen.kernels.testing import run_kernels
+from compiler.ir.interpreter import interpret
+
 from .test_kernels_linalg import Bench
 
 
@@ -144,6 +147,55 @@ def test_conv_packed_cols():
     ll = build_program(t.g, host_target()).llvm_ir
     assert "kiln_pack_cols" in ll and "kiln_sgemm_cb" in ll  # (the path is taken)
     t.run()
+
+
+@pytest.mark.parametrize("cpu", ["x86-64-v3", "skylake-avx512"])
+def test_conv_packer_reads_input(cpu):
+    """Small convs of width stride 1 have no padded copy of their input (the calling thread made it
+    alone while the others waited): the packer reads the input, the lanes of each output row
+    masked to the window's columns inside it, padding rows none (``_direct_packer``). Structure
+    (the note, no scratch, no call of memmove) on AVX2 and AVX-512 code; numbers, where the host
+    runs that code, on 1 to 3 threads: pads of 0 to 2 on each side, dilations, height strides,
+    panels over 2 to 5 output rows and partial, K in two blocks (a block starting inside a
+    channel's taps), weights as an input."""
+    from compiler.codegen.gemm.config import model_config
+    from compiler.codegen.kernels.packed_cols import reads_input
+    from compiler.codegen.kernels.testing import build_kernels
+    from compiler.codegen.llvm import toolchain
+    from compiler.codegen.llvm.target import target_for
+
+    t = Bench()
+    conv(t, (1, 16, 16, 16), 16, (3, 3), pads=(1, 1, 1, 1))                # ResNet-18@64's layer 1
+    conv(t, (1, 32, 12, 12), 20, (3, 3), pads=(1, 1, 1, 1))                # K 288: two blocks
+    conv(t, (1, 3, 9, 10), 5, (3, 3), pads=(2, 0, 1, 2), bias=False)       # asymmetric, 2-wide pads
+    conv(t, (1, 4, 11, 13), 6, (5, 5), pads=(2, 2, 2, 2), dilations=(2, 1))  # dilated rows
+    conv(t, (1, 5, 13, 9), 7, (3, 3), pads=(1, 1, 1, 1), strides=(2, 1))   # height stride 2
+    conv(t, (1, 6, 10, 40), 8, (3, 3), pads=(0, 1, 0, 1), const_w=False)   # rows wider than a panel
+    conv(t, (1, 2, 10, 10), 3, (3, 3))                                      # no padding at all
+    conv(t, (1, 3, 7, 9), 4, (1, 7), pads=(0, 3, 0, 3))                     # one row of taps
+    t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
+    target = target_for(cpu)
+    module, _, plan = build_kernels(t.g, target)
+    nr = model_config(target).NR
+    for node, (_, k) in zip(t.g.nodes, plan):
+        n, c, h, w = node.inputs[0].shape
+        kh, kw = node.inputs[1].shape[2:]
+        oh, ow = node.outputs[0].shape[2:]
+        (sh, sw), (dh, dw) = node.op.strides or (1, 1), node.op.dilations or (1, 1)
+        assert reads_input(c, kh, kw, oh, ow, sh, sw, dh, dw, nr), node.describe()
+        assert "the packer reads the input: no padded copy" in k.notes, k.notes
+    asm = toolchain.assembly(str(module), target)
+    assert "memmove" not in asm and "memcpy" not in asm and "kiln_pad_planes" not in asm
+    assert not reads_input(64, 3, 3, 56, 56, 1, 1, 1, 1, nr)   # big planes: padded by the threads
+    assert not reads_input(16, 3, 3, 16, 16, 1, 2, 1, 1, nr)   # strided columns: phase planes
+    if target.isa <= host_target().isa:
+        for threads in (1, 2, 3):
+            got = run_kernels(t.g, t.feed, target=target, nthreads=threads)
+            want = interpret(t.g, t.feed)
+            for name in want:
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want[name]).max()))
+    else:
+        pytest.skip(f"compiled for {cpu}; this CPU lacks its instructions to run it")
 
 
 def test_conv_depthwise():

@@ -165,7 +165,8 @@ class Conv(Lowering):
         tasks = (n * g > 1 and not chunked and flops < TASK_MAX_FLOPS
                  and n * g * (col_f + planes_f + ctr_f) * 4 <= TASK_SCRATCH_BUDGET)
         copies = n * g if tasks else 1
-        xpad = k.scratch(scratch_floats(cg, kh, kw, oh, ow, sh, sw, dh, dw, cfg.NR) * 4) if packed else None
+        pad_f = scratch_floats(cg, kh, kw, oh, ow, sh, sw, dh, dw, cfg.NR) if packed else 0
+        xpad = k.scratch(pad_f * 4) if pad_f else None  # (none: the packer reads the input)
         col = k.scratch(copies * col_f * 4) if col_f else None
         planes = k.scratch(copies * planes_f * 4) if phased else None
         ctr = k.scratch(copies * ctr_f * 4) if trans else None
@@ -180,6 +181,8 @@ class Conv(Lowering):
         if table is not None:
             k.note("im2col gathered through an index table (a narrow output)" + (", as the GEMM's packed A"
                                                                                   if packed_a else ""))
+        if packed and pad_f == 0:
+            k.note("the packer reads the input: no padded copy")
         if te is not None:
             k.note("bias and chain inside the GEMM" if fused else "bias inside the GEMM")
         if prologue:
@@ -230,7 +233,8 @@ class Conv(Lowering):
                 _transpose_out(k, ctt, cptr, p, mg, k.again(bp) if bp is not None else None, b.mul(gi, c64(mg)))
             else:
                 call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p, epilogue=ep,
-                           pack_b=(pack_cb, k.again(xpad)) if packed else pre.call_args() if pre else None)
+                           pack_b=(pack_cb, k.again(xpad) if xpad is not None else xt) if packed
+                           else pre.call_args() if pre else None)
 
         # (image, group) pairs: input, output and the chain's context are laid out by i = img * g + gi
         gemm_loop(k, n * g, tasks, one, "imgrp")
