@@ -173,6 +173,8 @@ def test_conv_packer_reads_input(cpu):
     conv(t, (1, 6, 10, 40), 8, (3, 3), pads=(0, 1, 0, 1), const_w=False)   # rows wider than a panel
     conv(t, (1, 2, 10, 10), 3, (3, 3))                                      # no padding at all
     conv(t, (1, 3, 7, 9), 4, (1, 7), pads=(0, 3, 0, 3))                     # one row of taps
+    conv(t, (1, 64, 4, 4), 64, (3, 3), pads=(1, 1, 1, 1))                   # layer 3: 9 pieces, one panel
+    conv(t, (1, 40, 3, 6), 48, (3, 3), pads=(1, 0, 1, 2), bias=False)      # one panel, 6 wide
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
     target = target_for(cpu)
     module, _, plan = build_kernels(t.g, target)
@@ -184,10 +186,14 @@ def test_conv_packer_reads_input(cpu):
         (sh, sw), (dh, dw) = node.op.strides or (1, 1), node.op.dilations or (1, 1)
         assert reads_input(c, kh, kw, oh, ow, sh, sw, dh, dw, nr), node.describe()
         assert "the packer reads the input: no padded copy" in k.notes, k.notes
+        # pixels in one panel, channels for two tasks at least: the threads pack the panel first
+        one_panel = oh * ow <= nr and node.outputs[0].shape[1] >= 2 * model_config(target).MR
+        assert one_panel == ("B's one panel packed by the threads before the GEMM" in k.notes), k.notes
     asm = toolchain.assembly(str(module), target)
     assert "memmove" not in asm and "memcpy" not in asm and "kiln_pad_planes" not in asm
     assert not reads_input(64, 3, 3, 56, 56, 1, 1, 1, 1, nr)   # big planes: padded by the threads
     assert not reads_input(16, 3, 3, 16, 16, 1, 2, 1, 1, nr)   # strided columns: phase planes
+    assert not reads_input(128, 3, 3, 2, 2, 1, 1, 1, 1, nr)    # 2 wide: the transposed GEMM's path
     if target.isa <= host_target().isa:
         for threads in (1, 2, 3):
             got = run_kernels(t.g, t.feed, target=target, nthreads=threads)

@@ -51,6 +51,11 @@ COL_BUDGET = 16 << 20
 #: the most scratch (bytes) for per-task copies when the images x groups GEMMs run as tasks
 TASK_SCRATCH_BUDGET = 16 << 20
 
+#: rows of a one-panel col matrix per thread at least, when the threads pack it (``_pack_panel``)
+PANEL_MIN_ROWS = 64
+#: rows of K per thread at least, when the threads gather a transposed conv's packed A
+GATHER_MIN_ROWS = 256
+
 
 def _geometry(node):
     """(N, C, H, W, M, KH, KW, OH, OW, strides, dilations, pad begins) of a 2-D conv node; a 1-D
@@ -192,6 +197,12 @@ class Conv(Lowering):
         pack_cb = None
         if packed:
             pack_cb = emit_packed_cols(k, x, xpad, cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, cfg.NR, cfg.W)
+        # the pixels fill one panel, so the GEMM can split only the channels among its tasks, and
+        # each would pack the whole panel again: the threads pack it once first, a range of rows each
+        one_panel = packed and p <= cfg.NR and mg >= 2 * cfg.MR
+        panel = k.scratch(kk * cfg.NR * 4) if one_panel else None
+        if one_panel:
+            k.note("B's one panel packed by the threads before the GEMM")
         beta = 1.0 if bp is not None and te is None else 0.0
 
         def one(i):
@@ -215,6 +226,10 @@ class Conv(Lowering):
                 src = k.at(xt, xbase)
             elif packed:
                 src = xt  # (not read: the packer makes B's blocks)
+            elif packed_a and copies == 1 and n * g == 1:  # one GEMM: the threads gather, rows of K each
+                with k.parallel_for(kk, min_per_task=GATHER_MIN_ROWS) as (lo, hi):
+                    im2col_table_packed_a(k, k.again(xp), c64(0), k.again(col), table, cfg.MR, (lo, hi))
+                src = colt
             elif packed_a:
                 im2col_table_packed_a(k, xt, xbase, colt, table, cfg.MR)
                 src = colt
@@ -231,6 +246,9 @@ class Conv(Lowering):
                 # Y^T[P, Mg] = col^T @ W^T (col [K, P] is A transposed), then transposed back
                 call_sgemm(k, 2 if packed_a else 1, wt, p, mg, kk, 1.0, src, p, wg, kk, 0.0, ctt, mg)
                 _transpose_out(k, ctt, cptr, p, mg, k.again(bp) if bp is not None else None, b.mul(gi, c64(mg)))
+            elif one_panel:
+                _pack_panel(k, pack_cb, x, xpad, panel, kk, p, cfg.NR)
+                call_sgemm(k, wt, 2, mg, p, kk, 1.0, wg, kk, k.again(panel), p, beta, cptr, p, epilogue=ep)
             else:
                 call_sgemm(k, wt, 0, mg, p, kk, 1.0, wg, kk, src, p, beta, cptr, p, epilogue=ep,
                            pack_b=(pack_cb, k.again(xpad) if xpad is not None else xt) if packed
@@ -386,6 +404,16 @@ def _prefer_transposed(mg: int, p: int, mr: int, nr: int, gemms: int) -> bool:
     def eff(rows, cols):
         return rows / (-(-rows // mr) * mr) * cols / (-(-cols // nr) * nr)
     return eff(p, mg) > (1.15 if gemms > 1 else 2.0) * eff(mg, p)
+
+
+def _pack_panel(k: KernelBuilder, pack_cb, x, xpad, panel, kk: int, p: int, nr: int) -> None:
+    """The col matrix's one panel (``kk`` rows of ``nr`` columns, ``p`` of them pixels) into
+    ``panel`` as the GEMM's pre-packed B, by the conv's packer ``pack_cb``, rows split among the
+    threads."""
+    with k.parallel_for(kk, min_per_task=PANEL_MIN_ROWS) as (lo, hi):
+        b = k.b
+        src = k.again(xpad) if xpad is not None else k.ptr(x)
+        b.call(pack_cb, [src, lo, b.sub(hi, lo), c64(0), c64(p), k.at(k.again(panel), b.mul(lo, c64(nr)))])
 
 
 def _transpose_out(k: KernelBuilder, ct, yp, p: int, mg: int, bp, boff) -> None:

@@ -204,15 +204,17 @@ def packed_a_tables(table: np.ndarray, mr: int) -> list[tuple[int, np.ndarray]]:
     return [(min(mr, p - p0), np.ascontiguousarray(table[:, p0:p0 + mr])) for p0 in range(0, p, mr)]
 
 
-def im2col_table_packed_a(k: KernelBuilder, xp, xbase, dst, table: np.ndarray, mr: int) -> None:
+def im2col_table_packed_a(k: KernelBuilder, xp, xbase, dst, table: np.ndarray, mr: int, span=None) -> None:
     """``col^T`` of ``table`` into packed-A panels at ``dst`` (see ``packed_a_tables``): per panel a
-    loop over K whose body gathers the panel's pixels, 0 where the table holds -1."""
+    loop over K whose body gathers the panel's pixels, 0 where the table holds -1. ``span``: (lo,
+    hi), i64 values: only the rows [lo, hi) of K (a thread's part)."""
     b = k.b
     xg = k.at(xp, xbase)
     kk = table.shape[0]
+    lo, hi = span if span is not None else (c64(0), c64(kk))
     for i, (rows, t) in enumerate(packed_a_tables(table, mr)):
         tp, base = k.weight(t), i * kk * mr
-        with k.loop(kk, f"pa{i}") as q:
+        with _span(b, lo, hi, f"pa{i}") as q:
             for r in range(rows):
                 j = b.sext(k.load(tp, b.add(b.mul(q, c64(rows)), c64(r)), I32), I64)
                 inside = b.icmp_signed(">=", j, c64(0))

@@ -48,11 +48,12 @@ def packed_cols_applies(n_images: int, groups: int) -> bool:
 
 def reads_input(cg, kh, kw, oh, ow, sh, sw, dh, dw, nr) -> bool:
     """Whether the packer reads the input itself (``_direct_packer``), with no padded planes: for
-    a width stride of 1, maps at least 8 wide (narrower ones make panels of many pieces) and planes
-    small enough that the calling thread would pad them alone while the others wait (eight
-    16-channel 16x16 convs on 2 threads: 110 -> 70 us; bigger planes measured no better)."""
+    a width stride of 1, maps at least 4 wide (narrower ones make panels of too many pieces) and
+    planes small enough that the calling thread would pad them alone while the others wait (on 2
+    threads, eight 16-channel 16x16 convs 110 -> 70 us, eight 64-channel 4x4 ones 145 -> 105 us;
+    bigger planes measured no better)."""
     g = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
-    return sw == 1 and ow >= 8 and cg * g.chan < PAD_MIN_FLOATS
+    return sw == 1 and ow >= 4 and cg * g.chan < PAD_MIN_FLOATS
 
 
 def _pieces(ow: int, nr: int) -> int:
