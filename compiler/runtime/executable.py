@@ -32,6 +32,7 @@ from .device import CpuDevice, Device, Memory
 from .format import (IR_TEXT, LAYOUT_SYMBOL, LIBRARY, WEIGHTS, BufferRef, ConstRef, FallbackStep, InputRef, Manifest,
                      NativeStep, PythonRef, SchemaError, check_fallback_nodes, check_layout, machine_memory, np_dtype)
 from .status import clear as clear_status, raise_reported
+from .threads import ThreadChoice
 
 _np_dtype = np_dtype
 _FORWARD = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
@@ -44,7 +45,7 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-_char_at, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+_char_at, _addressof, _clock = ctypes.c_char.from_buffer, ctypes.addressof, time.perf_counter
 
 
 @dataclass
@@ -69,9 +70,8 @@ class Executable:
         self.path = path
         self.manifest = manifest
         self.device: Device = device or CpuDevice()
+        self._adaptive = True
         self.nthreads = int(nthreads) if nthreads else default_threads()
-        if self.nthreads < 1:
-            raise ValueError(f"nthreads must be at least 1, got {nthreads}")
         self._owner = _owner  # keeps a temporary artifact directory alive
         with contextlib.ExitStack() as stack:
             d = _dir or stack.enter_context(ArtifactDir(path))
@@ -170,6 +170,36 @@ class Executable:
         """The loaded shared library (the CPU device's), for tests and tools that inspect it."""
         return getattr(self._module, "lib", None)
 
+    # -- threads -----------------------------------------------------------------------------------
+    @property
+    def nthreads(self) -> int:
+        """The most threads a call's kernels run on (each call on this many or one: ``adaptive_threads``)."""
+        return self._nthreads
+
+    @nthreads.setter
+    def nthreads(self, n: int) -> None:
+        if int(n) < 1:
+            raise ValueError(f"nthreads must be at least 1, got {n}")
+        self._nthreads = int(n)
+        self._choice = (ThreadChoice(self._nthreads) if self._adaptive and self._nthreads > 1
+                        and type(self.device) is CpuDevice else None)
+
+    @property
+    def adaptive_threads(self) -> bool:
+        """Whether each call runs on ``nthreads`` threads or one, whichever recent calls found faster
+        (``runtime/threads.py``; the default). False: every call on ``nthreads``."""
+        return self._adaptive
+
+    @adaptive_threads.setter
+    def adaptive_threads(self, on: bool) -> None:
+        self._adaptive = bool(on)
+        self.nthreads = self._nthreads
+
+    @property
+    def threads_in_use(self) -> int:
+        """The thread count calls run with now (between probes of the other)."""
+        return self._choice.using if self._choice is not None else self._nthreads
+
     # -- information -----------------------------------------------------------------------------
     @property
     def inputs(self) -> list[tuple]:
@@ -209,7 +239,7 @@ class Executable:
                 rec[:] = 0.0
             interpreted: dict[str, float] = {}
             t0 = time.perf_counter()
-            out = self._run_on(inputs, mem, interpreted)
+            out = self._run_on(inputs, mem, interpreted, self._nthreads)  # (profiles: every call on all threads)
             seconds = time.perf_counter() - t0
             at = 1 + PROFILE_THREADS  # the last clock and the pending slots come first
             steps = [float(rec[at + k["step"]]) if rec is not None else 0.0 for k in self.kernels]
@@ -260,9 +290,10 @@ class Executable:
         return self._run_on(inputs)
 
     def _run_on(self, inputs: Mapping[str, Any], mem: Memory | None = None,
-                interpreted: dict | None = None) -> dict[str, np.ndarray]:
+                interpreted: dict | None = None, threads: int | None = None) -> dict[str, np.ndarray]:
         """``run`` on ``mem`` (default: an arena of the pool's, one per concurrent caller), adding each
-        interpreted step's seconds to ``interpreted`` when given."""
+        interpreted step's seconds to ``interpreted`` when given; on ``threads`` threads (default:
+        the thread choice's)."""
         fast = self._fast
         if fast is not None and type(inputs) is dict:
             fn, signature = fast
@@ -274,10 +305,10 @@ class Executable:
                 arrays.append(a)
             else:
                 if len(inputs) == len(signature):
-                    return self._run_fast(fn, arrays, mem)
-        return self._run_general(inputs, mem, interpreted)
+                    return self._run_fast(fn, arrays, mem, threads)
+        return self._run_general(inputs, mem, interpreted, threads)
 
-    def _run_fast(self, fn, arrays: list, given: Memory | None = None) -> dict[str, np.ndarray]:
+    def _run_fast(self, fn, arrays: list, given: Memory | None = None, threads: int | None = None) -> dict[str, np.ndarray]:
         mem = given
         if mem is None:
             try:
@@ -295,15 +326,25 @@ class Executable:
                     table[i] = _addressof(_char_at(a))
                 except (TypeError, ValueError):  # a read-only or empty array
                     table[i] = a.ctypes.data
-            fn(_addressof(table), self._wptr, mem.address, self.nthreads)
+            choice = self._choice
+            if threads is not None or choice is None:
+                fn(_addressof(table), self._wptr, mem.address, threads or self._nthreads)
+            else:
+                n = choice.pick()
+                t0 = _clock()
+                fn(_addressof(table), self._wptr, mem.address, n)
+                choice.record(n, _clock() - t0)
             return {name: v.copy() for name, v in views}
         finally:
             if given is None:
                 self._arenas.append(mem)
 
     def _run_general(self, inputs: Mapping[str, Any], given: Memory | None = None,
-                     interpreted: dict | None = None) -> dict[str, np.ndarray]:
+                     interpreted: dict | None = None, threads: int | None = None) -> dict[str, np.ndarray]:
         arrays = self.check_inputs(inputs)
+        choice = self._choice if threads is None else None
+        nthreads = threads or (choice.pick() if choice is not None else self._nthreads)
+        started = _clock()
         table = self._table_t(*[a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else None
                                 for a in arrays])
         dev = self.device
@@ -315,7 +356,7 @@ class Executable:
                 if fn is not None:
                     if status is not None:
                         clear_status(mem.host, status)
-                    dev.run(fn, ctypes.addressof(table), self._wptr, mem.address, self.nthreads)
+                    dev.run(fn, ctypes.addressof(table), self._wptr, mem.address, nthreads)
                     if status is not None:
                         dev.synchronize()
                         raise_reported(mem.host, status, self.manifest.kernels)
@@ -329,6 +370,8 @@ class Executable:
                     name = self._graph.nodes[step.node].name or ""
                     interpreted[name] = interpreted.get(name, 0.0) + time.perf_counter() - t0
             dev.synchronize()
+            if choice is not None:
+                choice.record(nthreads, _clock() - started)
             result = {}
             for name, start, stop, dt, shape, ref in self._outputs:
                 if start is not None:  # in the arena (the common case: one slice, one copy)

@@ -520,6 +520,9 @@ def bench_model(spec: Any, compare: str | Sequence[str] | None = DEFAULT_COMPARE
             say(f"{name}: timing {', '.join(e.name for e in engines)} (interleaved rounds)")
             load_before = _loadavg()
             runs_done = measure(engines, runs, warmup, budget)
+            if getattr(exe, "adaptive_threads", False) and exe.nthreads > 1:
+                notes.append(f"kiln: each call runs on {exe.nthreads} threads or 1, whichever its recent calls "
+                             f"found faster (docs/runtime.md); at the end: {exe.threads_in_use}")
             load = max(load_before, _loadavg())
             ncpu = os.cpu_count() or 1
             if load > ncpu + 0.5:
