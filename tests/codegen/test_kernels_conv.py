@@ -151,9 +151,10 @@ def test_conv_packed_cols():
 
 @pytest.mark.parametrize("cpu", ["x86-64-v3", "skylake-avx512"])
 def test_conv_packer_reads_input(cpu):
-    """Small convs of width stride 1 have no padded copy of their input (the calling thread made it
-    alone while the others waited): the packer reads the input, the lanes of each output row
-    masked to the window's columns inside it, padding rows none (``_direct_packer``). Structure
+    """Small convs of width stride 1 or 2 have no padded copy of their input (the calling thread
+    made it alone while the others waited): the packer reads the input, the lanes of each output
+    row masked to the window's columns inside it, padding rows none (``_direct_packer``; stride 2:
+    the even floats of two masked loads). Structure
     (the note, no scratch, no call of memmove) on AVX2 and AVX-512 code; numbers, where the host
     runs that code, on 1 to 3 threads: pads of 0 to 2 on each side, dilations, height strides,
     panels over 2 to 5 output rows and partial, K in two blocks (a block starting inside a
@@ -175,6 +176,10 @@ def test_conv_packer_reads_input(cpu):
     conv(t, (1, 3, 7, 9), 4, (1, 7), pads=(0, 3, 0, 3))                     # one row of taps
     conv(t, (1, 64, 4, 4), 64, (3, 3), pads=(1, 1, 1, 1))                   # layer 3: 9 pieces, one panel
     conv(t, (1, 40, 3, 6), 48, (3, 3), pads=(1, 0, 1, 2), bias=False)      # one panel, 6 wide
+    conv(t, (1, 3, 64, 64), 16, (7, 7), pads=(3, 3, 3, 3), strides=(2, 2))  # ResNet-18@64's stem
+    conv(t, (1, 16, 16, 16), 32, (1, 1), strides=(2, 2), bias=False)       # its downsampling 1x1/2
+    conv(t, (1, 5, 11, 13), 6, (3, 3), pads=(0, 2, 1, 1), strides=(3, 2), dilations=(1, 2))  # odd sizes
+    conv(t, (1, 4, 9, 40), 8, (3, 5), pads=(1, 1, 1, 3), strides=(1, 2))   # rows wider than a panel
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
     target = target_for(cpu)
     module, _, plan = build_kernels(t.g, target)
@@ -192,7 +197,7 @@ def test_conv_packer_reads_input(cpu):
     asm = toolchain.assembly(str(module), target)
     assert "memmove" not in asm and "memcpy" not in asm and "kiln_pad_planes" not in asm
     assert not reads_input(64, 3, 3, 56, 56, 1, 1, 1, 1, nr)   # big planes: padded by the threads
-    assert not reads_input(16, 3, 3, 16, 16, 1, 2, 1, 1, nr)   # strided columns: phase planes
+    assert not reads_input(16, 3, 3, 16, 16, 1, 3, 1, 1, nr)   # width stride 3: phase planes
     assert not reads_input(128, 3, 3, 2, 2, 1, 1, 1, 1, nr)    # 2 wide: the transposed GEMM's path
     if target.isa <= host_target().isa:
         for threads in (1, 2, 3):

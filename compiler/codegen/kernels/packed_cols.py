@@ -21,8 +21,8 @@ Measured against making the whole packed matrix first (and multiplying it pre-pa
 
 Lanes past the last pixel read the margin or the next plane (finite values, never stored).
 
-Small convs of width stride 1 skip step 1 (``reads_input``): the calling thread padded their few
-planes alone while the other threads waited. Their packer (``_direct_packer``) reads the input
+Small convs of width stride 1 or 2 skip step 1 (``reads_input``): the calling thread padded their
+few planes alone while the other threads waited. Their packer (``_direct_packer``) reads the input
 through lane masks instead: per tap, the lanes of a piece whose window column lies inside the input
 are an interval; masked-off lanes read nothing and give the padding's zeros.
 """
@@ -48,12 +48,13 @@ def packed_cols_applies(n_images: int, groups: int) -> bool:
 
 def reads_input(cg, kh, kw, oh, ow, sh, sw, dh, dw, nr) -> bool:
     """Whether the packer reads the input itself (``_direct_packer``), with no padded planes: for
-    a width stride of 1, maps at least 4 wide (narrower ones make panels of too many pieces) and
+    a width stride of 1 or 2 (a stem 7x7/2, a 3x3/2 and a 1x1/2 conv on 2 threads: 76 -> 67 us),
+    maps at least 4 wide (narrower ones make panels of too many pieces) and
     planes small enough that the calling thread would pad them alone while the others wait (on 2
     threads, eight 16-channel 16x16 convs 110 -> 70 us, eight 64-channel 4x4 ones 145 -> 105 us;
     bigger planes measured no better)."""
     g = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
-    return sw == 1 and ow >= 4 and cg * g.chan < PAD_MIN_FLOATS
+    return sw <= 2 and ow >= 4 and cg * g.chan < PAD_MIN_FLOATS
 
 
 def _pieces(ow: int, nr: int) -> int:
@@ -100,7 +101,7 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, cg: int, h: int, wd: int, kh: in
     (``kiln_sgemm_cb``): the panels of the col matrix's block ``[p0:p0+kc, j0:j0+nc]``. ``nr`` =
     the GEMM's NR, ``lanes`` its vector width (NR a multiple of it)."""
     if reads_input(cg, kh, kw, oh, ow, sh, sw, dh, dw, nr):
-        return _direct_packer(k, cg, h, wd, kh, kw, ow, sh, dh, dw, pt, pl, nr, lanes)
+        return _direct_packer(k, cg, h, wd, kh, kw, ow, sh, sw, dh, dw, pt, pl, nr, lanes)
     g = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
 
     def pad_body(b, a):  # channels [c0, c1) into their phase planes (one helper per width stride)
@@ -136,16 +137,21 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, cg: int, h: int, wd: int, kh: in
     return cb
 
 
-def _direct_packer(k: KernelBuilder, cg, h, wd, kh, kw, ow, sh, dh, dw, pt, pl, nr: int, lanes: int) -> ir.Function:
+def _direct_packer(k: KernelBuilder, cg, h, wd, kh, kw, ow, sh, sw, dh, dw, pt, pl, nr: int,
+                   lanes: int) -> ir.Function:
     """The packer ``pb(x, p0, kc, j0, nc, dst)`` reading the unpadded input of a conv of width
-    stride 1. A panel's ``nr`` pixels lie in a few output rows (pieces, as in ``_build_pack``); for
-    each tap (ki, kj) the lanes of each piece whose window lies inside the input are one interval,
-    a mask computed once per panel and tap; every channel's row of the panel is then one masked
-    load per piece and vector (masked-off lanes read nothing and give 0, the padding)."""
+    stride 1 or 2. A panel's ``nr`` pixels lie in a few output rows (pieces, as in ``_build_pack``);
+    for each tap (ki, kj) the lanes of each piece whose window lies inside the input are one
+    interval, a mask computed once per panel and tap; every channel's row of the panel is then one
+    masked load per piece and vector (masked-off lanes read nothing and give 0, the padding). With
+    a width stride of 2, two masked loads of the ``2 * lanes`` floats a vector's windows span, and
+    their even elements."""
     taps, rows, nv = kh * kw, _pieces(ow, nr), nr // lanes
     vec, mask_t = ir.VectorType(F32, lanes), ir.VectorType(I1, lanes)
     ivec = ir.VectorType(I32, lanes)
     mload = _declare(k.module, f"llvm.masked.load.v{lanes}f32.p0", vec, [PTR, I32, mask_t, vec])
+    zero = ir.Constant(vec, [0.0] * lanes)
+    even = ir.Constant(ivec, [2 * t for t in range(lanes)])
     cb = ir.Function(k.module, ir.FunctionType(VOID, [PTR, I64, I64, I64, I64, PTR]), f"{k.name}.pb")
     cb.linkage = "internal"
     cb.attributes.add("nounwind")
@@ -166,6 +172,9 @@ def _direct_packer(k: KernelBuilder, cg, h, wd, kh, kw, ow, sh, dh, dw, pt, pl, 
     jp1 = b.udiv(b.add(b.add(j0, nc), c64(nr - 1)), c64(nr))
     p1 = b.add(p0, kc)
     iotas = [ir.Constant(ivec, [v * lanes + t for t in range(lanes)]) for v in range(nv)]
+    # (width stride 2: the floats the vector v of a piece spans, in two loads: their index in the run)
+    spans = [[ir.Constant(ivec, [2 * v * lanes + h_ * lanes + t for t in range(lanes)]) for h_ in (0, 1)]
+             for v in range(nv)]
     with _For(b, b.sub(jp1, jp0), "panel") as jj:
         n0 = b.mul(b.add(jj, jp0), c64(nr))
         r0, q0 = b.udiv(n0, c64(ow)), b.urem(n0, c64(ow))
@@ -179,16 +188,23 @@ def _direct_packer(k: KernelBuilder, cg, h, wd, kh, kw, ow, sh, dh, dw, pt, pl, 
         pdst = b.gep(dst, [b.mul(jj, b.mul(kc, c64(nr)))], inbounds=True, source_etype=F32)
         with _For(b, c64(taps), "tap") as tap:
             ki, kj = b.udiv(tap, c64(kw)), b.urem(tap, c64(kw))
-            shift = b.sub(b.mul(kj, c64(dw)), c64(pl))  # input column = output column + shift
-            bases, masks = [], []
+            shift = b.sub(b.mul(kj, c64(dw)), c64(pl))  # input column = output column * sw + shift
+            bases, masks, loads = [], [], []
             for i in range(rows):
                 ih = b.add(b.sub(b.mul(b.add(r0, c64(i)), c64(sh)), c64(pt)), b.mul(ki, c64(dh)))
-                lo = smax(starts[i], b.sub(c64(0), b.add(qbase[i], shift)))
-                hi = smin(starts[i + 1], b.sub(c64(wd), b.add(qbase[i], shift)))
+                u = b.add(b.mul(qbase[i], c64(sw)), shift)  # the input column of the piece's lane 0
+                # lanes t with 0 <= u + sw * t < wd: [ceil(-u / sw), ceil((wd - u) / sw))
+                lo = smax(starts[i], _ceil_div(b, b.sub(c64(0), u), sw))
+                hi = smin(starts[i + 1], _ceil_div(b, b.sub(c64(wd), u), sw))
                 hi = b.select(b.icmp_unsigned("<", ih, c64(h)), smax(hi, lo), lo)  # a padding row: none
-                lo_v, hi_v = splat(smin(lo, c64(nr))), splat(smin(hi, c64(nr)))
+                lo, hi = smin(lo, c64(nr)), smin(hi, c64(nr))
+                lo_v, hi_v = splat(lo), splat(hi)
                 masks.append([b.and_(b.icmp_signed(">=", io, lo_v), b.icmp_signed("<", io, hi_v)) for io in iotas])
-                bases.append(b.add(b.mul(ih, c64(wd)), b.add(qbase[i], shift)))
+                if sw == 2:  # the floats [2 lo, 2 hi - 1) of the piece's run
+                    a_v, z_v = splat(b.mul(lo, c64(2))), splat(b.sub(b.mul(hi, c64(2)), c64(1)))
+                    loads.append([[b.and_(b.icmp_signed(">=", io, a_v), b.icmp_signed("<", io, z_v)) for io in sp]
+                                  for sp in spans])
+                bases.append(b.add(b.mul(ih, c64(wd)), u))
             # the channels c whose row c * taps + tap lies in [p0, p1)
             c_lo = b.udiv(b.add(b.sub(p0, tap), c64(taps - 1)), c64(taps))
             c_hi = b.udiv(b.add(b.sub(p1, tap), c64(taps - 1)), c64(taps))
@@ -198,13 +214,23 @@ def _direct_packer(k: KernelBuilder, cg, h, wd, kh, kw, ow, sh, dh, dw, pt, pl, 
                 d = b.gep(pdst, [b.mul(row, c64(nr))], inbounds=True, source_etype=F32)
                 plane = b.mul(c, c64(h * wd))
                 for v in range(nv):
-                    val = ir.Constant(vec, [0.0] * lanes)
+                    val = zero
                     for i in range(rows):  # (addresses of masked-off lanes may lie outside x: no inbounds)
-                        at = b.gep(x, [b.add(plane, b.add(bases[i], c64(v * lanes)))], source_etype=F32)
-                        val = b.call(mload, [at, ir.Constant(I32, 4), masks[i][v], val])
+                        at = b.gep(x, [b.add(plane, b.add(bases[i], c64(sw * v * lanes)))], source_etype=F32)
+                        if sw == 1:
+                            val = b.call(mload, [at, ir.Constant(I32, 4), masks[i][v], val])
+                            continue
+                        pair = [b.call(mload, [b.gep(at, [c64(h_ * lanes)], source_etype=F32), ir.Constant(I32, 4),
+                                               loads[i][v][h_], zero]) for h_ in (0, 1)]
+                        val = b.select(masks[i][v], b.shuffle_vector(pair[0], pair[1], even), val)
                     b.store(val, b.gep(d, [c64(v * lanes)], inbounds=True, source_etype=F32), align=4)
     b.ret_void()
     return cb
+
+
+def _ceil_div(b: ir.IRBuilder, a, s: int):
+    """ceil(a / s) of a signed i64 value, for s of 1 or 2."""
+    return a if s == 1 else b.sub(c64(0), b.ashr(b.sub(c64(0), a), c64(1)))
 
 
 def _declare(mod: ir.Module, name: str, ret: ir.Type, args: list) -> ir.Function:
