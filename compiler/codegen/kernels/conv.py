@@ -226,7 +226,7 @@ class Conv(Lowering):
                 src = k.at(xt, xbase)
             elif packed:
                 src = xt  # (not read: the packer makes B's blocks)
-            elif packed_a and copies == 1 and n * g == 1:  # one GEMM: the threads gather, rows of K each
+            elif packed_a and n * g == 1:  # one GEMM: the threads gather, rows of K each
                 with k.parallel_for(kk, min_per_task=GATHER_MIN_ROWS) as (lo, hi):
                     im2col_table_packed_a(k, k.again(xp), c64(0), k.again(col), table, cfg.MR, (lo, hi))
                 src = colt
