@@ -6,10 +6,12 @@ the host places in two core complexes, which moves them every few minutes) runs 
 threads than on one: ResNet-18 at 64x64 on a 2-vCPU AMD EPYC VM, 0.23 ms on 2 threads and 0.29 on
 1 while the vCPUs share a complex, 0.45 and 0.29 while they do not. No count is right for every
 model and every minute, so each executable measures: every call is timed (two clock reads), the
-count not in use runs one call in ``probe_every``, and the count whose last ``window`` calls took
-least (the fastest of them: other threads running on the same cores, a descheduled thread, only
-ever slow a call down) runs the others. The probes cost at most 1/probe_every of the slower
-count's extra time; a change of placement is followed within ``window`` probes.
+count not in use runs one call in ``probe_every`` (a period), and the count with the faster best
+call over the last ``window`` periods runs the others: each period gives the probe's time and the
+fastest call on the count in use (the fastest, since other threads on the same cores or a
+descheduled thread only ever slow a call down; over the same periods for both counts, so a burst of
+interference weighs on both alike). The probes cost at most 1/probe_every of the slower count's
+extra time; a change of placement is followed within ``window`` periods.
 
 The outputs do not depend on the count: every kernel splits its outputs among the threads, never
 a sum (``tests/runtime/test_threads.py`` checks models bitwise on 1 and 2 threads).
@@ -33,6 +35,7 @@ class ThreadChoice:
         self.using = most  # the count the calls run with, between probes
         self._measuring = True  # until both counts have ``window`` calls: they take turns
         self._left = 1  # calls until the next turn or probe
+        self._best = _INF  # the fastest call on the count in use since the last probe
 
     def pick(self) -> int:
         """The thread count of the next call."""
@@ -47,16 +50,25 @@ class ThreadChoice:
 
     def record(self, count: int, seconds: float) -> None:
         """A call on ``count`` threads took ``seconds``."""
+        if count == self.using and not self._measuring:  # between probes: the period's fastest
+            if seconds < self._best:
+                self._best = seconds
+            return
         times = self.times.get(count)
         if times is None:
             return
         times.append(seconds)
-        if count != self.using or self._measuring:  # (decided after a probe, not on every call)
-            most, one = self.times[self.most], self.times[1]
-            if len(most) == most.maxlen and len(one) == one.maxlen:
-                self.using = 1 if min(one) < min(most) else self.most
-                if self._measuring:
-                    self._measuring, self._left = False, self.probe_every
+        if not self._measuring:  # a probe ends a period: its fastest call on the count in use
+            self.times[self.using].append(self._best)
+            self._best = _INF
+        most, one = self.times[self.most], self.times[1]
+        if len(most) == most.maxlen and len(one) == one.maxlen:
+            self.using = 1 if min(one) < min(most) else self.most
+            if self._measuring:
+                self._measuring, self._left = False, self.probe_every
+
+
+_INF = float("inf")
 
 
 __all__ = ["ThreadChoice"]

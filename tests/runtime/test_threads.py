@@ -26,12 +26,24 @@ def test_the_faster_count_runs_the_calls_and_the_other_is_probed():
     picked = _drive(choice, {4: 2.0, 1: 3.0}, 64)
     assert [i for i, n in enumerate(picked) if n == 1] == list(range(7, 64, 8))  # a probe in 8 calls
     # the machine changes (the threads' cores drift apart): one thread is faster now
+    _drive(choice, {4: 5.0, 1: 3.0}, 2 * 8)
+    assert choice.using == 4  # the count in use still has a fast period in its window
     _drive(choice, {4: 5.0, 1: 3.0}, 8)
-    assert choice.using == 1  # found by the next probe
+    assert choice.using == 1  # within `window` periods
     picked = _drive(choice, {4: 5.0, 1: 3.0}, 80)
     assert picked.count(4) == 10 and choice.using == 1  # only the probes
     _drive(choice, {4: 1.0, 1: 3.0}, 8)
     assert choice.using == 4
+
+
+def test_interference_on_the_count_in_use_weighs_as_much_as_on_the_probes():
+    """Each period gives both counts one figure: its probe, and the fastest call on the count in
+    use; a burst of slow calls on the count in use does not make a single fast probe win."""
+    choice = ThreadChoice(2, probe_every=4, window=3)
+    _drive(choice, {2: 1.0, 1: 2.0}, 6 + 3 * 4)
+    assert choice.using == 2 and list(choice.times[2]) == [1.0] * 3
+    _drive(choice, {2: 9.0, 1: 2.0}, 4)  # a period of interference: every call on 2 threads slow
+    assert choice.using == 2 and list(choice.times[2]) == [1.0, 1.0, 9.0]
 
 
 def test_a_slow_outlier_does_not_move_the_choice():
