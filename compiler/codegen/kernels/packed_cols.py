@@ -101,7 +101,7 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, cg: int, h: int, wd: int, kh: in
     (``kiln_sgemm_cb``): the panels of the col matrix's block ``[p0:p0+kc, j0:j0+nc]``. ``nr`` =
     the GEMM's NR, ``lanes`` its vector width (NR a multiple of it)."""
     if reads_input(cg, kh, kw, oh, ow, sh, sw, dh, dw, nr):
-        return _direct_packer(k, cg, h, wd, kh, kw, ow, sh, sw, dh, dw, pt, pl, nr, lanes)
+        return _direct_packer(k, h, wd, kh, kw, ow, sh, sw, dh, dw, pt, pl, nr, lanes)
     g = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
 
     def pad_body(b, a):  # channels [c0, c1) into their phase planes (one helper per width stride)
@@ -137,7 +137,7 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, cg: int, h: int, wd: int, kh: in
     return cb
 
 
-def _direct_packer(k: KernelBuilder, cg, h, wd, kh, kw, ow, sh, sw, dh, dw, pt, pl, nr: int,
+def _direct_packer(k: KernelBuilder, h, wd, kh, kw, ow, sh, sw, dh, dw, pt, pl, nr: int,
                    lanes: int) -> ir.Function:
     """The packer ``pb(x, p0, kc, j0, nc, dst)`` reading the unpadded input of a conv of width
     stride 1 or 2. A panel's ``nr`` pixels lie in a few output rows (pieces, as in ``_build_pack``);
