@@ -221,6 +221,27 @@ def test_conv_depthwise():
     t.run()
 
 
+def test_conv_depthwise_tiny_maps():
+    """Maps of at most 16 output pixels (EfficientNet's last stages at 32x32: 2x2) are computed
+    pixel by pixel over each pixel's in-bounds taps, reading the input in place: structure (the
+    note) and numbers, with padding on every side, strides, dilations, a channel multiplier, two
+    images, 1x1 maps and weights as an input."""
+    from compiler.codegen.kernels.testing import build_kernels
+
+    t = Bench()
+    conv(t, (1, 480, 2, 2), 480, (3, 3), group=480, pads=(1, 1, 1, 1))          # EfficientNet-B0@32
+    conv(t, (1, 240, 4, 4), 240, (3, 3), group=240, pads=(1, 1, 1, 1), strides=(2, 2))
+    conv(t, (2, 16, 1, 1), 16, (5, 5), group=16, pads=(2, 2, 2, 2))              # one pixel, 2 images
+    conv(t, (1, 8, 3, 5), 8, (3, 3), group=8, pads=(0, 2, 1, 0), dilations=(1, 2), bias=False)
+    conv(t, (1, 3, 4, 4), 6, (3, 3), group=3, pads=(1, 1, 1, 1))                 # multiplier 2, 16 px
+    conv(t, (1, 4, 2, 3), 4, (3, 3), group=4, pads=(1, 1, 1, 1), const_w=False)  # weights an input
+    t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
+    _, _, plan = build_kernels(t.g, host_target())
+    for _, k in plan:
+        assert "depthwise: each pixel over its in-bounds taps, unrolled (a tiny map)" in k.notes, k.notes
+    t.run()
+
+
 @pytest.mark.parametrize("span", [0, 10 ** 6])
 def test_conv_depthwise_flat_and_rows(monkeypatch, span):
     """Both forms of a depthwise plane on the same shapes: row by row (``span`` 0) and as one flat
@@ -230,6 +251,7 @@ def test_conv_depthwise_flat_and_rows(monkeypatch, span):
     from compiler.codegen.kernels import conv as conv_lowering
 
     monkeypatch.setattr(conv_lowering, "DW_FLAT_SPAN", span)
+    monkeypatch.setattr(conv_lowering, "DW_TINY_PIXELS", 0)  # (the 15- and 1-pixel maps too)
     t = Bench()
     for (sh, sw) in ((1, 1), (2, 2), (3, 1), (1, 2)):
         conv(t, (1, 3, 11, 13), 3, (3, 3), group=3, strides=(sh, sw), pads=(1, 0, 2, 1))

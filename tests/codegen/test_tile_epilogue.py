@@ -223,6 +223,7 @@ def test_refuses_an_operand_broadcast_over_folded_rows():
     ([1, 6, 10, 12], "{pads=[1, 1, 1, 1], group=6}", True),
     ([1, 6, 11, 11], "{pads=[1, 1, 1, 1], strides=[2, 2], group=6}", True),
     ([2, 6, 10, 12], "{pads=[1, 1, 1, 1], group=6}", False),  # two images: the chain's own pass
+    ([1, 6, 3, 4], "{pads=[1, 1, 1, 1], group=6}", True),      # a tiny map, pixel by pixel
 ])
 def test_depthwise_chain_on_each_finished_plane(x, attrs, inside):
     stride = 2 if "strides" in attrs else 1
