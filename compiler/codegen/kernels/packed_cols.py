@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from ..gemm.irbuild import _declare
 from ..llvm.elementwise import _For
 from .base import F32, I1, I32, I64, PTR, VOID, KernelBuilder, c64
 from .im2col import _helper_fn, pad_plane_rt
@@ -231,10 +232,6 @@ def _direct_packer(k: KernelBuilder, h, wd, kh, kw, ow, sh, sw, dh, dw, pt, pl, 
 def _ceil_div(b: ir.IRBuilder, a, s: int):
     """ceil(a / s) of a signed i64 value, for s of 1 or 2."""
     return a if s == 1 else b.sub(c64(0), b.ashr(b.sub(c64(0), a), c64(1)))
-
-
-def _declare(mod: ir.Module, name: str, ret: ir.Type, args: list) -> ir.Function:
-    return mod.globals[name] if name in mod.globals else ir.Function(mod, ir.FunctionType(ret, args), name)
 
 
 def _row_offsets(k: KernelBuilder, cg, kh, kw, dh, dw, g: _Planes) -> ir.Value:
