@@ -103,14 +103,15 @@ def test_conv_im2col_table():
     from compiler.codegen.kernels.testing import build_kernels
 
     t = Bench()
-    conv(t, (1, 128, 2, 2), 64, (3, 3), pads=(1, 1, 1, 1))                       # transposed GEMM
-    conv(t, (1, 64, 4, 4), 128, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1))      # strided, transposed
+    # (weights as inputs: with constant ones, maps of at most 16 pixels take the direct kernel)
+    conv(t, (1, 128, 2, 2), 64, (3, 3), pads=(1, 1, 1, 1), const_w=False)        # transposed GEMM
+    conv(t, (1, 64, 4, 4), 128, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1), const_w=False)  # strided
     conv(t, (3, 8, 5, 6), 12, (3, 2), group=2, strides=(1, 2), dilations=(2, 1), pads=(2, 0, 1, 1))
-    conv(t, (2, 4, 9), 6, (3,), strides=(2,), pads=(2, 1), bias=False)           # 1-D: output 5 wide
+    conv(t, (2, 4, 9), 6, (3,), strides=(2,), pads=(2, 1), bias=False, const_w=False)  # 1-D: 5 wide
     conv(t, (2, 4, 16, 16), 6, (3, 3), pads=(1, 1, 1, 1))                        # 16 wide: copies
-    conv(t, (2, 16, 4, 4), 64, (3, 3), pads=(1, 1, 1, 1))    # 16 pixels: packed A in several panels
-    conv(t, (3, 24, 2, 3), 40, (3, 3), pads=(1, 1, 1, 1), bias=False)           # 6 pixels, 3 images
-    conv(t, (2, 32, 1, 1), 64, (3, 3), pads=(1, 1, 1, 1))                        # one pixel, 2 images
+    conv(t, (2, 16, 4, 4), 64, (3, 3), pads=(1, 1, 1, 1), const_w=False)  # 16 pixels: A in several panels
+    conv(t, (3, 24, 2, 3), 40, (3, 3), pads=(1, 1, 1, 1), bias=False, const_w=False)  # 6 pixels, 3 images
+    conv(t, (2, 32, 1, 1), 64, (3, 3), pads=(1, 1, 1, 1), const_w=False)         # one pixel, 2 images
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
     _, _, plan = build_kernels(t.g, host_target())
     tabled = [any("index table" in note for note in k.notes) for _, k in plan]
@@ -174,13 +175,13 @@ def test_conv_packer_reads_input(cpu):
     conv(t, (1, 6, 10, 40), 8, (3, 3), pads=(0, 1, 0, 1), const_w=False)   # rows wider than a panel
     conv(t, (1, 2, 10, 10), 3, (3, 3))                                      # no padding at all
     conv(t, (1, 3, 7, 9), 4, (1, 7), pads=(0, 3, 0, 3))                     # one row of taps
-    conv(t, (1, 64, 4, 4), 64, (3, 3), pads=(1, 1, 1, 1))                   # layer 3: 9 pieces, one panel
+    conv(t, (1, 64, 4, 4), 64, (3, 3), pads=(1, 1, 1, 1), const_w=False)    # 9 pieces, one panel
     conv(t, (1, 40, 3, 6), 48, (3, 3), pads=(1, 0, 1, 2), bias=False)      # one panel, 6 wide
     conv(t, (1, 3, 64, 64), 16, (7, 7), pads=(3, 3, 3, 3), strides=(2, 2))  # ResNet-18@64's stem
     conv(t, (1, 16, 16, 16), 32, (1, 1), strides=(2, 2), bias=False)       # its downsampling 1x1/2
     conv(t, (1, 5, 11, 13), 6, (3, 3), pads=(0, 2, 1, 1), strides=(3, 2), dilations=(1, 2))  # odd sizes
     conv(t, (1, 4, 9, 40), 8, (3, 5), pads=(1, 1, 1, 3), strides=(1, 2))   # rows wider than a panel
-    conv(t, (1, 16, 1, 16), 8, (3, 3), pads=(1, 1, 1, 1))                   # one row: two of taps pad
+    conv(t, (1, 16, 1, 16), 8, (3, 3), pads=(1, 1, 1, 1), const_w=False)    # one row: two of taps pad
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
     target = target_for(cpu)
     module, _, plan = build_kernels(t.g, target)

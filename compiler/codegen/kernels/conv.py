@@ -10,6 +10,9 @@ By shape:
   split by row and column phase when strided, so that each tap is one shifted vector load; the
   outputs land ``rs`` (the plane's row length) apart and are compacted into Y's rows after. A fused
   chain runs on each output plane as soon as it is computed (one image).
+* **tiny output maps** (at most 16 pixels: 4x4, 2x2; one group, constant weights): a direct kernel
+  vectorized over output channels, each pixel summed over its in-bounds taps only
+  (``small_conv.py``; a 2x2 map of a padded 3x3 window has 4 of its 9 taps inside).
 * **1x1, stride 1, no padding**: a GEMM directly on the input, per image and group:
   ``Y[Mg, H*W] = W[Mg, Cg] @ X[Cg, H*W]``.
 * **one image and group**: ``Y[Mg, OH*OW] = W[Mg, K] @ col`` with the col matrix
@@ -19,7 +22,8 @@ By shape:
   col matrix over ``COL_BUDGET`` is made and multiplied by blocks of output rows. For an output
   narrower than ``TABLE_WIDTH`` (a 2x2 map) the col matrix is one gather through a compile-time
   index table instead of run-by-run copies.
-* **few pixels, many channels** (7x7 maps of several images or groups, 2x2 maps of one): the same
+* **few pixels, many channels** (7x7 maps of several images or groups, 2x2 maps of one whose
+  weights are an input): the same
   GEMM transposed, ``Y^T = col^T @ W^T``, then a transposing copy, when the pixels would fill
   sgemm's NR-wide register tiles much worse (``_prefer_transposed``).
 
@@ -42,6 +46,7 @@ from .im2col import (_fill_zero, _gep, _helper_fn, _span, im2col, im2col_phased,
 from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
 from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
 from .prologue import ProloguePacker, prologue_reason
+from .small_conv import emit_small_conv, inside_taps, small_conv_applies, splat
 from .tile_epilogue import plan_tile_epilogue
 
 
@@ -134,6 +139,13 @@ class Conv(Lowering):
             if te is not None:
                 k.note("chain on each output plane as it is computed")
             return te is not None
+        if prologue is None and small_conv_applies(n, g, oh * ow, w.const is not None):
+            te, fused = plan_tile_epilogue(k, y, epilogue, None, row_axis=1)
+            emit_small_conv(k, x, np.asarray(w.const, np.float32).reshape(m, c, kh, kw), bias, y, n, c, h, wd, m,
+                            kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te)
+            if te is not None:
+                k.note("chain on each block of channels as it is computed")
+            return fused
         kk, p = cg * kh * kw, oh * ow
         cfg = k.services.gemm_cfg
         direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and oh == h and ow == wd
@@ -359,13 +371,13 @@ class Conv(Lowering):
                             for r in range(oh):
                                 for q in range(ow):
                                     acc = b0
-                                    for tt, off in _inside_taps(r, q, h, wd, kh, kw, sh, sw, dh, dw, pt, pl):
+                                    for tt, off in inside_taps(r, q, h, wd, kh, kw, sh, sw, dh, dw, pt, pl):
                                         acc = b.call(fma, [wts[tt], k.load(src, c64(off)), acc])
                                     k.store(acc, yout, c64(r * ow + q))
                         elif flat:
                             # the plane as one loop of vectors over the rows of the padded plane (rs
                             # wide: its columns past ow are no outputs), then its rows compacted into Y
-                            ws, acc0 = [_splat(b, v, lanes) for v in wts], _splat(b, b0, lanes)
+                            ws, acc0 = [splat(b, v, lanes) for v in wts], splat(b, b0, lanes)
                             with k.loop(nvec, "dwv") as v:
                                 base = b.mul(v, c64(lanes))
                                 acc = acc0
@@ -394,29 +406,10 @@ class Conv(Lowering):
 DW_TINY_PIXELS = 16
 
 
-def _inside_taps(r, q, h, wd, kh, kw, sh, sw, dh, dw, pt, pl) -> list[tuple[int, int]]:
-    """(tap, offset in the input plane) of each tap of output pixel (r, q) that reads inside the input."""
-    out = []
-    for ki in range(kh):
-        ih = r * sh - pt + ki * dh
-        for kj in range(kw):
-            iw = q * sw - pl + kj * dw
-            if 0 <= ih < h and 0 <= iw < wd:
-                out.append((ki * kw + kj, ih * wd + iw))
-    return out
-
-
 #: a depthwise plane whose output width x width stride is at most this is computed as one flat loop
 #: of vectors spanning rows (measured on MobileNetV2's planes: 2.2-2.5x faster at 14x14 and 7x7,
 #: 1.1x at 28x28 stride 1; 10-20% slower from 56x56 or a 28-wide stride-2 output)
 DW_FLAT_SPAN = 32
-
-
-def _splat(b: ir.IRBuilder, v, lanes: int):
-    """A vector of ``lanes`` copies of the float ``v``."""
-    iv = ir.VectorType(ir.IntType(32), lanes)
-    one = b.insert_element(ir.Constant(ir.VectorType(F32, lanes), ir.Undefined), v, ir.Constant(ir.IntType(32), 0))
-    return b.shuffle_vector(one, one, ir.Constant(iv, [0] * lanes))
 
 
 #: multiply-adds per parallel task of a depthwise conv at least
