@@ -2,7 +2,8 @@
 
 The code generator normally adds the GEMM to the model's own LLVM module (``emit_gemm``) and links
 one artifact; this module builds the GEMM alone: LLVM IR -> optimized (O3) -> object file (llvmlite)
--> ``cc -shared`` -> ``.so``, cached by a hash of the IR and the target, and wraps it with ctypes.
+-> ``cc -shared`` -> ``.so``, cached by a hash of its sources, configuration and target
+(``cache_key``), and wraps it with ctypes.
 """
 from __future__ import annotations
 
@@ -78,15 +79,35 @@ def cache_dir() -> str:
     return d
 
 
+@functools.lru_cache(maxsize=None)
+def _sources_digest() -> str:
+    """A hash of what the GEMM's IR is made from: the emitter's modules (this package's sources) and
+    the llvmlite and LLVM versions that print and compile it."""
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    h = hashlib.sha256(f"{llvmlite.__version__} {llvm.llvm_version_info}".encode())
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as fh:
+                h.update(name.encode() + b"\0" + fh.read())
+    return h.hexdigest()
+
+
+def cache_key(cfg: GemmConfig, prefix: str) -> str:
+    """The cache key of the GEMM for ``cfg``: its sources, configuration and symbol prefix (no IR
+    built to find a cached build: emitting it took 0.5 s of every process's first compile)."""
+    return hashlib.sha256(f"{_sources_digest()} {cfg!r} {prefix}".encode()).hexdigest()[:16]
+
+
 def build_shared(cfg: GemmConfig, prefix: str = "kiln_sgemm", out_dir: str | None = None) -> str:
     """Path of a ``.so`` holding the GEMM for ``cfg`` (built, or found in the cache)."""
-    text = build_ir(cfg, prefix)
-    key = hashlib.sha256((text + repr(cfg)).encode()).hexdigest()[:16]
     out_dir = out_dir or cache_dir()
-    path = os.path.join(out_dir, f"{prefix}-{cfg.isa}-{key}.so")
+    path = os.path.join(out_dir, f"{prefix}-{cfg.isa}-{cache_key(cfg, prefix)}.so")
     if os.path.exists(path):
         return path
-    obj, _ = compile_object(text, cfg)
+    obj, _ = compile_object(build_ir(cfg, prefix), cfg)
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         raise RuntimeError("no C compiler/linker (cc) found to link the GEMM shared library")
@@ -112,14 +133,12 @@ def gemm_object(cfg: GemmConfig, prefix: str = "kiln_sgemm") -> bytes:
     memo = (repr(cfg), prefix)
     if memo in _OBJECTS:
         return _OBJECTS[memo]
-    text = build_ir(cfg, prefix)
-    key = hashlib.sha256((text + repr(cfg)).encode()).hexdigest()[:16]
-    path = os.path.join(cache_dir(), f"{prefix}-{cfg.isa}-{key}.o")
+    path = os.path.join(cache_dir(), f"{prefix}-{cfg.isa}-{cache_key(cfg, prefix)}.o")
     if os.path.exists(path):
         with open(path, "rb") as fh:
             _OBJECTS[memo] = fh.read()
         return _OBJECTS[memo]
-    obj, _ = compile_object(text, cfg)
+    obj, _ = compile_object(build_ir(cfg, prefix), cfg)
     _OBJECTS[memo] = obj
     part = f"{path}.{os.getpid()}.part"  # publish atomically (parallel test workers)
     with open(part, "wb") as fh:
