@@ -28,6 +28,7 @@ import numpy as np
 from llvmlite import ir
 
 from .base import F32, I64, KernelBuilder, c64
+from ..llvm.elementwise import no_unroll_metadata
 from .im2col import _span
 
 #: output maps of at most this many pixels take the direct kernel (a 4x4 map; on 8x8 ones, where 16%
@@ -143,9 +144,17 @@ def _group(k, fma, xi, yi, wb, oc0, init, grp, pairs, c, plane, taps, nv, vb, la
         return accs
 
     accs = _carry_loop(b, c, [init[v] for _ in grp for v in range(nv)], "scc", step)
-    for jj, j in enumerate(grp):
+    # to Y through a tile on the stack: each pixel's vectors stored whole, then copied out by rows of
+    # channels (Y's rows, p apart) in a loop (unrolled stores of each lane made 2x the code)
+    tile = k.f.alloca(F32, c64(len(grp) * vb), name="sctile")
+    for jj in range(len(grp)):
         for v in range(nv):
-            _store_lanes(k, accs[jj * nv + v], yi, b.add(oc0, c64(v * lanes)), j, p, m, lanes, guard=m % vb != 0)
+            b.store(accs[jj * nv + v], b.bitcast(k.at(tile, jj * vb + v * lanes), vt.as_pointer()), align=4)
+    rows = k.f.min(c64(vb), b.sub(c64(m), oc0)) if m % vb else c64(vb)
+    with k.loop(rows, "scst") as ch:
+        yrow = k.at(yi, b.add(b.mul(b.add(oc0, ch), c64(p)), c64(grp[0])))
+        with k.loop(len(grp), "scsq") as jj:
+            k.store(k.load(tile, b.add(b.mul(jj, c64(vb)), ch)), yrow, jj)
 
 
 @contextmanager
@@ -170,19 +179,6 @@ def _bias_vector(k, bp, oc0, v, lanes, m, vb):
         val = b.select(inside, k.load(bp, k.f.min(oc, c64(m - 1))), ir.Constant(F32, 0.0))
         vals = b.insert_element(vals, val, ir.Constant(ir.IntType(32), lane))
     return vals
-
-
-def _store_lanes(k, acc, yi, ch0, j, p, m, lanes, guard):
-    """Lane l of ``acc`` to ``Y[ch0 + l, j]`` (rows ``p`` apart); with ``guard`` only channels < m."""
-    b = k.b
-    for lane in range(lanes):
-        ch = b.add(ch0, c64(lane))
-        val = b.extract_element(acc, ir.Constant(ir.IntType(32), lane))
-        if guard:
-            with b.if_then(b.icmp_signed("<", ch, c64(m))):
-                k.store(val, yi, b.add(b.mul(ch, c64(p)), c64(j)))
-        else:
-            k.store(val, yi, b.add(b.mul(ch, c64(p)), c64(j)))
 
 
 def splat(b: ir.IRBuilder, v, lanes: int):
@@ -211,7 +207,8 @@ def _carry_loop(b: ir.IRBuilder, count: int, init: list, name: str, step) -> lis
     i.add_incoming(nxt, end)
     for ph, v in zip(phis, new):
         ph.add_incoming(v, end)
-    b.cbranch(b.icmp_signed("<", nxt, c64(count)), body, done)
+    br = b.cbranch(b.icmp_signed("<", nxt, c64(count)), body, done)
+    br.set_metadata("llvm.loop", no_unroll_metadata(b.module))  # (the body is unrolled already)
     b.position_at_end(done)
     return new
 

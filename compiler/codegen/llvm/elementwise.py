@@ -14,9 +14,9 @@ from .target import Target, host_target
 I64 = ir.IntType(64)
 
 
-def _loop_id(module: ir.Module, option: str, value: ir.Constant) -> ir.MDValue:
-    """A loop ID (``!llvm.loop`` metadata) carrying one option."""
-    opt = module.add_metadata([ir.MetaDataString(module, option), value])
+def _loop_id(module: ir.Module, option: str, *value: ir.Constant) -> ir.MDValue:
+    """A loop ID (``!llvm.loop`` metadata) carrying one option (and its value, if it takes one)."""
+    opt = module.add_metadata([ir.MetaDataString(module, option), *value])
     loop_id = ir.values.MDValue(module, [], name=str(len(module.metadata)))
     loop_id.operands = (loop_id, opt)  # a loop ID refers to itself first
     return loop_id
@@ -32,6 +32,12 @@ def no_vectorize_metadata(module: ir.Module) -> ir.MDValue:
     """A loop ID that keeps the vectorizer off a loop (e.g. one over rows whose body is already
     vector code: vectorizing it would gather across rows)."""
     return _loop_id(module, "llvm.loop.vectorize.enable", ir.Constant(ir.IntType(1), 0))
+
+
+def no_unroll_metadata(module: ir.Module) -> ir.MDValue:
+    """A loop ID that keeps LLVM from unrolling a loop (e.g. one whose body is already unrolled vector
+    code: unrolling it again only makes compiling slower)."""
+    return _loop_id(module, "llvm.loop.unroll.disable")
 
 
 class _For:
