@@ -56,7 +56,7 @@ def _max_error(got, want) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="mlp,bert,mobilenetv2,resnet18,gpt2,vit")
+    ap.add_argument("--models", default="mlp,bert,mobilenetv2,resnet18,gpt2,vit,lstm,gru")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--no-inductor", action="store_true")

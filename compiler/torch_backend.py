@@ -22,6 +22,10 @@ What the backend does with each graph dynamo hands it (``kiln_backend``):
    function calling it straight instead (``last_report["direct"]``: no FX module or ``nn.Module``
    call around it per run).
 
+``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` run as Kiln's recurrent layers: importing this module (which
+``torch.compile(backend="kiln")`` does) turns on dynamo's ``allow_rnn``, so that it traces them
+into one call each, which ``frontends.torch.recurrent`` keeps whole (not unrolled step by step).
+
 Dynamo guards the shapes: a new input shape compiles again. Training (an input or parameter that
 needs gradients with grad mode on) is out of scope: such a graph runs in PyTorch, with a warning.
 
@@ -38,6 +42,23 @@ log = logging.getLogger("kiln")
 
 #: what the last call of the backend did: {"partitions": [...], "in_torch": {op: reason}, ...}
 last_report: dict = {}
+
+
+def _trace_recurrent_layers() -> None:
+    """Let dynamo trace ``nn.LSTM``/``GRU``/``RNN`` (``allow_rnn``; by default it breaks the graph
+    there and runs them in PyTorch), so that they reach the backend as one call each
+    (``frontends/torch/recurrent.py``). Done when this module is imported, which
+    ``torch.compile(backend="kiln")`` does before dynamo traces anything; without torch loaded,
+    nothing to do."""
+    import sys
+
+    if "torch" in sys.modules:
+        import torch._dynamo
+
+        torch._dynamo.config.allow_rnn = True
+
+
+_trace_recurrent_layers()
 
 
 def _frozen(gm, example_inputs) -> dict[int, Any]:
@@ -60,16 +81,23 @@ class _KilnPart:
         self.names = exe.input_names
 
     def __call__(self, *args):
-        import torch
+        from torch import from_numpy
 
-        feeds = {name: _array(args[i]) for name, i in zip(self.names, self.taken)}
-        outs = self.exe.run(feeds)
-        res = tuple(torch.from_numpy(outs[n]) for n in self.exe.output_names)
+        # positional (the executable's fast path checks each array's type, shape and layout)
+        outs = self.exe(*[_array(args[i]) for i in self.taken])
+        if len(self.exe.output_names) == 1:
+            res = (from_numpy(outs),)
+        else:
+            res = tuple(from_numpy(o) for o in outs)
         return res[0] if self.single else res
 
 
 def _array(t):
-    """A CPU tensor's data as a NumPy array (a view when it is contiguous)."""
+    """A CPU tensor's data as a NumPy array (a view; ``Executable`` copies a non-contiguous one)."""
+    try:
+        return t.numpy()  # (the common case: a CPU tensor that needs no gradient)
+    except (RuntimeError, TypeError):
+        pass
     if t.device.type != "cpu":
         t = t.cpu()
     if t.requires_grad:
@@ -140,11 +168,13 @@ def _compile_static(gm, example_inputs, opts: dict):
     from torch.fx.passes.operator_support import OperatorSupport
 
     from frontends.torch import import_fx, supported
+    from frontends.torch.recurrent import keep_recurrent
 
     from .driver import compile as kiln_compile
 
     last_report.clear()
     frozen = _frozen(gm, example_inputs)
+    keep_recurrent(gm)  # nn.LSTM/GRU/RNN as one op each (make_fx would unroll them step by step)
     with torch.no_grad():
         # functionalized: in-place ops (relu_, add_) become their pure forms, so the import stays SSA
         aten_gm = make_fx(torch.func.functionalize(gm, remove="mutations"),

@@ -480,3 +480,8 @@ LOWERINGS = {
 DTYPES = {torch.float32: DType.f32, torch.float64: DType.f64, torch.float16: DType.f16, torch.bfloat16: DType.bf16,
           torch.int64: DType.i64, torch.int32: DType.i32, torch.int16: DType.i16, torch.int8: DType.i8,
           torch.uint8: DType.u8, torch.bool: DType.bool}
+
+# nn.LSTM / GRU / RNN, kept whole as ``kiln::`` ops (``recurrent.py``; it uses ``Unsupported`` above)
+from .recurrent import LOWERINGS as _RECURRENT  # noqa: E402
+
+LOWERINGS.update(_RECURRENT)

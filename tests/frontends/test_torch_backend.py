@@ -118,7 +118,8 @@ def test_graph_breaks_and_new_shapes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt2", "llama", "resnet18", "vit", "unet", "swin", "yolo", "convnext"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "resnet18", "vit", "unet", "swin", "yolo", "convnext", "lstm", "gru",
+                                  "rnn"])
 def test_real_architectures(name):
     m, feeds, _ = archs.build(name, 2)
     args = [torch.from_numpy(v) for v in feeds.values()]
@@ -156,6 +157,15 @@ def test_the_entry_point_in_a_fresh_process():
             "    assert torch.allclose(y, m(x), atol=1e-6)\n"
             "import sys\n"
             "assert 'compiler.torch_backend' in sys.modules\n"
+            # an LSTM with no setting by the user: the backend lets dynamo trace it (allow_rnn)
+            "lstm = torch.nn.LSTM(4, 5, num_layers=2).eval()\n"
+            "x = torch.randn(7, 2, 4)\n"
+            "with torch.no_grad():\n"
+            "    (y, (h, c)), (wy, (wh, wc)) = torch.compile(lstm, backend='kiln')(x), lstm(x)\n"
+            "    assert torch.allclose(y, wy, atol=1e-5) and torch.allclose(c, wc, atol=1e-5)\n"
+            "import compiler.torch_backend as kt\n"
+            "assert torch._dynamo.config.allow_rnn\n"
+            "assert kt.last_report['in_torch'] == {} and len(kt.last_report['partitions']) == 1, kt.last_report\n"
             "print('ok')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
