@@ -20,7 +20,12 @@ def import_exported(ep, name: str = "model") -> Graph:
     import torch
     from torch._decomp import core_aten_decompositions
 
-    ep = ep.run_decompositions(core_aten_decompositions())
+    from .recurrent import ATEN_OPS
+
+    table = core_aten_decompositions()
+    for op in ATEN_OPS.values():  # recurrent layers kept whole: one Kiln op per layer, not a loop unrolled
+        table.pop(op, None)
+    ep = ep.run_decompositions(table)
     sig = ep.graph_signature
     owned = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
     tensors = {**ep.state_dict, **ep.constants}

@@ -5,7 +5,8 @@ Dynamo traces these modules (with ``torch._dynamo.config.allow_rnn``, which the 
 turns on) into one call of ``torch.lstm`` / ``torch.gru`` / ``torch.rnn_tanh`` / ``torch.rnn_relu``.
 ``keep_recurrent(gm)`` replaces those calls by the ops ``kiln::lstm`` etc. defined here (their
 PyTorch implementation calls the original; a fake one gives the shapes), which ``make_fx`` keeps
-whole; ``LOWERINGS`` lowers each to one Kiln ``LSTM``/``GRU``/``RNN`` per layer, in the ONNX
+whole (a ``torch.export`` program keeps ``aten.lstm.input`` etc. instead, left out of its
+decompositions); ``LOWERINGS`` lowers each to one Kiln ``LSTM``/``GRU``/``RNN`` per layer, in the ONNX
 conventions: the gates reordered (PyTorch's LSTM i, f, g, o to i, o, f, c; GRU r, z, n to z, r, h,
 with ``linear_before_reset``), both biases in B, a bidirectional layer as one op of two directions,
 and the states sliced per layer from PyTorch's ``[layers * directions, batch, hidden]``.
@@ -153,7 +154,12 @@ def _gates(a: np.ndarray, order: list[int]) -> np.ndarray:
     return np.concatenate([blocks[i] for i in order], axis=0)
 
 
-LOWERINGS = {torch.ops.kiln.lstm.default: _lower("lstm"), torch.ops.kiln.gru.default: _lower("gru"),
-             torch.ops.kiln.rnn_tanh.default: _lower("rnn_tanh"), torch.ops.kiln.rnn_relu.default: _lower("rnn_relu")}
+#: the ATen ops of the layers, which a ``torch.export`` program keeps when they are left out of the
+#: decomposition table (``exported.py``); their arguments are those of the ``kiln::`` ops
+ATEN_OPS = {"lstm": torch.ops.aten.lstm.input, "gru": torch.ops.aten.gru.input,
+            "rnn_tanh": torch.ops.aten.rnn_tanh.input, "rnn_relu": torch.ops.aten.rnn_relu.input}
 
-__all__ = ["LOWERINGS", "keep_recurrent"]
+LOWERINGS = {**{getattr(torch.ops.kiln, kind).default: _lower(kind) for kind in KINDS},
+             **{ATEN_OPS[kind]: _lower(kind) for kind in KINDS}}
+
+__all__ = ["ATEN_OPS", "LOWERINGS", "keep_recurrent"]
