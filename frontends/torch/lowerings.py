@@ -158,7 +158,28 @@ def _addmm(ctx, n):
 
 
 def _matmul(ctx, n):
-    return ctx.add("MatMul", [ctx.value(n.args[0]), ctx.value(n.args[1])])
+    a, b = ctx.value(n.args[0]), ctx.value(n.args[1])
+    if n.target == aten.bmm.default:
+        a4, b4 = _unfolded(a), _unfolded(b)
+        if a4 is not None and b4 is not None and a4.shape[:-2] == b4.shape[:-2]:
+            # matmul's decomposition folds the batch dims for bmm; multiplied unfolded, attention
+            # reads as it does from ONNX (and fuses into one kernel), the result folded as before
+            y = ctx.add("MatMul", [a4, b4])
+            return ctx.add("Reshape", [y, ctx.const(np.asarray([int(d) for d in ctx.meta_shape(n)], np.int64))])
+    return ctx.add("MatMul", [a, b])
+
+
+def _unfolded(v):
+    """``x`` when ``v`` is a Reshape of ``x`` that folds leading dims of ``x`` (rank 4 or more) into
+    one and keeps the last two, else None."""
+    node = v.producer
+    if node is None or node.op.name != "Reshape":
+        return None
+    x = node.inputs[0]
+    xs, vs = [int(d) for d in x.shape], [int(d) for d in v.shape]
+    if len(xs) < 4 or len(vs) != 3 or xs[-2:] != vs[-2:] or int(np.prod(xs[:-2])) != vs[0]:
+        return None
+    return x
 
 
 def _layer_norm(ctx, n):
@@ -228,7 +249,10 @@ def _hardtanh(ctx, n):
 
 def _expand(ctx, n):
     shape = [int(d) for d in ctx.meta_shape(n)]
-    return ctx.add("Expand", [ctx.value(n.args[0]), ctx.const(np.asarray(shape, np.int64))])
+    x = ctx.value(n.args[0])
+    if [int(d) for d in x.shape] == shape:  # (matmul's decomposition expands its operands to their
+        return x                            # own shapes: an Expand there hid attention from fusion)
+    return ctx.add("Expand", [x, ctx.const(np.asarray(shape, np.int64))])
 
 
 def _unsqueeze(ctx, n):

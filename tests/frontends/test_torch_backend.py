@@ -169,3 +169,20 @@ def test_the_entry_point_in_a_fresh_process():
             "print('ok')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+def test_attention_fuses_as_from_onnx():
+    """matmul's decomposition folds the heads into bmm's batch and expands the operands to their own
+    shapes; lowered unfolded (and the identity expands dropped), BERT's attention is one kernel per
+    layer, as from the ONNX export: the same kernel count."""
+    import compiler
+    from compiler.tools import zoo
+
+    m, inputs, _ = zoo.build("bert", seq=16)
+    args = [torch.from_numpy(v) for v in inputs]
+    with torch.no_grad():
+        _close(torch.compile(m.eval(), backend="kiln")(*args), m(*args), tol=1e-4)
+    (part,) = kt.last_report["partitions"]
+    onnx_exe = compiler.compile(zoo.export("bert", seq=16)[0], 2)
+    assert part["kernels"] == len(onnx_exe.kernels)
+    assert any({"MatMul", "Softmax"} <= set(k["ops"]) for k in onnx_exe.kernels)
