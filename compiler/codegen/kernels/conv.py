@@ -13,6 +13,9 @@ By shape:
 * **tiny output maps** (at most 16 pixels: 4x4, 2x2; one group, constant weights): a direct kernel
   vectorized over output channels, each pixel summed over its in-bounds taps only
   (``small_conv.py``; a 2x2 map of a padded 3x3 window has 4 of its 9 taps inside).
+* **3x3, stride 1, many tiles and channels** (ResNet's 56x56 and 28x28 stages; one group,
+  constant weights): Winograd F(4x4, 3x3) (``winograd.py``): 36 GEMMs of a quarter of the
+  arithmetic between an input and an output transform.
 * **1x1, stride 1, no padding**: a GEMM directly on the input, per image and group:
   ``Y[Mg, H*W] = W[Mg, Cg] @ X[Cg, H*W]``.
 * **one image and group**: ``Y[Mg, OH*OW] = W[Mg, K] @ col`` with the col matrix
@@ -48,6 +51,7 @@ from .packed_cols import emit_packed_cols, packed_cols_applies, scratch_floats
 from .prologue import ProloguePacker, prologue_reason
 from .small_conv import emit_small_conv, inside_taps, small_conv_applies, splat
 from .tile_epilogue import plan_tile_epilogue
+from .winograd import emit_winograd, winograd_applies
 
 
 #: the largest im2col matrix (bytes) made at once; a larger one is made by blocks of output rows
@@ -145,6 +149,12 @@ class Conv(Lowering):
                             kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te)
             if te is not None:
                 k.note("chain on each block of channels as it is computed")
+            return fused
+        if prologue is None and winograd_applies(n, g, w.const is not None, kh, kw, sh, sw, dh, dw, c, m, oh, ow):
+            te, fused = plan_tile_epilogue(k, y, epilogue, None, row_axis=1)
+            emit_winograd(k, x, np.asarray(w.const, np.float32), bias, y, n, c, h, wd, m, oh, ow, pt, pl, te)
+            if te is not None:
+                k.note("chain on each output channel's plane as it is computed")
             return fused
         kk, p = cg * kh * kw, oh * ow
         cfg = k.services.gemm_cfg
