@@ -16,6 +16,9 @@ from compiler.ir.interpreter import interpret
 
 from .test_kernels_linalg import Bench
 
+#: (these tests are of the GEMM paths)
+pytestmark = pytest.mark.usefixtures("gemm_conv_paths")
+
 
 def conv(t: Bench, x_shape, m, k, group=1, bias=True, const_w=True, **attrs):
     x = t.input(*x_shape)

@@ -65,6 +65,9 @@ def _bench():
     conv(t, (1, 16, 5, 5), 24, (5, 5), pads=(1, 1, 1, 1), strides=(2, 2))       # 2x2 of a 5x5/2
     conv(t, (1, 6, 11), 9, (3,), strides=(2,), pads=(1, 1))                      # 1-D: 6 wide
     conv(t, (1, 3, 4, 4), 2, (5, 5), pads=(3, 3, 3, 3), strides=(3, 3))         # windows mostly padding
+    conv(t, (1, 40, 7, 7), 36, (3, 3), pads=(1, 1, 1, 1))                      # a 7x7 map: 3 pixel groups
+    conv(t, (2, 48, 8, 8), 20, (1, 1), bias=False)                               # 8x8, the limit, 2 images
+    conv(t, (1, 24, 14, 14), 32, (3, 3), pads=(1, 1, 1, 1), strides=(2, 2))     # 7x7 of a stride 2
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
     return t
 
@@ -121,7 +124,7 @@ def test_fused_residual_chain_runs_on_each_block():
 
 def test_refusals_keep_the_gemm_paths():
     t = Bench()
-    conv(t, (1, 16, 5, 4), 24, (3, 3), pads=(1, 1, 1, 1))                 # 20 pixels: over the limit
+    conv(t, (1, 16, 9, 9), 24, (3, 3), pads=(1, 1, 1, 1))                 # 81 pixels: over the limit
     conv(t, (1, 16, 2, 2), 32, (3, 3), pads=(1, 1, 1, 1), group=2)        # groups
     conv(t, (1, 16, 2, 2), 32, (3, 3), pads=(1, 1, 1, 1), const_w=False)  # weights an input
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])

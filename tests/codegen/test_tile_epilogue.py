@@ -16,6 +16,9 @@ from compiler.ir.interpreter import interpret
 from compiler.ir.parser import parse
 from compiler.passes.fuse import FuseKernels
 
+#: (the convolutions here are of the GEMM paths)
+pytestmark = pytest.mark.usefixtures("gemm_conv_paths")
+
 RNG = np.random.default_rng(3)
 
 

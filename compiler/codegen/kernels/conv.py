@@ -10,7 +10,7 @@ By shape:
   split by row and column phase when strided, so that each tap is one shifted vector load; the
   outputs land ``rs`` (the plane's row length) apart and are compacted into Y's rows after. A fused
   chain runs on each output plane as soon as it is computed (one image).
-* **tiny output maps** (at most 16 pixels: 4x4, 2x2; one group, constant weights): a direct kernel
+* **small output maps** (at most 64 pixels: 8x8, 7x7, 4x4, 2x2; one group, constant weights): a direct kernel
   vectorized over output channels, each pixel summed over its in-bounds taps only
   (``small_conv.py``; a 2x2 map of a padded 3x3 window has 4 of its 9 taps inside).
 * **3x3, stride 1, many tiles and channels** (ResNet's 56x56 and 28x28 stages; one group,
@@ -143,18 +143,18 @@ class Conv(Lowering):
             if te is not None:
                 k.note("chain on each output plane as it is computed")
             return te is not None
+        if prologue is None and winograd_applies(n, g, w.const is not None, kh, kw, sh, sw, dh, dw, c, m, oh, ow):
+            te, fused = plan_tile_epilogue(k, y, epilogue, None, row_axis=1)
+            emit_winograd(k, x, np.asarray(w.const, np.float32), bias, y, n, c, h, wd, m, oh, ow, pt, pl, te)
+            if te is not None:
+                k.note("chain on each output channel's plane as it is computed")
+            return fused
         if prologue is None and small_conv_applies(n, g, oh * ow, w.const is not None):
             te, fused = plan_tile_epilogue(k, y, epilogue, None, row_axis=1)
             emit_small_conv(k, x, np.asarray(w.const, np.float32).reshape(m, c, kh, kw), bias, y, n, c, h, wd, m,
                             kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te)
             if te is not None:
                 k.note("chain on each block of channels as it is computed")
-            return fused
-        if prologue is None and winograd_applies(n, g, w.const is not None, kh, kw, sh, sw, dh, dw, c, m, oh, ow):
-            te, fused = plan_tile_epilogue(k, y, epilogue, None, row_axis=1)
-            emit_winograd(k, x, np.asarray(w.const, np.float32), bias, y, n, c, h, wd, m, oh, ow, pt, pl, te)
-            if te is not None:
-                k.note("chain on each output channel's plane as it is computed")
             return fused
         kk, p = cg * kh * kw, oh * ow
         cfg = k.services.gemm_cfg

@@ -1,11 +1,14 @@
-"""Convolutions with a tiny output map (at most ``SMALL_PIXELS`` output pixels: ResNet-18's 2x2 and
-4x4 stages at 64x64 input; one group, constant weights) as a direct kernel: vectors of output
-channels, each output pixel summed over its in-bounds taps only.
+"""Convolutions with a small output map (at most ``SMALL_PIXELS`` output pixels: ResNet-50's, Inception's
+and MobileNetV2's 7x7 stages, ResNet-18's 2x2 and 4x4 ones at 64x64 input; one group, constant
+weights) as a direct kernel: vectors of output channels, each output pixel summed over its
+in-bounds taps only.
 
 On such maps most taps of a padded 3x3 window fall outside the input: on a 2x2 map each pixel reads
 4 of its 9 taps, on a 4x4 map 100 of the 144. The GEMM paths multiply those taps' zeros all the
 same (the col matrix has them), and on 4 pixels the GEMM's register tile is mostly padding; this
-kernel does only the products that count. Its form, for each block of ``VB`` output channels
+kernel does only the products that count. On 7x7 and 8x8 maps (49 pixels fill 2 of a GEMM's
+32-column panels to 77%) the same form, the output channels in the vector lanes, wins too: it is
+how ONNX Runtime's NCHWc convolutions compute. Its form, for each block of ``VB`` output channels
 (``nv`` vectors of W lanes) and each group of output pixels (as many as its accumulators fit the
 vector registers)::
 
@@ -31,9 +34,13 @@ from .base import F32, I64, KernelBuilder, c64
 from ..llvm.elementwise import no_unroll_metadata
 from .im2col import _span
 
-#: output maps of at most this many pixels take the direct kernel (a 4x4 map; on 8x8 ones, where 16%
-#: of a padded 3x3 window's taps are outside, the GEMM measured 1.7x faster on 2 threads)
-SMALL_PIXELS = 16
+#: output maps of at most this many pixels take the direct kernel (an 8x8 map). Measured against the
+#: GEMM paths (benchmarks/conv_kernels.py, 2 threads, AMD EPYC Zen 4): ResNet-50's 3x3 512 on 7x7
+#: 1.71 -> 0.85 ms (ONNX Runtime 0.99), its 1x1 512->2048 0.63 -> 0.47, DenseNet's 3x3 128->32 on 7x7
+#: 0.033 -> 0.015; whole models ResNet-50 -8%, Inception-v1 -7%, MobileNetV2 -8%, DenseNet-121 -1%.
+#: On 14x14 maps it still won on most shapes (1x1 1024->256 0.61 -> 0.46 ms), but the unrolled
+#: pixel groups doubled the compile time of Inception and SqueezeNet: the GEMM keeps those.
+SMALL_PIXELS = 64
 
 #: multiply-adds per parallel task at least
 MIN_TASK_MACS = 1 << 16
