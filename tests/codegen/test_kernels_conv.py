@@ -312,3 +312,26 @@ def test_conv_parallel_paths():
     conv(t, (2, 32, 30, 30), 64, (3, 3), pads=(1, 1, 1, 1))                  # images in sequence, parallel GEMMs
     conv(t, (1, 64, 24, 24), 64, (3, 3), group=2, pads=(1, 1, 1, 1), strides=(1, 2))  # groups in sequence
     t.run()
+
+
+def test_strided_1x1_subsamples_then_multiplies():
+    """A strided 1x1 conv without padding, one image and group, on planes too big for the packer to
+    read itself: the pixels it reads are subsampled into a [C, OH*OW] matrix, then one GEMM (no
+    padded phase planes); with padding, or planes the packer reads, the other paths."""
+    from compiler.codegen.kernels.testing import build_kernels
+
+    t = Bench()
+    conv(t, (1, 32, 40, 40), 24, (1, 1), strides=(2, 2))                 # ResNet's downsampling
+    conv(t, (1, 24, 41, 39), 16, (1, 1), strides=(2, 2), bias=False)     # odd sizes: the last row/column read
+    conv(t, (1, 40, 45, 34), 8, (1, 1), strides=(3, 2))                  # unequal strides
+    conv(t, (1, 32, 40, 40), 24, (1, 1), strides=(2, 2), pads=(1, 1, 1, 1))  # padding: not this path
+    conv(t, (1, 16, 16, 16), 32, (1, 1), strides=(2, 2))                 # small: the packer reads the input
+    t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
+    _, _, plan = build_kernels(t.g, host_target())
+    subsampled = ["1x1 strided: the pixels subsampled, then a GEMM on them" in k.notes for _, k in plan]
+    assert subsampled == [True, True, True, False, False], [k.notes for _, k in plan]
+    want = interpret(t.g, t.feed)
+    for threads in (1, 2, 3):
+        got = run_kernels(t.g, t.feed, nthreads=threads)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want[name]).max()))

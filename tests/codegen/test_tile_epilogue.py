@@ -74,6 +74,7 @@ RESIDUAL = """  %1 = Add(%0, %r) : f32{y}
     ([1, 8, 9, 30], 12, 3, "{pads=[1, 1, 1, 1]}"),                 # im2col, rows wider than a panel
     ([1, 64, 3, 30], 160, 3, "{pads=[1, 1, 1, 1]}"),               # K > KC and M > MC: several blocks (8 tiles: not Winograd)
     ([2, 8, 9, 9], 16, 1, "{}"),                                     # 1x1 on the input, batch 2
+    ([1, 32, 40, 40], 24, 1, "{strides=[2, 2]}"),                   # 1x1/2: subsampled, then the GEMM
     ([1, 6, 13, 13], 10, 3, "{pads=[1, 1, 1, 1], strides=[2, 2]}"),  # strided (column phases)
     ([2, 8, 7, 7], 8, 3, "{pads=[1, 1, 1, 1], group=2}"),            # groups
 ])
