@@ -335,3 +335,25 @@ def test_strided_1x1_subsamples_then_multiplies():
         got = run_kernels(t.g, t.feed, nthreads=threads)
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want[name]).max()))
+
+
+def test_a_few_panels_are_packed_first():
+    """One image and group whose pixels fill a few of the GEMM's panels (at most ``PREPACK_PANELS``;
+    13x13 and 12x12 maps fill 8 or fewer at NR 24 or 32): the threads pack all panels of the col
+    matrix first and the GEMM multiplies them pre-packed (its threads split such a product by rows
+    and would each pack every block again); wider maps keep the GEMM's requests."""
+    from compiler.codegen.kernels.testing import build_kernels
+
+    t = Bench()
+    conv(t, (1, 64, 26, 26), 40, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1))  # 13x13: ResNet's 3x3/2
+    conv(t, (1, 48, 12, 12), 30, (3, 3), pads=(1, 0, 1, 2), bias=False)     # 12x13, asymmetric
+    conv(t, (1, 20, 40, 40), 24, (3, 3), pads=(1, 1, 1, 1))                  # 1600 pixels: block by block
+    t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
+    _, _, plan = build_kernels(t.g, host_target())
+    first = ["B's panels packed by the threads before the GEMM" in k.notes for _, k in plan]
+    assert first == [True, True, False], [k.notes for _, k in plan]
+    want = interpret(t.g, t.feed)
+    for threads in (1, 2, 3):
+        got = run_kernels(t.g, t.feed, nthreads=threads)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want[name]).max()))
