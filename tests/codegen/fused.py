@@ -33,3 +33,24 @@ def check_native(g, feeds, want, threads=(1, 2), rtol=1e-5):
         for name, ref in want.items():
             np.testing.assert_allclose(got[name], ref, rtol=rtol, atol=rtol * max(1.0, float(np.abs(ref).max())),
                                        err_msg=f"{name}, {t} thread(s)")
+
+
+def residual_block(n: int, c: int, hw: int, scale: float, seed: int = 3):
+    """A ResNet block's second conv (3x3, ``c`` channels on ``hw x hw`` maps, ``n`` images) with the
+    residual Add and Relu, fused: (the graph, the inputs, the interpreter's outputs before fusion);
+    the fusion made it one epilogue kernel."""
+    t = f"f32[{n},{c},{hw},{hw}]"
+    text = f"""graph @g(%x: {t}, %r: {t}) -> (y: {t}) {{
+  %w = const f32[{c},{c},3,3]
+  %b = const f32[{c}]
+  %0 = Conv(%x, %w, %b) {{kernel_shape=[3, 3], pads=[1, 1, 1, 1]}} : {t}
+  %1 = Add(%0, %r) : {t}
+  %2 = Relu(%1) : {t}
+  return y=%2
+}}"""
+    rng = np.random.default_rng(seed)
+    weights = {"w": (rng.standard_normal((c, c, 3, 3)) / scale).astype(np.float32),
+               "b": rng.standard_normal(c).astype(np.float32)}
+    g, _, feeds, want = fuse(text, weights, rng)
+    assert [node.op.kind for node in g.nodes] == ["epilogue"]
+    return g, feeds, want

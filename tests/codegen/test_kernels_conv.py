@@ -326,10 +326,11 @@ def test_strided_1x1_subsamples_then_multiplies():
     conv(t, (1, 40, 45, 34), 8, (1, 1), strides=(3, 2))                  # unequal strides
     conv(t, (1, 32, 40, 40), 24, (1, 1), strides=(2, 2), pads=(1, 1, 1, 1))  # padding: not this path
     conv(t, (1, 16, 16, 16), 32, (1, 1), strides=(2, 2))                 # small: the packer reads the input
+    conv(t, (1, 1, 200, 150), 1, (1, 1), strides=(2, 2))                  # one channel in and out
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
     _, _, plan = build_kernels(t.g, host_target())
     subsampled = ["1x1 strided: the pixels subsampled, then a GEMM on them" in k.notes for _, k in plan]
-    assert subsampled == [True, True, True, False, False], [k.notes for _, k in plan]
+    assert subsampled == [True, True, True, False, False, True], [k.notes for _, k in plan]
     want = interpret(t.g, t.feed)
     for threads in (1, 2, 3):
         got = run_kernels(t.g, t.feed, nthreads=threads)
@@ -339,7 +340,7 @@ def test_strided_1x1_subsamples_then_multiplies():
 
 def test_a_few_panels_are_packed_first():
     """One image and group whose pixels fill a few of the GEMM's panels (at most ``PREPACK_PANELS``;
-    13x13 and 12x12 maps fill 8 or fewer at NR 24 or 32): the threads pack all panels of the col
+    13x13 and 12x13 maps fill 8 or fewer at AVX2's or AVX-512's NR, 24 or 32): the threads pack all panels of the col
     matrix first and the GEMM multiplies them pre-packed (its threads split such a product by rows
     and would each pack every block again); wider maps keep the GEMM's requests."""
     from compiler.codegen.kernels.testing import build_kernels
@@ -349,9 +350,14 @@ def test_a_few_panels_are_packed_first():
     conv(t, (1, 48, 12, 12), 30, (3, 3), pads=(1, 0, 1, 2), bias=False)     # 12x13, asymmetric
     conv(t, (1, 20, 40, 40), 24, (3, 3), pads=(1, 1, 1, 1))                  # 1600 pixels: block by block
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
+    from compiler.codegen.gemm.config import model_config
+    from compiler.codegen.kernels.conv import PREPACK_PANELS
+
     _, _, plan = build_kernels(t.g, host_target())
+    nr = model_config(host_target()).NR  # (the host's: no vector width assumed)
+    expect = [-(-int(np.prod(v.shape[2:])) // nr) <= PREPACK_PANELS for v in t.outs]
     first = ["B's panels packed by the threads before the GEMM" in k.notes for _, k in plan]
-    assert first == [True, True, False], [k.notes for _, k in plan]
+    assert first == expect and expect[2] is False, [k.notes for _, k in plan]
     want = interpret(t.g, t.feed)
     for threads in (1, 2, 3):
         got = run_kernels(t.g, t.feed, nthreads=threads)

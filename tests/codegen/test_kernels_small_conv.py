@@ -11,7 +11,7 @@ from compiler.codegen.kernels.testing import build_kernels, run_kernels
 from compiler.codegen.llvm.target import host_target, target_for
 from compiler.ir.interpreter import interpret
 
-from .fused import check_native, fuse
+from .fused import check_native, residual_block
 from .test_kernels_conv import conv
 from .test_kernels_linalg import Bench
 
@@ -104,19 +104,7 @@ def test_the_same_bits_on_any_thread_count():
 def test_fused_residual_chain_runs_on_each_block():
     """A BasicBlock's second conv with the residual Add and Relu: one kernel, the chain on each
     block of channels as it is computed."""
-    text = """graph @g(%x: f32[1,128,2,2], %r: f32[1,128,2,2]) -> (y: f32[1,128,2,2]) {
-  %w = const f32[128,128,3,3]
-  %b = const f32[128]
-  %0 = Conv(%x, %w, %b) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]} : f32[1,128,2,2]
-  %1 = Add(%0, %r) : f32[1,128,2,2]
-  %2 = Relu(%1) : f32[1,128,2,2]
-  return y=%2
-}"""
-    rng = np.random.default_rng(3)
-    weights = {"w": (rng.standard_normal((128, 128, 3, 3)) / 30).astype(np.float32),
-               "b": rng.standard_normal(128).astype(np.float32)}
-    g, _, feeds, want = fuse(text, weights, rng)
-    assert [n.op.kind for n in g.nodes] == ["epilogue"]
+    g, feeds, want = residual_block(1, 128, 2, 30)
     _, _, plan = build_kernels(g, host_target())
     assert "chain on each block of channels as it is computed" in plan[0][1].notes, plan[0][1].notes
     check_native(g, feeds, want, threads=(1, 2, 3), rtol=1e-4)

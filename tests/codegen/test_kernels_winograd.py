@@ -12,7 +12,7 @@ from compiler.codegen.kernels.testing import build_kernels, run_kernels
 from compiler.codegen.llvm.target import host_target, target_for
 from compiler.ir.interpreter import interpret
 
-from .fused import check_native, fuse
+from .fused import check_native, residual_block
 from .test_kernels_conv import conv
 from .test_kernels_linalg import Bench
 
@@ -132,21 +132,9 @@ def test_batches_by_blocks_of_images(monkeypatch):
 
 
 def test_fused_residual_chain_runs_on_each_plane():
-    """A ResNet block's second conv with the residual Add and Relu: one kernel, the chain on each
-    output channel's plane as the output transform writes it."""
-    text = """graph @g(%x: f32[1,64,20,20], %r: f32[1,64,20,20]) -> (y: f32[1,64,20,20]) {
-  %w = const f32[64,64,3,3]
-  %b = const f32[64]
-  %0 = Conv(%x, %w, %b) {kernel_shape=[3, 3], pads=[1, 1, 1, 1]} : f32[1,64,20,20]
-  %1 = Add(%0, %r) : f32[1,64,20,20]
-  %2 = Relu(%1) : f32[1,64,20,20]
-  return y=%2
-}"""
-    rng = np.random.default_rng(3)
-    weights = {"w": (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32),
-               "b": rng.standard_normal(64).astype(np.float32)}
-    g, _, feeds, want = fuse(text, weights, rng)
-    assert [n.op.kind for n in g.nodes] == ["epilogue"]
+    """A ResNet block's second conv with the residual Add and Relu (2 images): one kernel, the chain
+    on each output channel's plane as the output transform writes it."""
+    g, feeds, want = residual_block(2, 64, 20, 24)
     _, _, plan = build_kernels(g, host_target())
     notes = plan[0][1].notes
     assert notes[0].startswith("Winograd") and "chain on each output channel's plane as it is computed" in notes
