@@ -60,7 +60,8 @@ def check(got, want, k):
 
 SHAPES = [(1, 1, 1), (1, 512, 784), (2, 3, 4), (7, 13, 5), (13, 1, 9), (1, 37, 300), (5, 17, 1),
           (64, 100, 147), (100, 33, 300), (129, 257, 65), (12, 32, 16), (31, 49, 64),
-          (3, 1500, 40), (9, 1500, 40)]  # B read in place / packed for a small M
+          (3, 1500, 40), (9, 1500, 40),  # B read in place / packed for a small M
+          (40, 1500, 40), (17, 2100, 33)]  # read in place on AVX-512 (rows far apart), packed on AVX2
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)

@@ -408,12 +408,12 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         brs, bcs = b.select(tb_t, one, ldb), b.select(tb_t, ldb, one)
         apacked = b.icmp_signed("==", ta, ir.Constant(I32, 2))
         bpacked = b.icmp_signed("==", tb, ir.Constant(I32, 2))
-        # B read in place (no packing) for tiny M, unless its rows are far apart (then the
-        # NR-wide column stripes touch a new page per k and packing wins; measured)
+        # B read in place (no packing) for small M, unless its rows are far apart (then the
+        # NR-wide column stripes touch a new page per k and packing may win: per ISA, measured)
         bdirect = b.and_(b.and_(b.icmp_signed("==", tb, ir.Constant(I32, 0)), b.not_(has_pb)),
                          b.and_(b.icmp_signed("<=", M, c64(cfg.direct_b_max_m)),
                                 b.or_(b.icmp_signed("<=", M, c64(4)),
-                                      b.icmp_signed("<=", ldb, c64(1024)))))
+                                      b.icmp_signed("<=", ldb, c64(cfg.direct_b_max_ldb)))))
         # threads
         T = b.sext(nth, I64)
         T = f.min(f.max(T, one), c64(cfg.max_threads))
