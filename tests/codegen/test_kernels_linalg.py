@@ -128,3 +128,57 @@ def test_refusals():
     for v, words in ((z, "static"), (ez, "empty")):
         low, why = lowering_for(KernelGroup.of([v.producer]))
         assert low is None and words in why, why
+
+
+def _product_graph(m, n, k, *, gemm=False, trans_a=False, batch=()):
+    """One Gemm (A transposed when asked, constant B as a Linear layer's) or MatMul with a constant
+    B: (the graph, its input)."""
+    g = Graph("p")
+    a_shape = (k, m) if trans_a else tuple(batch) + (m, k)
+    a = g.add_input("a", TensorType(DType.f32, a_shape))
+    if gemm:
+        y = g.add(la.Gemm(transA=int(trans_a), transB=1), a, g.add_constant(rand(n, k)), g.add_constant(rand(n)))
+    else:
+        y = g.add(la.MatMul(), a, g.add_constant(rand(k, n)))
+    g.set_outputs([y], ["y"])
+    return g, {"a": rand(*a_shape)}
+
+
+def _notes(g, nthreads=2):
+    import compiler
+
+    exe = compiler.compile(g, opt_level=0, nthreads=nthreads)
+    return exe, [note for kern in exe.kernels for note in kern["notes"]]
+
+
+def test_a_packed_by_the_threads_first():
+    """A product split into column tasks has its (non-constant) A packed once, by the threads, before
+    the GEMM; the numbers are the interpreter's on 1-3 threads (a partial last panel of rows, A
+    transposed, a linear layer's batch folded into the rows)."""
+    from compiler.codegen.gemm.config import model_config
+    from compiler.codegen.llvm.target import host_target
+
+    cfg = model_config(host_target())
+    m = 4 * cfg.MR + 3  # rows past the last whole panel
+    n = 3 * cfg.NR + 5
+    for kw in ({}, {"gemm": True}, {"gemm": True, "trans_a": True}, {"batch": (2,)}):
+        g, feed = _product_graph(m, n, 70, **kw)
+        want = interpret(g, feed)["y"]
+        exe, notes = _notes(g)
+        assert "A packed by the threads before the GEMM" in notes, (kw, notes)
+        for t in (1, 2, 3):
+            got = run_kernels(g, feed, nthreads=t)["y"]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()), err_msg=f"{kw} {t}")
+
+
+def test_a_not_packed_first_where_the_gemm_packs_it_once():
+    """Refusals: one panel of rows, one panel of columns, a product too small to split."""
+    from compiler.codegen.gemm.config import model_config
+    from compiler.codegen.llvm.target import host_target
+
+    cfg = model_config(host_target())
+    for m, n, k in [(cfg.MR, 8 * cfg.NR, 300), (60, cfg.NR, 300), (2 * cfg.MR, 2 * cfg.NR, 2)]:
+        g, feed = _product_graph(m, n, k)
+        _, notes = _notes(g)
+        assert "A packed by the threads before the GEMM" not in notes, (m, n, k)
+        np.testing.assert_allclose(run_kernels(g, feed)["y"], interpret(g, feed)["y"], rtol=1e-4, atol=1e-3)
