@@ -175,14 +175,6 @@ class Services:
             ir.Function(self.module, ir.FunctionType(t.return_type, list(t.args) + [PTR, PTR]), "kiln_sgemm_ep")
         return self.module.globals["kiln_sgemm_ep"]
 
-    def sgemm_pack_a(self) -> ir.Function:
-        """``void kiln_sgemm_pack_a(int32 ta, i64 M, i64 K, const float *A, i64 lda, float *Ap)``: A's
-        MR-row panels, as ``sgemm`` takes them with ``ta`` = 2."""
-        self.sgemm()
-        if "kiln_sgemm_pack_a" not in self.module.globals:
-            ir.Function(self.module, ir.FunctionType(VOID, [I32, I64, I64, PTR, I64, PTR]), "kiln_sgemm_pack_a")
-        return self.module.globals["kiln_sgemm_pack_a"]
-
     def sgemm_cb(self) -> ir.Function:
         """``int32 kiln_sgemm_cb(..., nthreads, ep, epctx, pb, pbctx)``: ``sgemm_ep`` whose B blocks the
         caller packs: ``void pb(void *pbctx, i64 p0, i64 kc, i64 j0, i64 nc, float *dst)``."""

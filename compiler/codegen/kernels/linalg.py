@@ -115,8 +115,6 @@ class Gemm(Lowering):
             ap, ta, lda = k.weight(k.services.pack_a(am)), 2, kk
         else:
             ap, ta, lda = k.ptr(a), int(op.transA), int(a.shape[1])
-            if pack_a_first(m, n, kk, k):
-                ap, ta, lda = _pack_a(k, ap, m, kk, lda, ta), 2, kk
         call_sgemm(k, ta, tb, m, n, kk, float(op.alpha), ap, lda, bp, ldb, beta, yp, n,
                    epilogue=te.call_args([], c64(0)) if te is not None else None)
         return fused
@@ -199,8 +197,6 @@ class MatMul(Lowering):
                 ap, ta = k.weight(k.services.pack_a(a.const.reshape(mm, kk))), 2
             else:
                 ap, ta = k.ptr(a), 0
-                if pack_a_first(mm, n, kk, k):
-                    ap, ta = _pack_a(k, ap, mm, kk, kk, 0), 2
             call_sgemm(k, ta, tb, mm, n, kk, 1.0, ap, kk, bp, n, 0.0, yp, n,
                        epilogue=te.call_args([], c64(0)) if te is not None else None)
             return fused
@@ -241,48 +237,6 @@ class MatMul(Lowering):
 
         gemm_loop(k, nb, nb > 1 and 2 * m * n * kk < TASK_MAX_FLOPS, one, "batch")
         return fused
-
-
-#: A (not a constant) is packed by the threads before the GEMM when the GEMM may split the product
-#: by columns: each of its column tasks packs the rows of A it multiplies, all of them when it
-#: splits by columns only. Measured on 2 threads (AMD EPYC Zen 4), B packed at compile time: BERT's
-#: FFN down-projection 128x1024 @ 1024x256 0.416 -> 0.356 ms (ONNX Runtime 0.340), the model -8 to
-#: -11%; the MLP at batch 64 (64x784 @ 784x512, ...) -9 to -12%. At least this many panels of columns:
-PACK_A_MIN_N = 2
-#: ... and A at most this big (a larger A is a product of many rows, which the GEMM splits by rows)
-PACK_A_BUDGET = 4 << 20
-
-
-def pack_a_first(m: int, n: int, kk: int, k: KernelBuilder) -> bool:
-    """Whether a product ``[m, kk] @ [kk, n]`` with a non-constant A has A packed by the threads
-    first (``_pack_a``): more than one panel of rows, split among threads (not inside a task), a
-    product the GEMM splits (``par_min_flops``), ``n`` at least ``PACK_A_MIN_N`` panels and A within
-    ``PACK_A_BUDGET``."""
-    cfg = k.services.gemm_cfg
-    inside_task = isinstance(k.nthreads, ir.Constant)
-    return (not inside_task and m > cfg.MR and n >= PACK_A_MIN_N * cfg.NR and m * kk * 4 <= PACK_A_BUDGET
-            and 2.0 * m * n * kk >= cfg.par_min_flops)
-
-
-#: elements of A each packing task copies at least
-PACK_A_MIN_ELEMENTS = 1 << 14
-
-
-def _pack_a(k: KernelBuilder, ap: ir.Value, m: int, kk: int, lda: int, ta: int) -> ir.Value:
-    """A (``[m, kk]``, row stride ``lda``; ``ta`` 1: stored transposed) packed into MR-row panels in
-    scratch by the threads, a range of panels each; the buffer, for ``sgemm`` with ``ta`` = 2."""
-    mr = k.services.gemm_cfg.MR
-    panels = -(-m // mr)
-    buf = k.scratch(panels * mr * kk * 4)
-    k.note("A packed by the threads before the GEMM")
-    with k.parallel_for(panels, min_per_task=max(1, -(-PACK_A_MIN_ELEMENTS // (mr * kk)))) as (lo, hi):
-        b = k.b
-        r0 = b.mul(lo, c64(mr))
-        rows = b.sub(k.f.min(b.mul(hi, c64(mr)), c64(m)), r0)
-        src = k.at(k.again(ap), r0 if ta == 1 else b.mul(r0, c64(lda)))
-        b.call(k.services.sgemm_pack_a(), [_i32(ta), rows, c64(kk), src, c64(lda),
-                                           k.at(k.again(buf), b.mul(r0, c64(kk)))])
-    return buf
 
 
 #: GEMMs of fewer flops than this, in a loop (a batched MatMul, a grouped conv), may run as tasks
