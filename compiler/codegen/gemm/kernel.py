@@ -165,7 +165,12 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                             b.store(b.load(f.at(rowp[r], col), align=4),
                                     f.at(d, b.add(b.mul(p, c64(MR)), c64(r))), align=4)
                 with otherwise:
-                    with f.loop(0, kc, 1, "p") as p:
+                    kv = c64(0)
+                    if MR <= self.W:  # the same, the rows past the last zeros (a batch-1 product's one row)
+                        kv = b.select(b.icmp_signed("==", acs, c64(1)), b.mul(b.sdiv(kc, c64(self.W)), c64(self.W)),
+                                      c64(0))
+                        self._pack_a_rows(f, rowp, p0, kv, d, rows)
+                    with f.loop(kv, kc, 1, "p") as p:
                         col = b.mul(b.add(p0, p), acs)
                         for r in range(MR):
                             v = b.load(f.at(rowp[r], col), align=4)
@@ -218,11 +223,12 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         b.ret_void()
         return fn
 
-    def _pack_a_rows(self, f, rowp, p0, kv, d):
-        """A full MR-row panel's first ``kv`` k-steps (a multiple of W; A's rows contiguous along k):
+    def _pack_a_rows(self, f, rowp, p0, kv, d, rows=None):
+        """An MR-row panel's first ``kv`` k-steps (a multiple of W; A's rows contiguous along k):
         W k-steps of each row loaded as one vector, the MR vectors (and W - MR of zeros) transposed
         with shuffles, and each k-step's MR values stored with a masked store (BERT's 128x1024
-        activations: 1.6 -> about 0.3 cycles a value)."""
+        activations: 1.6 -> about 0.3 cycles a value). ``rows`` (an i64 value): a partial panel,
+        its rows from ``rows`` on zeros (their pointers are clamped to a valid row)."""
         W, MR = self.W, self.MR
         b = f.b
         mask_ty = ir.VectorType(I1, W)
@@ -231,7 +237,10 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         zero = ir.Constant(self.vec, [0.0] * W)
         with f.loop(0, kv, W, "pv") as p:
             k0 = b.add(p0, p)
-            cols = self._transpose(b, [self.vload(f, rowp[r], k0) for r in range(MR)] + [zero] * (W - MR))
+            vecs = [self.vload(f, rowp[r], k0) for r in range(MR)]
+            if rows is not None:
+                vecs = [v if r == 0 else b.select(b.icmp_signed("<", c64(r), rows), v, zero) for r, v in enumerate(vecs)]
+            cols = self._transpose(b, vecs + [zero] * (W - MR))
             for q in range(W):
                 ptr = b.bitcast(f.at(d, b.mul(b.add(p, c64(q)), c64(MR))), self.vecp)
                 b.call(mstore, [cols[q], ptr, ir.Constant(I32, 4), mask])
