@@ -152,12 +152,13 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
             for r in range(MR):
                 rr = f.min(c64(r), b.sub(rows, c64(1)))
                 rowp.append(f.at(Ap, b.mul(b.add(b.add(i0, ii), rr), ars)))
+            # rows along k: the first kv k-steps W at a time, transposed in registers (_pack_a_rows)
+            vectors = MR <= self.W
+            kv = (b.select(b.icmp_signed("==", acs, c64(1)), b.mul(b.sdiv(kc, c64(self.W)), c64(self.W)), c64(0))
+                  if vectors else c64(0))
             with f.if_else(b.icmp_signed("==", rows, c64(MR)), "afull") as (then, otherwise):
                 with then:
-                    kv = c64(0)
-                    if MR <= self.W:  # rows along k: W k-steps at a time, transposed in registers
-                        kv = b.select(b.icmp_signed("==", acs, c64(1)), b.mul(b.sdiv(kc, c64(self.W)), c64(self.W)),
-                                      c64(0))
+                    if vectors:
                         self._pack_a_rows(f, rowp, p0, kv, d)
                     with f.loop(kv, kc, 1, "p") as p:
                         col = b.mul(b.add(p0, p), acs)
@@ -165,10 +166,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                             b.store(b.load(f.at(rowp[r], col), align=4),
                                     f.at(d, b.add(b.mul(p, c64(MR)), c64(r))), align=4)
                 with otherwise:
-                    kv = c64(0)
-                    if MR <= self.W:  # the same, the rows past the last zeros (a batch-1 product's one row)
-                        kv = b.select(b.icmp_signed("==", acs, c64(1)), b.mul(b.sdiv(kc, c64(self.W)), c64(self.W)),
-                                      c64(0))
+                    if vectors:  # the rows past the last zeros (a batch-1 product's one row)
                         self._pack_a_rows(f, rowp, p0, kv, d, rows)
                     with f.loop(kv, kc, 1, "p") as p:
                         col = b.mul(b.add(p0, p), acs)
