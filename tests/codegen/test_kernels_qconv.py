@@ -29,13 +29,30 @@ CASES = [((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1))), ((2, 5, 9, 8), (
          # and channels not a multiple of 4; and the im2col path for many channels on a small image
          ((2, 6, 8, 8), (20, 6, 1, 1), {}), ((1, 5, 9, 9), (3, 5, 1, 1), {}), ((1, 3, 4, 4), (260, 3, 1, 1), {}),
          # the same path on size-1 axes (one pixel, one channel) and on no input channels (K = 0)
-         ((3, 1, 1, 1), (2, 1, 1, 1), {}), ((2, 0, 3, 3), (4, 0, 1, 1), {})]
+         ((3, 1, 1, 1), (2, 1, 1, 1), {}), ((2, 0, 3, 3), (4, 0, 1, 1), {}),
+         # other shapes as W x cols (output pixels filling 64-pixel panels, the input packed per
+         # tap): padding with channels not a multiple of 4, stride 2 over two images, dilation and a
+         # 1x1 with padding; 7x7 of stride 2 on 3 channels (a stem)
+         ((1, 5, 8, 8), (6, 5, 3, 3), dict(pads=(1, 1, 1, 1))),
+         ((2, 4, 16, 16), (3, 4, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
+         ((1, 3, 10, 10), (4, 3, 3, 3), dict(dilations=(2, 2), pads=(1, 1, 1, 1))),
+         ((1, 8, 6, 6), (5, 8, 1, 1), dict(pads=(1, 1, 1, 1))),
+         ((1, 3, 15, 15), (7, 3, 7, 7), dict(strides=(2, 2), pads=(3, 3, 3, 3)))]
 TYPES = [(DType.u8, DType.i8), (DType.i8, DType.i8), (DType.u8, DType.u8)]
 
 
 def _ints(rng, dt, shape):
     lo, hi = (-128, 128) if dt is DType.i8 else (0, 256)
     return rng.integers(lo, hi, shape).astype(dt.np)
+
+
+def _transposed(n) -> bool:
+    """Whether ``n`` takes the W x cols path on an ISA with int8 tiles (``qconv._transposed``)."""
+    w, y = n.inputs[3] if isinstance(n.op, qn.QLinearConv) else n.inputs[1], n.outputs[0]
+    p = int(y.shape[2]) * int(y.shape[3])
+    if tuple(w.shape[2:]) == (1, 1) and not n.op.pads and not n.op.strides:
+        return int(w.shape[0]) < 256
+    return p >= 0.9 * -(-p // 64) * 64
 
 
 def _graph(cases=CASES, types=TYPES, constant_w=True, seed=0):
@@ -120,6 +137,8 @@ def test_constant_weights_take_the_int8_tiles(cpu, note):
         w = n.inputs[3] if isinstance(n.op, qn.QLinearConv) else n.inputs[1]
         pointwise = tuple(w.shape[2:]) == (1, 1) and not n.op.pads and int(w.shape[0]) < 256
         assert any("1x1 as W x X" in x for x in k.notes) == pointwise, (n.describe(), k.notes)
+        kxk = _transposed(n) and not pointwise and not grouped
+        assert any("as W x cols" in x for x in k.notes) == kxk, (n.describe(), k.notes)
 
 
 def test_a_target_without_avx2_runs_the_portable_loop():

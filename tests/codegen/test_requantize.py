@@ -53,15 +53,17 @@ def _layer(g, rng, x, m, k=1, quantize=True, residual=None, product="conv", clip
 
 
 def _graph(seed=0):
-    """Every case at once: a 1x1 conv on a large image (W x X) with a uint8 residual, a 3x3 conv (its
-    chain stays a pass of its own), products of a 2-D and a batched 3-D A, one with a float result."""
+    """Every case at once: a 1x1 conv on a large image (W x X) with a uint8 residual, a 3x3 conv on the
+    same image (W x cols), a 3x3 conv on a small one (im2col: its chain stays a pass of its own),
+    products of a 2-D and a batched 3-D A, one with a float result."""
     rng = np.random.default_rng(seed)
     g = Graph("requantize")
     x = g.add_input("x", TensorType(DType.u8, (2, 12, 24, 24)))
+    small = g.add_input("small", TensorType(DType.u8, (2, 12, 7, 7)))
     r = g.add_input("r", TensorType(DType.u8, (2, 20, 24, 24)))
     a = g.add_input("a", TensorType(DType.u8, (9, 40)))
     a3 = g.add_input("a3", TensorType(DType.u8, (2, 5, 40)))
-    outs = [_layer(g, rng, x, 20, residual=r), _layer(g, rng, x, 8, k=3), _layer(g, rng, a, 70, product="matmul"),
+    outs = [_layer(g, rng, x, 20, residual=r), _layer(g, rng, x, 8, k=3), _layer(g, rng, small, 8, k=3), _layer(g, rng, a, 70, product="matmul"),
             _layer(g, rng, a3, 33, product="matmul", quantize=False, clip=False)]
     g.set_outputs(outs, [f"y{i}" for i in range(len(outs))])
     feeds = {v.name: rng.integers(0, 256, [int(d) for d in v.shape]).astype(np.uint8) for v in g.inputs}
@@ -80,8 +82,9 @@ def test_structure():
     g, p, _, _ = _fused()
     kernels = [n for n in g.nodes if isinstance(n.op, Kernel)]
     kinds = sorted(n.op.kind for n in kernels)
-    # the 1x1 conv (with its dequantized residual) and both products; the 3x3 conv's chain alone
-    assert kinds == ["elementwise", "requantize", "requantize", "requantize"], kinds
+    # the 1x1 conv (with its dequantized residual), the 3x3 conv on 24x24 and both products; the 3x3
+    # conv on 7x7's chain alone
+    assert kinds == ["elementwise", "requantize", "requantize", "requantize", "requantize"], kinds
     for n in kernels:
         ops = [m.op.name for m in n.op.body.nodes]
         if n.op.kind == "requantize":
@@ -109,12 +112,12 @@ def test_an_intermediate_needed_outside_keeps_the_chain_apart():
 @pytest.mark.parametrize("cpu", CPUS)
 def test_numbers(cpu):
     """The chain computed on each finished sum gives the interpreter's results: the uint8 results
-    exactly, the float one to float32 rounding; the 1x1 conv and the products carry the note."""
+    exactly, the float one to float32 rounding; the convs on 24x24 and the products carry the note."""
     target = target_for(cpu)
     g, _, feeds, want = _fused(seed=2)
     _, _, plan = build_kernels(g, target)
     notes = [x for _, k in plan if k is not None for x in k.notes]
-    assert sum("computed on each finished sum" in x for x in notes) == 3, notes
+    assert sum("computed on each finished sum" in x for x in notes) == 4, notes
     if target.isa > host_target().isa:
         pytest.skip(f"this CPU lacks {cpu}'s instructions (the kernels were built above)")
     got = run_kernels(g, feeds, target=target)

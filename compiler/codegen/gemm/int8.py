@@ -177,17 +177,24 @@ class Int8Emitter:
         return out
 
     def tile(self, f, rows: list[ir.Value], k: int, a_signed: bool, words: ir.Value, rowsum: bool,
-             colsum: bool = False):
+             colsum: bool = False, word_stride: int | None = None, swap: bool = False):
         """The sums of ``rows`` (byte pointers to rows of A) against the panel at ``words`` (pointer
-        to its first word). Returns (accumulators [row][vector], rowsums [row] or None, and with
+        to its first word; the words of one k ``word_stride`` words apart, ``NR`` by default: a
+        packed panel). Returns (accumulators [row][vector], rowsums [row] or None, and with
         ``colsum`` the sums of each column of the panel [vector], else None). ``f`` is the function
         helper (``f.b`` the builder, ``f.loop``).
 
         The loop steps over 4 k: one 32-bit word of each row of A, and ``4 / KPW`` words of B per
-        column (one for VNNI; two for ``vpmaddwd``, k 0-1 and k 2-3)."""
+        column (one for VNNI; two for ``vpmaddwd``, k 0-1 and k 2-3).
+
+        With ``swap`` (VNNI only) the dot products read B's bytes as the unsigned operand and A's
+        (broadcast) as the signed one: for a product whose unsigned values (activations) are B's.
+        ``rowsum`` is not available then (A is constant: its row sums are known when compiling)."""
         b = f.b
         t = self.t
         lanes, kpw = t.isa.lanes, t.KPW
+        ws_ = word_stride or t.NR
+        assert not swap or (kpw == 4 and not rowsum), "swapped operands: VNNI, no row sums"
         per = 4 // kpw  # words of B per 4 k
         vec = self.vec
         k4 = k // 4
@@ -196,7 +203,7 @@ class Int8Emitter:
         n_acc = len(rows) * t.NV
 
         def step(wp, accs, words_of_row, subs):
-            bv = [[b.load(b.bitcast(b.gep(wp, [ir.Constant(I64, (s * t.NR) + v * lanes)], inbounds=True,
+            bv = [[b.load(b.bitcast(b.gep(wp, [ir.Constant(I64, (s * ws_) + v * lanes)], inbounds=True,
                                           source_etype=I32), vec.as_pointer()), typ=vec, align=4)
                    for v in range(t.NV)] for s in range(subs)]
             out = list(accs)
@@ -204,11 +211,11 @@ class Int8Emitter:
                 base = n_acc + (len(rows) if rowsum else 0)
                 for s in range(subs):
                     for v in range(t.NV):
-                        out[base + v] = self.dot(b, out[base + v], ones, bv[s][v])
+                        out[base + v] = self.dot(b, out[base + v], *((bv[s][v], ones) if swap else (ones, bv[s][v])))
             for r, w in enumerate(words_of_row):
                 for s, sp in enumerate(self._a_vectors(b, w, subs)):
                     for v in range(t.NV):
-                        out[r * t.NV + v] = self.dot(b, out[r * t.NV + v], sp, bv[s][v])
+                        out[r * t.NV + v] = self.dot(b, out[r * t.NV + v], *((bv[s][v], sp) if swap else (sp, bv[s][v])))
                     if rowsum:
                         out[n_acc + r] = self.dot(b, out[n_acc + r], sp, ones)
             return out
@@ -226,7 +233,7 @@ class Int8Emitter:
             phi.add_incoming(v, pre)
         b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, k4)), body, end)
         b.position_at_end(body)
-        wp = b.gep(words, [b.mul(i, ir.Constant(I64, per * t.NR))], inbounds=True, source_etype=I32)
+        wp = b.gep(words, [b.mul(i, ir.Constant(I64, per * ws_))], inbounds=True, source_etype=I32)
         flip = ir.Constant(I32, 0x80808080 - (1 << 32))
         ws = []
         for row in rows:
@@ -242,7 +249,7 @@ class Int8Emitter:
         b.position_at_end(end)
         accs = list(accs)
         if k % 4:  # the last word: its bytes one by one (reading past A's row could leave the buffer)
-            wp = b.gep(words, [ir.Constant(I64, k4 * per * t.NR)], inbounds=True, source_etype=I32)
+            wp = b.gep(words, [ir.Constant(I64, k4 * per * ws_)], inbounds=True, source_etype=I32)
             ws = []
             for row in rows:
                 w = ir.Constant(I32, 0)

@@ -142,19 +142,28 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
                         val = b.add(b.sub(val, b.mul(zbv, rs)), b.mul(b.mul(zsplat, ir.Constant(vec, [K] * lanes)), zbv))
                     b.store(val, b.bitcast(k.at(tile, c64(r * NR + v * lanes), I32), vec.as_pointer()), align=4)
 
-            def put(r, c):  # the finished value of the tile's row r, column c
-                n = b.add(n0, c)
-                s_ = b.load(k.at(tile, b.add(c64(r * NR), c), I32), typ=I32)
-                res = expr_llvm(b, k.math, finish, {id(s_var): s_, id(m_var): ms[r], id(j_var): n})
-                b.store(res, k.at(yp, b.add(bases[r], b.mul(n, c64(job.col_stride))), out_t))
-
             bases = [job.out_row(b, m) for m in ms]
             live = [b.icmp_signed("<", b.add(m0, c64(r)), c64(R)) for r in range(MR)]
+
+            def finished(r, c):  # the finished value of the tile's row r, column c
+                s_ = b.load(k.at(tile, b.add(c64(r * NR), c), I32), typ=I32)
+                return expr_llvm(b, k.math, finish, {id(s_var): s_, id(m_var): ms[r], id(j_var): b.add(n0, c)})
+
             if job.col_stride == 1:  # a row's columns are adjacent in out: row by row
                 for r in range(MR):
                     with k.f.if_(live[r]), k.loop(cols, "c") as c:
-                        put(r, c)
-            else:  # the rows of a column are (mostly) adjacent: column by column
+                        b.store(finished(r, c), k.at(yp, b.add(bases[r], b.add(n0, c)), out_t))
+            else:  # the rows of a column are (mostly) adjacent: finished row by row (a vector loop over
+                # the columns, the per-column operands contiguous), then copied column by column
+                done = k.f.alloca(out_t, MR * NR, name="done")
+                for r in range(MR):
+                    with k.loop(cols, "c") as c:
+                        b.store(finished(r, c), k.at(done, b.add(c64(r * NR), c), out_t))
+
+                def put(r, c):
+                    v = b.load(k.at(done, b.add(c64(r * NR), c), out_t), typ=out_t)
+                    b.store(v, k.at(yp, b.add(bases[r], b.mul(b.add(n0, c), c64(job.col_stride))), out_t))
+
                 full = b.icmp_signed("<=", b.add(m0, c64(MR)), c64(R))
                 with k.f.if_else(full, "rows") as (then, otherwise):
                     with then, k.loop(cols, "c") as c:
@@ -164,6 +173,5 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
                         for r in range(MR):
                             with k.f.if_(live[r]), k.loop(cols, "c") as c:
                                 put(r, c)
-
 
 __all__ = ["Int8Job", "Int8Lowering", "emit_int8_tiles", "param_reader"]

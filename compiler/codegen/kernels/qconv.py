@@ -10,13 +10,16 @@ times the weight less its own, added along the row (the vector axis). Then each 
 * QLinearConv: ``(sum + B) * (x_scale * w_scale) / y_scale`` in f64 as the reference, ties to even,
   plus y's zero point, saturated.
 
-On a CPU with AVX-512 VNNI, AVX-512 BW or AVX2, a convolution of one group with constant weights is an im2col into
-scratch (one row of K = C * kh * kw bytes per output pixel, the loop form, split among the threads)
-and the int8 GEMM's tiles (``int8_tiles.py``) against the weights packed at compile time, each
-finished value written to its NCHW place; or, for a 1x1 convolution of stride 1 without padding on
-a large enough image (``POINTWISE_MIN_PIXELS``), the transposed product W x X: the input packed at
-run time into the tiles' panels, the weights as the rows, each tile's vectors NCHW runs of pixels
-(``emit_pointwise``).
+On a CPU with AVX-512 VNNI, AVX-512 BW or AVX2, a convolution of one group with constant weights is
+either the transposed product W x cols (``emit_transposed``): the input packed at run time (a 1x1
+convolution's into the tiles' panels, any other's per tap and word of channels, in pixel order),
+the weights as the tiles' rows, each tile's vectors NCHW runs of pixels, stored whole with the
+elementwise chain after the convolution computed on them; or an im2col into scratch (one row of
+K = C * kh * kw bytes per output pixel, the loop form, split among the threads) and the int8 GEMM's
+tiles (``int8_tiles.py``) against the weights packed at compile time, each finished value written
+to its NCHW place. The first where the image's pixels fill the tiles' 64-pixel panels
+(``TRANSPOSED_MIN_FILL``; a 1x1 convolution: ``POINTWISE_MIN_PIXELS``), the second on small images
+(14x14, 7x7), whose pixel count fills the tiles' rows of 6 better.
 """
 from __future__ import annotations
 
@@ -36,12 +39,18 @@ from .int8_tiles import Int8Job, Int8Lowering, emit_int8_tiles, param_reader
 from .qmatmul import requantized
 
 _INT8 = (DType.i8, DType.u8)
-#: a 1x1 convolution takes the W x X path (``emit_pointwise``) with this many pixels or more, or
+#: a 1x1 convolution takes the W x X path (``emit_transposed``) with this many pixels or more, or
 #: fewer output channels than ``POINTWISE_MAX_CHANNELS``; else the im2col path, whose tiles waste
 #: nothing on a small image. Measured one against the other on an AMD EPYC (Zen 4, VNNI), 2 threads:
 #: 56x56 images 1.5-2.2x faster, 28x28 1.12x, 14x14 with 256-1024 channels 0.82-0.95x, 7x7 with
 #: 512-2048 channels 0.84-0.88x, 7x7 with 160 channels 1.35x
 POINTWISE_MIN_PIXELS, POINTWISE_MAX_CHANNELS = 512, 256
+#: any other convolution takes the W x cols path when its pixels fill this much of 64-pixel panels
+#: (the widest tile's), else the im2col path. Measured on the same machine, 2 threads, single
+#: QLinearConv nodes, im2col -> W x cols: 3x3 on 56x56 with 64 channels 0.68 -> 0.38 ms, on 28x28
+#: with 128 0.48 -> 0.39, stride 2 from 56x56 with 128 0.48 -> 0.39, ResNet's 7x7 stem 1.64 -> 0.73;
+#: on 14x14 (196 pixels in 256 places) 0.37 -> 0.51
+TRANSPOSED_MIN_FILL = 0.9
 
 
 def _geometry(n):
@@ -99,18 +108,22 @@ class _IntegerConv(Int8Lowering):
         """Why the chain after this convolution's sums runs better as its own pass (None: computed
         on each finished sum): on the im2col path the tiles' rows are pixels, written to their NCHW
         places column by column, where the chain per element measured 1.1-2x slower than a
-        separate vectorized pass over the sums; on the W x X path (a tile row is a run of pixels of
-        one channel) 3-10% faster."""
-        (_, _, H, W), (M, _, KH, KW), _, (sh, sw_), _, (ph, pw) = _geometry(node)
-        if self._pointwise(H, W, M, KH, KW, sh, sw_, ph, pw):
+        separate vectorized pass over the sums (and, computed a tile row at a time into a buffer
+        then copied column by column, as fast as the pass: int8 ResNet-50 14.2 vs 14.1 ms); on the
+        W x X / W x cols path (a tile row is a run of pixels of one channel) 3-10% faster."""
+        if self._transposed(node):
             return None
         return "on the im2col path the sums are written column by column: the chain is a pass of its own"
 
     @staticmethod
-    def _pointwise(H, W, M, KH, KW, sh, sw_, ph, pw) -> bool:
-        """Whether the int8 tiles compute this convolution as W x X (``emit_pointwise``)."""
-        return (KH, KW, sh, sw_, ph, pw) == (1, 1, 1, 1, 0, 0) and \
-            (H * W >= POINTWISE_MIN_PIXELS or M < POINTWISE_MAX_CHANNELS)
+    def _transposed(node) -> bool:
+        """Whether the int8 tiles compute this convolution as W x cols (``emit_transposed``), not as
+        an im2col and cols x W (``emit_im2col``)."""
+        (_, _, H, W), (M, _, KH, KW), (OH, OW), (sh, sw_), _, (ph, pw) = _geometry(node)
+        if (KH, KW, sh, sw_, ph, pw) == (1, 1, 1, 1, 0, 0):
+            return H * W >= POINTWISE_MIN_PIXELS or M < POINTWISE_MAX_CHANNELS
+        P = OH * OW
+        return P >= TRANSPOSED_MIN_FILL * -(-P // 64) * 64
 
     def form(self, group: KernelGroup, name: str, in_place: dict | None = None, chain=None) -> Kernel:
         n = group.node
@@ -169,49 +182,86 @@ class _IntegerConv(Int8Lowering):
         return None
 
     def emit_packed(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
-        n = group.node
-        (_, _, H, W), (M, _, KH, KW), _, (sh, sw_), _, (ph, pw) = _geometry(n)
-        if self._pointwise(H, W, M, KH, KW, sh, sw_, ph, pw):
-            return self.emit_pointwise(k, group, chain)
+        if self._transposed(group.node):
+            return self.emit_transposed(k, group, chain)
         return self.emit_im2col(k, group)  # (no chain on this path: ``chain_reason``)
 
-    def emit_pointwise(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
-        """A 1x1 convolution of stride 1 without padding: per image ``Y[m, p] = W[m, :] . X[:, p]``, the
+    def emit_transposed(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
+        """The convolution as the transposed product: per image ``Y[m, p] = W[m, :] . cols[:, p]``, the
         weights as A (rows: the output channels, read in place from a compile-time copy) and the
-        input as B, packed at run time into the tiles' panels (``NR`` pixels, ``KPW`` channels per
-        word, as ``gemm/int8.pack_b`` lays out constant weights), so a tile's vectors are runs of
+        input as B, packed at run time (``KPW`` channels per word), so a tile's vectors are runs of
         pixels of one channel: NCHW rows, stored whole (no im2col transposing the input).
 
-        The dot products take A unsigned and B signed, so a signed W is read with its sign bit
-        flipped (``a' = w + 128``) and the packer writes ``b' = x - 128`` for a uint8 x (an int8 x as
-        is); with ``cw = -128 [signed w] - zw[m]`` and ``cx = 128 [uint8 x] - zx``:
-        ``sum (x - zx)(w - zw) = sum a'b' + cw colsum(b') + cx (rowsum(a') + K cw)``, the column sums
-        from one more dot product per word (against ones), ``rowsum(a') + K cw`` constant per channel
-        and ``cx`` from x's zero point, read at run time (int8-dynamic computes it per call)."""
+        A 1x1 convolution of stride 1 without padding packs the input itself into the tiles' panels
+        (``NR`` pixels per word row, ``_pack_pointwise``). Any other shape packs per tap (r, s) and
+        word of channels the input under the tap for every output pixel, in pixel order (``_pack_taps``:
+        [image, word, pixel, KPW], the tiles reading a panel's words a row of pixels apart); k runs
+        over (r, s, channel), the channels padded to whole words with weights equal to their zero
+        point (a product of 0), the padding of the image written as x's zero point.
+
+        With VNNI the dot products take the input (B) as their unsigned operand and the weights (A,
+        broadcast) as the signed one (``swap``): the packer writes ``x' = x + 128`` for an int8 x (a
+        uint8 x as is), the weights are ``w' = w - 128`` for uint8 weights (int8 as they are), and
+        ``sum (x - zx)(w - zw) = sum x'w' - zw' colsum(x') - zx' (rowsum(w') - K zw')`` with ``zx' =
+        zx + 128 [int8 x]``, ``zw' = zw - 128 [uint8 w]``: symmetric int8 weights (zw' = 0) need no
+        column sums, and ``rowsum(w') - K zw'`` is a constant per channel. With ``vpmaddwd`` (16-bit
+        values, the broadcast word widened unsigned) a signed W is read with its sign bit flipped
+        (``a' = w + 128``) and the packer writes ``b' = x - 128`` for a uint8 x; with ``cw = -128
+        [signed w] - zw[m]`` and ``cx = 128 [uint8 x] - zx``: ``sum (x - zx)(w - zw) = sum a'b' + cw
+        colsum(b') + cx (rowsum(a') + K cw)``, the column sums from one more dot product per word
+        (against ones). Either way ``cx`` comes from x's zero point, read at run time (int8-dynamic
+        computes it per call)."""
         n = group.node
         x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
         y = chain.final if chain is not None else n.outputs[0]
-        (N, C, H, W), (M, _, _, _), _, _, _, _ = _geometry(n)
-        P, K = H * W, C
+        (N, C, H, W), (M, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
+        P = OH * OW
         isa = isa_for(k.target)
         tiling = Int8Tiling.for_shape(M, P, isa)
         MR, NR, kpw, lanes = tiling.MR, tiling.NR, tiling.KPW, isa.lanes
-        panels, KWD = -(-P // NR), -(-K // kpw)
+        panels = -(-P // NR)
         x_signed, w_signed = x.type.dtype is DType.i8, w.type.dtype is DType.i8
         elem = DType.i8 if kpw == 4 else DType.i16
-        cols = k.scratch(N * panels * KWD * NR * 4)
-        if KWD:
-            self._pack_pointwise(k, x, cols, elem, (N, C, P), (panels, KWD, NR, kpw))
-        # A: the weights, [M, K] bytes; the constants of the correction per channel
-        wm = np.ascontiguousarray(w.const.reshape(M, K))
+        # VNNI: the activations are the dot products' unsigned operand, the weights the signed one
+        # (``swap``): symmetric int8 weights need no column sums. Else both are shifted (see above).
+        swap = kpw == 4
+        shift = (-128 if x_signed else 0) if swap else (0 if x_signed else 128)
         zw_v = np.broadcast_to(zw.const.reshape(-1) if zw is not None else np.zeros(1), (M,)).astype(np.int64)
-        cw = (-128 if w_signed else 0) - zw_v
-        # cx (x's zero point: known at run time with int8-dynamic) times a constant per channel
-        per_cx = (wm.astype(np.int64) + (128 if w_signed else 0)).sum(axis=1) + K * cw
+        one_by_one = (KH, KW, sh, sw_, ph, pw) == (1, 1, 1, 1, 0, 0)
+        if one_by_one:  # A: the weights, [M, K] bytes; B: the input in the tiles' panels
+            K = C
+            KWD = -(-K // kpw)
+            wm = np.ascontiguousarray(w.const.reshape(M, K))
+            cols = k.scratch(N * panels * KWD * NR * 4)
+            if KWD:
+                self._pack_pointwise(k, x, cols, elem, (N, C, P), (panels, KWD, NR, kpw), shift)
+            stride, per_image, per_panel = None, panels * KWD * NR, KWD * NR
+        else:  # k over (tap, channel), the channels padded to whole words with w = zw (adds 0)
+            G = -(-C // kpw)
+            K = KH * KW * G * kpw
+            KWD = K // kpw
+            wt = np.broadcast_to(zw_v.reshape(M, 1, 1, 1), (M, KH, KW, G * kpw)).astype(w.const.dtype)
+            wt[:, :, :, :C] = w.const.transpose(0, 2, 3, 1)
+            wm = np.ascontiguousarray(wt.reshape(M, K))
+            Pp = panels * NR
+            cols = k.scratch(N * KWD * Pp * 4)
+            if KWD:
+                self._pack_taps(k, n, x, zx, cols, elem, kpw, Pp, shift)
+            stride, per_image, per_panel = Pp, KWD * Pp, NR
+        if swap:  # cw = -zw', per channel rowsum(w') - K zw', cx = -zx' (see the docstring)
+            wq = wm.astype(np.int64) - (0 if w_signed else 128)
+            zwq = zw_v - (0 if w_signed else 128)
+            cw, per_cx, wm = -zwq, wq.sum(axis=1) - K * zwq, wq.astype(np.int8)
+        else:
+            cw = (-128 if w_signed else 0) - zw_v
+            # cx (x's zero point: known at run time with int8-dynamic) times a constant per channel
+            per_cx = (wm.astype(np.int64) + (128 if w_signed else 0)).sum(axis=1) + K * cw
+        colsum = not swap or bool(np.any(cw != 0))
         cw32, per_cx32 = cw.astype(np.int32), per_cx.astype(np.int32)  # |.| < 2^9 * K: far inside int32
         params = self.param_specs(n, M)
-        k.note(f"{isa.describe} of {MR}x{NR}, 1x1 as W x X: {-(-M // MR)} channel blocks x {panels} panels "
-               f"x {N} image(s), K={K}, the input packed at run time")
+        k.note(f"{isa.describe} of {MR}x{NR}, " + ("1x1 as W x X" if one_by_one else f"{KH}x{KW} as W x cols")
+               + f": {-(-M // MR)} channel blocks x {panels} panels x {N} image(s), K={K}, the input packed "
+               "at run time")
         emitter = Int8Emitter(k.module, tiling)
         vec = emitter.vec
         out_t = MEMORY_TYPES[y.type.dtype]
@@ -226,8 +276,8 @@ class _IntegerConv(Int8Lowering):
                 finish = chain.expr(KernelForm("chain"), finish, [img_var, m_var, j_var], k.ptr)
             ap, yp, panel = k.weight(wm), k.ptr(y), k.again(cols)
             cwp, cp = k.weight(cw32), k.weight(per_cx32)
-            cx = ir.Constant(I32, 0 if x_signed else 128)
-            if zx is not None:  # cx = 128 [uint8 x] - zx
+            cx = ir.Constant(I32, (-128 if x_signed else 0) if swap else (0 if x_signed else 128))
+            if zx is not None:  # cx = 128 [uint8 x] - zx; swapped: -zx' = -128 [int8 x] - zx
                 z = b.load(k.at(k.ptr(zx), c64(0), I8), typ=I8)
                 cx = b.sub(cx, b.sext(z, I32) if x_signed else b.zext(z, I32))
             cxv = emitter.splat(b, cx)
@@ -238,13 +288,16 @@ class _IntegerConv(Int8Lowering):
                 m0 = b.mul(mb, c64(MR))
                 ms = [k.f.min(b.add(m0, c64(r)), c64(M - 1)) for r in range(MR)]
                 rows = [k.at(ap, b.mul(m, c64(K)), I8) for m in ms]
-                words = k.at(panel, b.mul(b.add(b.mul(img, c64(panels)), pb), c64(KWD * NR)), I32)
-                grid, _, colsums = emitter.tile(k.f, rows, K, w_signed, words, False, colsum=True)
+                words = k.at(panel, b.add(b.mul(img, c64(per_image)), b.mul(pb, c64(per_panel))), I32)
+                grid, _, colsums = emitter.tile(k.f, rows, K, w_signed and not swap, words, False,
+                                                colsum=colsum, word_stride=stride, swap=swap)
                 for r in range(MR):
                     cwv = emitter.splat(b, b.load(k.at(cwp, ms[r], I32), typ=I32))
                     cv = b.mul(cxv, emitter.splat(b, b.load(k.at(cp, ms[r], I32), typ=I32)))
                     for v in range(tiling.NV):
-                        val = b.add(b.add(grid[r][v], b.mul(cwv, colsums[v])), cv)
+                        val = b.add(grid[r][v], cv)
+                        if colsum:
+                            val = b.add(val, b.mul(cwv, colsums[v]))
                         b.store(val, b.bitcast(k.at(tile, c64(r * NR + v * lanes), I32), vec.as_pointer()), align=4)
                 p0 = b.mul(pb, c64(NR))
                 ncols = k.f.min(b.sub(c64(P), p0), c64(NR))
@@ -257,15 +310,70 @@ class _IntegerConv(Int8Lowering):
                         b.store(res, k.at(yp, b.add(base, cc), out_t))
 
     @staticmethod
-    def _pack_pointwise(k, x, cols, elem, xshape, layout):
-        """The input [N, C, P] into the panels [N, panels, words, NR pixels, kpw channels] as ``b'``
-        (less 128 for uint8), 0 past the last channel and pixel. Whole panels read runs of NR pixels
+    def _pack_taps(k, n, x, zx, cols, elem, kpw, Pp, shift):
+        """The input under each tap into ``cols`` [N, taps * G words, Pp pixels, kpw channels] less
+        ``shift``, channels past C 0 (their weights are their zero point). With padding, the image is first copied into
+        scratch with a border of x's zero point, so that the pixels of an output row read a
+        contiguous (stride 1) or strided run of the input under every tap: vector loads, no selects."""
+        (N, C, H, W), (_, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
+        Hp, Wp = (OH - 1) * sh + (KH - 1) * dh + 1, (OW - 1) * sw_ + (KW - 1) * dw + 1
+        G = -(-C // kpw)
+        src = x
+        if (ph, pw) != (0, 0) or Hp > H or Wp > W:
+            src = k.scratch(N * C * Hp * Wp)
+            kf = KernelForm(f"{k.name}.border")
+            xb = kf.buffer("x", x.type.dtype, (N, C, H, W), value=x)
+            pb_ = kf.buffer("xp", x.type.dtype, (N, C, Hp, Wp), "out", value=src)
+            zb = kf.buffer("x_zero_point", zx.type.dtype, (1,), value=zx) if zx is not None else None
+            with kf.loop(N * C, "parallel", grain=par_grain(Hp * Wp, 1 << 14), name="nc") as nc:
+                img = kf.let(op("div", nc, Const(C, INDEX)), name="img")
+                c = kf.let(op("rem", nc, Const(C, INDEX)), name="c")
+                with kf.loop(Hp, name="i") as i:
+                    ok_h, ihc = _inside(op("add", i, Const(-ph, INDEX)), 0, H)
+                    ok_h, ihc = kf.let(ok_h, name="okh"), kf.let(ihc, name="ih")
+                    with kf.loop(Wp, "vector", name="j") as j:
+                        ok_w, iwc = _inside(op("add", j, Const(-pw, INDEX)), 0, W)
+                        pad = zb[(Const(0, INDEX),)] if zb is not None else Const(0, x.type.dtype)
+                        kf.store(pb_, (img, c, i, j), select(op("and", ok_h, ok_w), xb[img, c, ihc, iwc], pad))
+            print_llvm(k, kf.finish())
+            H, W = Hp, Wp
+        shift = Const(shift, DType.i32)
+        taps = KH * KW
+        kf = KernelForm(f"{k.name}.pack")
+        xb = kf.buffer("x", x.type.dtype, (N, C, H, W), value=src)
+        cb = kf.buffer("cols", elem, (N, taps * G, Pp, kpw), "out", value=cols)
+        with kf.loop(N * taps * G, "parallel", grain=par_grain(OH * OW * kpw, 1 << 14), name="word") as t:
+            img = kf.let(op("div", t, Const(taps * G, INDEX)), name="img")
+            kw = kf.let(op("rem", t, Const(taps * G, INDEX)), name="kw")
+            tap = kf.let(op("div", kw, Const(G, INDEX)), name="tap")
+            g = kf.let(op("rem", kw, Const(G, INDEX)), name="g")
+            r = kf.let(op("div", tap, Const(KW, INDEX)), name="r")
+            s_ = kf.let(op("rem", tap, Const(KW, INDEX)), name="s")
+            chans = [kf.let(op("add", op("mul", g, Const(kpw, INDEX)), Const(j, INDEX)), name="c")
+                     for j in range(kpw)]
+            with kf.loop(OH, name="oh") as oh:
+                ih = kf.let(op("add", op("mul", oh, Const(sh, INDEX)), op("mul", r, Const(dh, INDEX))), name="ih")
+                with kf.loop(OW, "vector", name="ow") as ow:
+                    iw = op("add", op("mul", ow, Const(sw_, INDEX)), op("mul", s_, Const(dw, INDEX)))
+                    p = op("add", op("mul", oh, Const(OW, INDEX)), ow)
+                    for j, c in enumerate(chans):
+                        cc = c if C % kpw == 0 else op("min", c, Const(C - 1, INDEX))
+                        v = op("sub", cast(xb[img, cc, ih, iw], DType.i32), shift)
+                        if C % kpw:
+                            v = select(op("lt", c, Const(C, INDEX)), v, Const(0, DType.i32))
+                        kf.store(cb, (img, kw, p, Const(j, INDEX)), cast(v, elem))
+        print_llvm(k, kf.finish())
+
+    @staticmethod
+    def _pack_pointwise(k, x, cols, elem, xshape, layout, shift):
+        """The input [N, C, P] into the panels [N, panels, words, NR pixels, kpw channels] less
+        ``shift``, 0 past the last channel and pixel. Whole panels read runs of NR pixels
         (the vector loop, the word's kpw channels unrolled in it: an interleaved store); the last,
         partial panel of each image clamps its reads."""
         N, C, P = xshape
         panels, KWD, NR, kpw = layout
         whole = P // NR
-        shift = Const(0 if x.type.dtype is DType.i8 else 128, DType.i32)
+        shift = Const(shift, DType.i32)
 
         def words(kf, img, pb, pn, tail):
             xb = kf.buffer("x", x.type.dtype, (N, C, P), value=x)
