@@ -195,6 +195,8 @@ class Quantize(Pass):
         self.results: dict[str, Value] = {}
         #: names of the values whose float elementwise readers now read them dequantized
         self.shared: list[str] = []
+        #: names of the MaxPool nodes now taking their max on uint8 (``_pool_in_int8``)
+        self.pooled_in_int8: list[str] = []
         self._quantized_x: dict[int, Node] = {}  # id(x) -> the first QuantizeLinear of it made here
 
     def excluded(self, node: Node) -> bool:
@@ -219,10 +221,42 @@ class Quantize(Pass):
         for p in products:
             self._rewrite(graph, p, ranges.get(id(p.x)))
             self.quantized.append(p.node.name)
+        if self.options.needs_calibration:
+            self._pool_in_int8(graph)
         if self.options.needs_calibration and self.options.int8_residuals:
             self._share_quantized(graph)
         graph.remove_unused_constants()
         return True
+
+    def _pool_in_int8(self, graph: Graph) -> None:
+        """``QuantizeLinear(MaxPool(y))`` becomes ``MaxPool(QuantizeLinear(y))``, the max taken on
+        uint8: exact (quantization never reverses an order), and the op before the pool (a product's
+        rescale and activation, e.g. ResNet's stem) then writes uint8 in its own kernel, the pool
+        reading a quarter of the bytes. Only where the pool's every reader is such a quantization
+        (static scales: a dynamic one's range would change) and its indices are unused."""
+        for key, q in list(self._quantized_x.items()):
+            pool = q.inputs[0].producer
+            if pool is None or pool.op.name != "MaxPool" or (len(pool.outputs) > 1 and pool.outputs[1].uses):
+                continue
+            readers = [u for u, _ in pool.outputs[0].uses]
+            if not readers or not all(isinstance(u, Node) and isinstance(u.op, qn.QuantizeLinear) for u in readers):
+                continue
+            made = []  # (scale, zero point, the pool of that quantization): one per distinct quantization
+            for u in readers:
+                params = [v.const for v in u.inputs[1:]]
+                p2 = next((m for *ps, m in made if len(ps) == len(params)
+                           and all(np.array_equal(a, b) for a, b in zip(ps, params))), None)
+                if p2 is None:
+                    q2 = graph.add_node(u.op, [pool.inputs[0], *u.inputs[1:]], name=u.name, before=pool)
+                    p2 = graph.add_node(pool.op, [q2.output], name=pool.name, after=q2)
+                    made.append((*params, p2))
+                    if u is q:
+                        del self._quantized_x[key]
+                        self._quantized_x.setdefault(id(pool.inputs[0]), q2)
+                u.output.replace_all_uses_with(p2.outputs[0])
+                graph.remove(u)
+            graph.remove(pool)
+            self.pooled_in_int8.append(pool.name or pool.describe())
 
     def _share_quantized(self, graph: Graph) -> None:
         """Float elementwise readers of a value quantized here read ``DequantizeLinear`` of its

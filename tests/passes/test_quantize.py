@@ -242,3 +242,53 @@ def test_a_residual_reads_the_quantized_value(shared):
         assert src.op.name == "Relu" and p.shared == []
     for s, w in zip(samples, want):
         assert _cosine(interpret(g, s)["y"], w) > 0.999
+
+
+W1X1 = RNG.standard_normal((2, 2, 2, 1, 1)).astype(np.float32)
+
+
+def _stem():
+    """A ResNet stem: Conv -> Relu -> MaxPool, the pool read by two convolutions."""
+    return ir("""
+    graph @stem(%x: f32[1,3,9,9]) -> (y: f32[1,2,5,5], z: f32[1,2,5,5]) {
+      %wc = const f32[2,3,3,3]
+      %w2 = const f32[2,2,1,1]
+      %w3 = const f32[2,2,1,1]
+      %0 = Conv(%x, %wc) {pads=[1, 1, 1, 1]} : f32[1,2,9,9]
+      %1 = Relu(%0) : f32[1,2,9,9]
+      %2 = MaxPool(%1) {kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]} : f32[1,2,5,5] @"pool"
+      %3 = Conv(%2, %w2) {pads=[0, 0, 0, 0], strides=[1, 1]} : f32[1,2,5,5]
+      %4 = Conv(%2, %w3) : f32[1,2,5,5]
+      return y=%3, z=%4
+    }""", {"wc": WC, "w2": W1X1[0], "w3": W1X1[1]})
+
+
+def test_max_pooling_runs_on_the_quantized_values():
+    """Structure: QuantizeLinear(MaxPool(y)) becomes MaxPool(QuantizeLinear(y)), the pool on uint8,
+    for both convolutions reading it; numbers: exactly the results of quantizing after the pool
+    (the same pass with the move turned off); refusal: a pool with a float reader stays float."""
+    samples = [{"x": np.random.default_rng(i).standard_normal((1, 3, 9, 9)).astype(np.float32)} for i in range(4)]
+    g = _stem()
+    p = Quantize(QuantizeOptions(), _minmax(samples))
+    _run(g, p)
+    pools = [n for n in g.nodes if n.op.name == "MaxPool"]
+    assert pools and all(n.inputs[0].dtype.name == "u8" and n.inputs[0].producer.op.name == "QuantizeLinear"
+                         for n in pools), [n.describe() for n in pools]
+    assert p.pooled_in_int8 == ["pool"] and len(pools) == 1  # one quantization for both readers
+    kept = _stem()
+    off = Quantize(QuantizeOptions(), _minmax(samples))
+    off._pool_in_int8 = lambda graph: None
+    _run(kept, off)
+    assert next(n for n in kept.nodes if n.op.name == "MaxPool").inputs[0].dtype.name == "f32"
+    for s in samples:
+        got, want = interpret(g, s), interpret(kept, s)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+    g = _stem()
+    g.set_outputs(list(g.outputs) + [next(n for n in g.nodes if n.op.name == "MaxPool").outputs[0]],
+                  ["y", "z", "pooled"])
+    p = Quantize(QuantizeOptions(), _minmax(samples))
+    _run(g, p)
+    assert p.pooled_in_int8 == []
+    assert next(n for n in g.nodes if n.op.name == "MaxPool").inputs[0].dtype.name == "f32"
