@@ -154,11 +154,14 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
                     with k.f.if_(live[r]), k.loop(cols, "c") as c:
                         b.store(finished(r, c), k.at(yp, b.add(bases[r], b.add(n0, c)), out_t))
             else:  # the rows of a column are (mostly) adjacent: finished row by row (a vector loop over
-                # the columns, the per-column operands contiguous), then copied column by column
-                done = k.f.alloca(out_t, MR * NR, name="done")
-                for r in range(MR):
-                    with k.loop(cols, "c") as c:
-                        b.store(finished(r, c), k.at(done, b.add(c64(r * NR), c), out_t))
+                # the columns, the per-column operands contiguous), then copied column by column (the
+                # sums themselves straight from the tile)
+                done = tile
+                if finish is not s_var:
+                    done = k.f.alloca(out_t, MR * NR, name="done")
+                    for r in range(MR):
+                        with k.loop(cols, "c") as c:
+                            b.store(finished(r, c), k.at(done, b.add(c64(r * NR), c), out_t))
 
                 def put(r, c):
                     v = b.load(k.at(done, b.add(c64(r * NR), c), out_t), typ=out_t)
