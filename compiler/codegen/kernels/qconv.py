@@ -42,9 +42,11 @@ _INT8 = (DType.i8, DType.u8)
 #: a 1x1 convolution takes the W x X path (``emit_transposed``) with this many pixels or more, or
 #: fewer output channels than ``POINTWISE_MAX_CHANNELS``; else the im2col path, whose tiles waste
 #: nothing on a small image. Measured one against the other on an AMD EPYC (Zen 4, VNNI), 2 threads:
-#: 56x56 images 1.5-2.2x faster, 28x28 1.12x, 14x14 with 256-1024 channels 0.82-0.95x, 7x7 with
-#: 512-2048 channels 0.84-0.88x, 7x7 with 160 channels 1.35x
-POINTWISE_MIN_PIXELS, POINTWISE_MAX_CHANNELS = 512, 256
+#: 56x56 images 1.5-2.2x faster, 28x28 1.12x, 7x7 with 160 channels 1.35x; since VNNI reads the
+#: input as the unsigned operand (no column sums), 14x14 with 1024 -> 256 channels 0.215 -> 0.200 ms
+#: and 256 -> 1024 0.328 -> 0.274 (both lowerings in one process, interleaved), while 7x7 with
+#: 512-2048 channels measured even (0.19-0.20 ms) or 5% slower (2048 -> 512)
+POINTWISE_MIN_PIXELS, POINTWISE_MAX_CHANNELS = 196, 256
 #: any other convolution takes the W x cols path when its pixels fill this much of 64-pixel panels
 #: (the widest tile's), else the im2col path. Measured on the same machine, 2 threads, single
 #: QLinearConv nodes, im2col -> W x cols: 3x3 on 56x56 with 64 channels 0.68 -> 0.38 ms, on 28x28
