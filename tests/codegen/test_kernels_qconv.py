@@ -37,7 +37,13 @@ CASES = [((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1))), ((2, 5, 9, 8), (
          ((2, 4, 16, 16), (3, 4, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
          ((1, 3, 10, 10), (4, 3, 3, 3), dict(dilations=(2, 2), pads=(1, 1, 1, 1))),
          ((1, 8, 6, 6), (5, 8, 1, 1), dict(pads=(1, 1, 1, 1))),
-         ((1, 3, 15, 15), (7, 3, 7, 7), dict(strides=(2, 2), pads=(3, 3, 3, 3)))]
+         ((1, 3, 15, 15), (7, 3, 7, 7), dict(strides=(2, 2), pads=(3, 3, 3, 3))),
+         # small images with channels a multiple of 4 (the NHWC copy read in place per tap): padding,
+         # stride 2 with uneven padding over two images, dilation; a 1x1 of stride 2 keeps its im2col
+         ((1, 8, 7, 7), (6, 8, 3, 3), dict(pads=(1, 1, 1, 1))),
+         ((2, 12, 9, 8), (5, 12, 3, 3), dict(strides=(2, 2), pads=(1, 0, 1, 2))),
+         ((1, 4, 9, 9), (3, 4, 3, 3), dict(dilations=(2, 2), pads=(2, 2, 2, 2))),
+         ((1, 8, 9, 9), (300, 8, 1, 1), dict(strides=(2, 2)))]
 TYPES = [(DType.u8, DType.i8), (DType.i8, DType.i8), (DType.u8, DType.u8)]
 
 
@@ -139,6 +145,10 @@ def test_constant_weights_take_the_int8_tiles(cpu, note):
         assert any("1x1 as W x X" in x for x in k.notes) == pointwise, (n.describe(), k.notes)
         kxk = _transposed(n) and not pointwise and not grouped
         assert any("as W x cols" in x for x in k.notes) == kxk, (n.describe(), k.notes)
+        taps = int(w.shape[2]) * int(w.shape[3])
+        nhwc = not (kxk or pointwise or grouped) and int(n.inputs[0].shape[1]) % 4 == 0 and \
+            int(n.inputs[0].shape[1]) > 0 and taps > 1
+        assert any("NHWC copy" in x for x in k.notes) == nhwc, (n.describe(), k.notes)
 
 
 def test_a_target_without_avx2_runs_the_portable_loop():

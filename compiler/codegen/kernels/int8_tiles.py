@@ -71,6 +71,11 @@ class Int8Job:
     out: Value
     out_row: Callable                 # (builder, m) -> the index in ``out`` of row m's column 0
     col_stride: int = 1               # elements between a row's columns in ``out`` (NCHW: the pixels)
+    #: with ``tap_rows``, k runs over (tap, K / taps bytes) and ``tap_rows(b, base, m, tap)`` gives row
+    #: m's bytes under each tap (``base``: what ``rows`` gave): a convolution reading an NHWC copy of
+    #: its input in place, one tile loop per tap into the same sums
+    taps: int = 1
+    tap_rows: Callable | None = None
 
 
 def param_reader(kf: KernelForm, specs, bind=lambda p: p):
@@ -123,9 +128,19 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
             rb, pn = b.udiv(t, c64(panels)), b.urem(t, c64(panels))
             m0 = b.mul(rb, c64(MR))
             ms = [k.f.min(b.add(m0, c64(r)), c64(R - 1)) for r in range(MR)]  # rows past R: the last again
-            rows = [k.at(ap, b.mul(m, c64(K)), I8) for m in ms]
-            grid, rowsums, _ = emitter.tile(k.f, rows, K, job.a_signed, k.at(words, b.mul(pn, c64(K4 * NR)), I32),
-                                         packed.needs_rowsum)
+            panel = k.at(words, b.mul(pn, c64(K4 * NR)), I32)
+            if job.tap_rows is None:
+                rows = [k.at(ap, b.mul(m, c64(K)), I8) for m in ms]
+                grid, rowsums, _ = emitter.tile(k.f, rows, K, job.a_signed, panel, packed.needs_rowsum)
+            else:  # one tile loop per tap, its sums added (K / taps is a whole number of words)
+                kt = K // job.taps
+                grid = rowsums = None
+                for tap in range(job.taps):
+                    g, rs_, _ = emitter.tile(k.f, [job.tap_rows(b, ap, m, tap) for m in ms], kt, job.a_signed,
+                                             k.at(panel, c64(tap * (kt // tiling.KPW) * NR), I32), packed.needs_rowsum)
+                    grid = g if grid is None else [[b.add(x, y) for x, y in zip(gr, r2)] for gr, r2 in zip(grid, g)]
+                    if rs_ is not None:
+                        rowsums = rs_ if rowsums is None else [b.add(x, y) for x, y in zip(rowsums, rs_)]
             n0 = b.mul(pn, c64(NR))
             cols = k.f.min(b.sub(c64(N), n0), c64(NR))
 
