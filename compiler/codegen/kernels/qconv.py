@@ -72,6 +72,31 @@ def _geometry(n):
             [int(p) for p in pb])
 
 
+def _padded_extent(n) -> tuple[int, int]:
+    """The rows and columns of the input (its padding included) that the outputs read under every tap."""
+    _, (_, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), _ = _geometry(n)
+    return (OH - 1) * sh + (KH - 1) * dh + 1, (OW - 1) * sw_ + (KW - 1) * dw + 1
+
+
+def _padding_reader(kf: KernelForm, x, zx, H: int, W: int, ph: int, pw: int):
+    """(x's buffer in ``kf``, ``row(i)``: whether padded row i is inside x and its row there, let-bound,
+    ``read(img, c, row, j)``: the input at padded (row, column j), x's zero point (0 without one) in
+    the padding)."""
+    xb = kf.buffer("x", x.type.dtype, (int(x.shape[0]), int(x.shape[1]), H, W), value=x)
+    zb = kf.buffer("x_zero_point", zx.type.dtype, (1,), value=zx) if zx is not None else None
+    pad = zb[(Const(0, INDEX),)] if zb is not None else Const(0, x.type.dtype)
+
+    def row(i):
+        ok_h, ihc = _inside(op("add", i, Const(-ph, INDEX)), 0, H)
+        return kf.let(ok_h, name="okh"), kf.let(ihc, name="ih")
+
+    def read(img, c, rw, j):
+        ok_w, iwc = _inside(op("add", j, Const(-pw, INDEX)), 0, W)
+        return select(op("and", rw[0], ok_w), xb[img, c, rw[1], iwc], pad)
+
+    return xb, row, read
+
+
 def _inside(i, lo: int, hi: int):
     """(i within [lo, hi), i clamped into it): reads stay in bounds, the select drops them."""
     ok = op("and", op("ge", i, Const(lo, INDEX)), op("lt", i, Const(hi, INDEX)))
@@ -324,25 +349,21 @@ class _IntegerConv(Int8Lowering):
         scratch with a border of x's zero point, so that the pixels of an output row read a
         contiguous (stride 1) or strided run of the input under every tap: vector loads, no selects."""
         (N, C, H, W), (_, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
-        Hp, Wp = (OH - 1) * sh + (KH - 1) * dh + 1, (OW - 1) * sw_ + (KW - 1) * dw + 1
+        Hp, Wp = _padded_extent(n)
         G = -(-C // kpw)
         src = x
         if (ph, pw) != (0, 0) or Hp > H or Wp > W:
             src = k.scratch(N * C * Hp * Wp)
             kf = KernelForm(f"{k.name}.border")
-            xb = kf.buffer("x", x.type.dtype, (N, C, H, W), value=x)
+            _, row, read = _padding_reader(kf, x, zx, H, W, ph, pw)
             pb_ = kf.buffer("xp", x.type.dtype, (N, C, Hp, Wp), "out", value=src)
-            zb = kf.buffer("x_zero_point", zx.type.dtype, (1,), value=zx) if zx is not None else None
             with kf.loop(N * C, "parallel", grain=par_grain(Hp * Wp, 1 << 14), name="nc") as nc:
                 img = kf.let(op("div", nc, Const(C, INDEX)), name="img")
                 c = kf.let(op("rem", nc, Const(C, INDEX)), name="c")
                 with kf.loop(Hp, name="i") as i:
-                    ok_h, ihc = _inside(op("add", i, Const(-ph, INDEX)), 0, H)
-                    ok_h, ihc = kf.let(ok_h, name="okh"), kf.let(ihc, name="ih")
+                    rw = row(i)
                     with kf.loop(Wp, "vector", name="j") as j:
-                        ok_w, iwc = _inside(op("add", j, Const(-pw, INDEX)), 0, W)
-                        pad = zb[(Const(0, INDEX),)] if zb is not None else Const(0, x.type.dtype)
-                        kf.store(pb_, (img, c, i, j), select(op("and", ok_h, ok_w), xb[img, c, ihc, iwc], pad))
+                        kf.store(pb_, (img, c, i, j), read(img, c, rw, j))
             print_llvm(k, kf.finish())
             H, W = Hp, Wp
         shift = Const(shift, DType.i32)
@@ -460,24 +481,18 @@ class _IntegerConv(Int8Lowering):
         each tap's rows of the tiles read in place there (a pixel's C channels under the tap are
         contiguous), the taps' tile loops adding into the same sums."""
         (N, C, H, W), (M, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
-        Hp, Wp = (OH - 1) * sh + (KH - 1) * dh + 1, (OW - 1) * sw_ + (KW - 1) * dw + 1
+        Hp, Wp = _padded_extent(n)
         P = OH * OW
         nhwc = k.scratch(N * Hp * Wp * C)
         kf = KernelForm(f"{k.name}.nhwc")
-        xb = kf.buffer("x", x.type.dtype, (N, C, H, W), value=x)
+        _, row, read = _padding_reader(kf, x, zx, H, W, ph, pw)
         hb = kf.buffer("xh", x.type.dtype, (N, Hp, Wp, C), "out", value=nhwc)
-        zb = kf.buffer("x_zero_point", zx.type.dtype, (1,), value=zx) if zx is not None else None
-        with kf.loop(N * Hp, "parallel", grain=par_grain(Wp * C, 1 << 14), name="row") as row:
-            img = kf.let(op("div", row, Const(Hp, INDEX)), name="img")
-            i = kf.let(op("rem", row, Const(Hp, INDEX)), name="i")
-            ok_h, ihc = _inside(op("add", i, Const(-ph, INDEX)), 0, H)
-            ok_h, ihc = kf.let(ok_h, name="okh"), kf.let(ihc, name="ih")
-            with kf.loop(Wp, name="j") as j:
-                ok_w, iwc = _inside(op("add", j, Const(-pw, INDEX)), 0, W)
-                ok, iwc = kf.let(op("and", ok_h, ok_w), name="ok"), kf.let(iwc, name="iw")
-                with kf.loop(C, "vector", name="c") as c:
-                    pad = zb[(Const(0, INDEX),)] if zb is not None else Const(0, x.type.dtype)
-                    kf.store(hb, (img, i, j, c), select(ok, xb[img, c, ihc, iwc], pad))
+        with kf.loop(N * Hp, "parallel", grain=par_grain(Wp * C, 1 << 14), name="row") as t:
+            img = kf.let(op("div", t, Const(Hp, INDEX)), name="img")
+            i = kf.let(op("rem", t, Const(Hp, INDEX)), name="i")
+            rw = row(i)
+            with kf.loop(Wp, name="j") as j, kf.loop(C, "vector", name="c") as c:
+                kf.store(hb, (img, i, j, c), read(img, c, rw, j))
         print_llvm(k, kf.finish())
         k.note(f"NHWC copy, {KH * KW} tap(s) read in place (no im2col)")
 
