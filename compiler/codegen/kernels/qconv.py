@@ -345,9 +345,10 @@ class _IntegerConv(Int8Lowering):
     @staticmethod
     def _pack_taps(k, n, x, zx, cols, elem, kpw, Pp, shift):
         """The input under each tap into ``cols`` [N, taps * G words, Pp pixels, kpw channels] less
-        ``shift``, channels past C 0 (their weights are their zero point). With padding, the image is first copied into
-        scratch with a border of x's zero point, so that the pixels of an output row read a
-        contiguous (stride 1) or strided run of the input under every tap: vector loads, no selects."""
+        ``shift``, channels past C 0 (their weights are their zero point). With padding, the image is
+        first copied into scratch with a border of x's zero point, so that the pixels of an output
+        row read a contiguous (stride 1) or strided run of the input under every tap: vector loads,
+        no selects."""
         (N, C, H, W), (_, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
         Hp, Wp = _padded_extent(n)
         G = -(-C // kpw)
