@@ -197,7 +197,8 @@ class Quantize(Pass):
         self.shared: list[str] = []
         #: names of the MaxPool nodes now taking their max on uint8 (``_pool_in_int8``)
         self.pooled_in_int8: list[str] = []
-        self._quantized_x: dict[int, Node] = {}  # id(x) -> the first QuantizeLinear of it made here
+        self._quantized_x: dict[int, Node] = {}  # id(x) -> the QuantizeLinear of it made here
+        self._x_scale: dict[int, float] = {}  # id(x) -> its scale
 
     def excluded(self, node: Node) -> bool:
         return node.name in self.options.exclude or node.op.name in self.options.exclude
@@ -297,12 +298,15 @@ class Quantize(Pass):
         def const(array, what):
             return graph.add_constant(array, name=f"{what}")
 
-        if o.needs_calibration:
-            sx, zx = activation_params(*rng, symmetric=o.symmetric)
-            zxv = const(zx, f"{x}.zero_point")
-            qnode = add(qn.QuantizeLinear(), x_now, const(np.asarray(sx, np.float32), f"{x}.scale"), zxv)
-            self._quantized_x.setdefault(id(x_now), qnode)
-            xq = qnode.output
+        if o.needs_calibration:  # one quantization of x for all the products reading it
+            if id(x_now) not in self._quantized_x:
+                sx, zx = activation_params(*rng, symmetric=o.symmetric)
+                zxv = const(zx, f"{x}.zero_point")
+                qnode = add(qn.QuantizeLinear(), x_now, const(np.asarray(sx, np.float32), f"{x}.scale"), zxv)
+                self._quantized_x[id(x_now)] = qnode
+                self._x_scale[id(x_now)] = sx
+            qnode, sx = self._quantized_x[id(x_now)], self._x_scale[id(x_now)]
+            xq, zxv = qnode.output, qnode.inputs[2]
             scale = const((np.float64(sx) * along_y.astype(np.float64) * p.alpha).astype(np.float32), f"{w}.rescale")
         else:
             dq = add(qn.DynamicQuantizeLinear(), x_now)

@@ -265,7 +265,7 @@ def _stem():
 
 def test_max_pooling_runs_on_the_quantized_values():
     """Structure: QuantizeLinear(MaxPool(y)) becomes MaxPool(QuantizeLinear(y)), the pool on uint8,
-    for both convolutions reading it; numbers: exactly the results of quantizing after the pool
+    one for both convolutions reading it (they share its quantization); numbers: exactly the results of quantizing after the pool
     (the same pass with the move turned off); refusal: a pool with a float reader stays float."""
     samples = [{"x": np.random.default_rng(i).standard_normal((1, 3, 9, 9)).astype(np.float32)} for i in range(4)]
     g = _stem()
@@ -275,6 +275,8 @@ def test_max_pooling_runs_on_the_quantized_values():
     assert pools and all(n.inputs[0].dtype.name == "u8" and n.inputs[0].producer.op.name == "QuantizeLinear"
                          for n in pools), [n.describe() for n in pools]
     assert p.pooled_in_int8 == ["pool"] and len(pools) == 1  # one quantization for both readers
+    # one QuantizeLinear per quantized value (the input; the pool's input), however many products read it
+    assert [n.op.name for n in g.nodes].count("QuantizeLinear") == 2
     kept = _stem()
     off = Quantize(QuantizeOptions(), _minmax(samples))
     off._pool_in_int8 = lambda graph: None
