@@ -43,7 +43,12 @@ CASES = [((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1))), ((2, 5, 9, 8), (
          ((1, 8, 7, 7), (6, 8, 3, 3), dict(pads=(1, 1, 1, 1))),
          ((2, 12, 9, 8), (5, 12, 3, 3), dict(strides=(2, 2), pads=(1, 0, 1, 2))),
          ((1, 4, 9, 9), (3, 4, 3, 3), dict(dilations=(2, 2), pads=(2, 2, 2, 2))),
-         ((1, 8, 9, 9), (300, 8, 1, 1), dict(strides=(2, 2)))]
+         ((1, 8, 9, 9), (300, 8, 1, 1), dict(strides=(2, 2))),
+         # size-1 and size-0 axes on both: a one-row image of one channel (W x cols), a one-row image
+         # (NHWC taps), no input channels on a panel-filling image (W x cols with K = 0)
+         ((1, 1, 1, 64), (3, 1, 1, 3), dict(pads=(0, 1, 0, 1))),
+         ((2, 4, 1, 9), (2, 4, 1, 3), dict(pads=(0, 1, 0, 1))),
+         ((1, 0, 8, 8), (3, 0, 3, 3), dict(pads=(1, 1, 1, 1)))]
 TYPES = [(DType.u8, DType.i8), (DType.i8, DType.i8), (DType.u8, DType.u8)]
 
 

@@ -97,6 +97,32 @@ def _padding_reader(kf: KernelForm, x, zx, H: int, W: int, ph: int, pw: int):
     return xb, row, read
 
 
+def _padded_copy(k, n, x, zx, nhwc: bool) -> ir.Value:
+    """x with its padding (``_padded_extent``) written as its zero point, in scratch: NCHW, or NHWC
+    (a pixel's channels adjacent)."""
+    (N, C, H, W), _, _, _, _, (ph, pw) = _geometry(n)
+    Hp, Wp = _padded_extent(n)
+    dst = k.scratch(N * C * Hp * Wp)
+    kf = KernelForm(f"{k.name}.{'nhwc' if nhwc else 'border'}")
+    _, row, read = _padding_reader(kf, x, zx, H, W, ph, pw)
+    out = kf.buffer("xp", x.type.dtype, (N, Hp, Wp, C) if nhwc else (N, C, Hp, Wp), "out", value=dst)
+    outer, inner = (Hp, C) if nhwc else (C, Hp)  # the parallel loop: (image, row) or (image, channel)
+    with kf.loop(N * outer, "parallel", grain=par_grain(Hp * Wp * C // max(outer, 1), 1 << 14), name="t") as t:
+        img = kf.let(op("div", t, Const(outer, INDEX)), name="img")
+        o = kf.let(op("rem", t, Const(outer, INDEX)), name="o")
+        if nhwc:
+            rw = row(o)
+            with kf.loop(Wp, name="j") as j, kf.loop(C, "vector", name="c") as c:
+                kf.store(out, (img, o, j, c), read(img, c, rw, j))
+        else:
+            with kf.loop(Hp, name="i") as i:
+                rw = row(i)
+                with kf.loop(Wp, "vector", name="j") as j:
+                    kf.store(out, (img, o, i, j), read(img, o, rw, j))
+    print_llvm(k, kf.finish())
+    return dst
+
+
 def _inside(i, lo: int, hi: int):
     """(i within [lo, hi), i clamped into it): reads stay in bounds, the select drops them."""
     ok = op("and", op("ge", i, Const(lo, INDEX)), op("lt", i, Const(hi, INDEX)))
@@ -354,19 +380,7 @@ class _IntegerConv(Int8Lowering):
         G = -(-C // kpw)
         src = x
         if (ph, pw) != (0, 0) or Hp > H or Wp > W:
-            src = k.scratch(N * C * Hp * Wp)
-            kf = KernelForm(f"{k.name}.border")
-            _, row, read = _padding_reader(kf, x, zx, H, W, ph, pw)
-            pb_ = kf.buffer("xp", x.type.dtype, (N, C, Hp, Wp), "out", value=src)
-            with kf.loop(N * C, "parallel", grain=par_grain(Hp * Wp, 1 << 14), name="nc") as nc:
-                img = kf.let(op("div", nc, Const(C, INDEX)), name="img")
-                c = kf.let(op("rem", nc, Const(C, INDEX)), name="c")
-                with kf.loop(Hp, name="i") as i:
-                    rw = row(i)
-                    with kf.loop(Wp, "vector", name="j") as j:
-                        kf.store(pb_, (img, c, i, j), read(img, c, rw, j))
-            print_llvm(k, kf.finish())
-            H, W = Hp, Wp
+            src, H, W = _padded_copy(k, n, x, zx, nhwc=False), Hp, Wp
         shift = Const(shift, DType.i32)
         taps = KH * KW
         kf = KernelForm(f"{k.name}.pack")
@@ -484,17 +498,7 @@ class _IntegerConv(Int8Lowering):
         (N, C, H, W), (M, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
         Hp, Wp = _padded_extent(n)
         P = OH * OW
-        nhwc = k.scratch(N * Hp * Wp * C)
-        kf = KernelForm(f"{k.name}.nhwc")
-        _, row, read = _padding_reader(kf, x, zx, H, W, ph, pw)
-        hb = kf.buffer("xh", x.type.dtype, (N, Hp, Wp, C), "out", value=nhwc)
-        with kf.loop(N * Hp, "parallel", grain=par_grain(Wp * C, 1 << 14), name="row") as t:
-            img = kf.let(op("div", t, Const(Hp, INDEX)), name="img")
-            i = kf.let(op("rem", t, Const(Hp, INDEX)), name="i")
-            rw = row(i)
-            with kf.loop(Wp, name="j") as j, kf.loop(C, "vector", name="c") as c:
-                kf.store(hb, (img, i, j, c), read(img, c, rw, j))
-        print_llvm(k, kf.finish())
+        nhwc = _padded_copy(k, n, x, zx, nhwc=True)
         k.note(f"NHWC copy, {KH * KW} tap(s) read in place (no im2col)")
 
         def tap_rows(b, base, m, tap):  # row m = (image, pixel) under tap (r, s)
