@@ -108,13 +108,15 @@ class _Session:
         PassManager(passes[:at]).run(self.graph)
         self.ranges: dict = {}
         if options.needs_calibration:
-            from .passes.quantize import product_of
+            from .passes.quantize import depthwise_inputs, product_of
 
             xs = {}
             for n in self.graph.nodes:
                 p = product_of(n)
                 if not isinstance(p, str):
                     xs[id(p.x)] = p.x
+            if options.int8_depthwise:
+                xs.update((id(n.inputs[0]), n.inputs[0]) for n in depthwise_inputs(self.graph))
             measure = calibrator(samples, target, nthreads, method=options.calibrator, percentile=options.percentile)
             measured = measure(self.graph, list(xs.values())) if xs else {}
             self.ranges = {self._key(self.graph, v): r for v_id, r in measured.items() for v in [xs[v_id]]}
@@ -133,12 +135,14 @@ class _Session:
         layers of ``exclude`` in float (all in float with ``observe_float``: the reference)."""
         from .driver import compile as kiln_compile
         from .ir.clone import clone
-        from .passes.quantize import Quantize, product_of
+        from .passes.quantize import Quantize, depthwise_inputs, product_of
 
         g, _ = clone(self.graph)
         qpass = None
         if observe_float:
-            layers = {n.name: n.outputs[0] for n in g.nodes if not isinstance(product_of(n), str)}
+            depthwise = {id(n) for n in depthwise_inputs(g)} if self.options.int8_depthwise else set()
+            layers = {n.name: n.outputs[0] for n in g.nodes
+                      if not isinstance(product_of(n), str) or id(n) in depthwise}
         else:
             opts = dataclasses.replace(self.options, exclude=tuple(self.options.exclude) + tuple(exclude))
             qpass = Quantize(opts, self.calibrate)

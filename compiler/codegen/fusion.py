@@ -22,6 +22,7 @@ from .kernels.base import Lowering
 from .kernels.epilogue import Epilogue
 from .kernels.requantize import Requantize
 from .kernels.row_reduce import RowReduce
+from .kernels.qdepthwise import DequantizedDepthwise
 from .kernels.shuffle import ShuffledDepthwise
 from ..ir.ops import elementwise as ew
 from ..ir.ops import quant as qn
@@ -39,7 +40,8 @@ SCALAR_OPS = frozenset({
 #: block kind of the fuse pass -> the lowering class that runs such a block as one kernel (a prologue
 #: is run by the epilogue lowering: the chain is computed as the convolution's GEMM packs its input)
 BLOCK_LOWERINGS: dict[str, type] = {"attention": Attention, "reduction": RowReduce,
-                                    "shuffle": ShuffledDepthwise, "prologue": Epilogue, "requantize": Requantize}
+                                    "shuffle": ShuffledDepthwise, "prologue": Epilogue, "requantize": Requantize,
+                                    "qdepthwise": DequantizedDepthwise}
 
 _LOWERING: dict[str, Lowering] = {kind: next(low for low in ALL if type(low) is cls)
                                   for kind, cls in BLOCK_LOWERINGS.items()}
@@ -68,7 +70,7 @@ def fusable(node: Node) -> bool:
 
 def check(kind: str, nodes: list[Node]) -> str | None:
     """Why the CPU backend cannot run ``nodes`` as one kernel of ``kind`` (attention, reduction,
-    shuffle, prologue, requantize); None: it can."""
+    shuffle, prologue, requantize, qdepthwise); None: it can."""
     return _LOWERING[kind].check(KernelGroup.of(nodes))
 
 

@@ -164,6 +164,33 @@ def _only_user(v: Value) -> Node | None:
     return use[0] if use is not None and isinstance(use[0], Node) else None
 
 
+def clamp_kept(act: Node, q: Node) -> str | None:
+    """Why the Relu/Clip ``act`` read by QuantizeLinear ``q`` (one constant scale and zero point,
+    to int8/uint8) is not redundant, or None when ``q`` already clips it: QuantizeLinear is
+    monotone, so ``q(max(y, lo)) = max(q(y), q(lo))``, which is ``q(y)`` when ``q(lo)`` is the
+    type's lowest value (a Relu before a zero point at the bottom of the range, as a calibrated
+    range starting at 0 gives); the same at the top for ``hi``. NaN stays NaN through both."""
+    lo_q, hi_q = _RANGE[q.outputs[0].dtype]
+    sy, zy = (list(q.inputs) + [None])[1:3]
+    z = int(zy.const.reshape(())) if zy is not None else 0
+    s = float(sy.const.reshape(()))
+
+    def q_of(v: float) -> int:
+        return int(np.clip(np.rint(np.float32(v) / np.float32(s)) + z, lo_q, hi_q))
+    if isinstance(act.op, ew.Relu):
+        lo, hi = 0.0, None
+    else:
+        mn, mx = (list(act.inputs) + [None, None])[1:3]
+        if (mn is not None and _const(mn) is None) or (mx is not None and _const(mx) is None):
+            return "a Clip with bounds that are not constant"
+        lo = None if mn is None else float(mn.const)
+        hi = None if mx is None else float(mx.const)
+    if (lo is not None and q_of(lo) > lo_q) or (hi is not None and q_of(hi) < hi_q):
+        return f"{act.op.name} is not made redundant by the quantization after it (its bounds map inside " \
+               f"[{lo_q}, {hi_q}])"
+    return None
+
+
 def _requantized_by(y: Value) -> "tuple[Node, Node | None] | str":
     """(the QuantizeLinear that alone reads ``y`` (through a Relu/Clip it makes redundant), the
     activation between or None); or why the product keeps a float result."""
@@ -179,23 +206,9 @@ def _requantized_by(y: Value) -> "tuple[Node, Node | None] | str":
     if sy.dtype is not DType.f32 or q.outputs[0].dtype not in _INT8 or q.op.block_size:
         return "the QuantizeLinear after it is not float32 to int8/uint8"
     if act is not None:
-        lo_q, hi_q = _RANGE[q.outputs[0].dtype]
-        z = int(zy.const.reshape(())) if zy is not None else 0
-        s = float(sy.const.reshape(()))
-
-        def q_of(v: float) -> int:
-            return int(np.clip(np.rint(np.float32(v) / np.float32(s)) + z, lo_q, hi_q))
-        if isinstance(act.op, ew.Relu):
-            lo, hi = 0.0, None
-        else:
-            mn, mx = (list(act.inputs) + [None, None])[1:3]
-            if (mn is not None and _const(mn) is None) or (mx is not None and _const(mx) is None):
-                return "a Clip with bounds that are not constant"
-            lo = None if mn is None else float(mn.const)
-            hi = None if mx is None else float(mx.const)
-        if (lo is not None and q_of(lo) > lo_q) or (hi is not None and q_of(hi) < hi_q):
-            return f"{act.op.name} is not made redundant by the quantization after it (its bounds map inside " \
-                   f"[{lo_q}, {hi_q}])"
+        why = clamp_kept(act, q)
+        if why:
+            return why
     return q, act
 
 

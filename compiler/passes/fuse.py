@@ -7,6 +7,9 @@ Rules, in order of each group's first node (``plan_fusion``):
   on the last axis and a second MatMul, with the Transposes computing the MatMuls' operands and the
   one after the second (``_attention``);
 * **shuffle**: a Transpose and the Reshape after it, read by a depthwise Conv only (``_shuffle``);
+* **qdepthwise**: a DequantizeLinear read by a depthwise Conv only, the conv, and the elementwise
+  chain after it up to a QuantizeLinear (``_dequantized_depthwise``: static int8 leaves depthwise
+  convolutions in float32 but reads and writes their tensors as bytes);
 * **epilogue**: a GEMM or convolution (pattern out-elementwise-fusable) takes the chain of
   elementwise ops after it: bias, folded BatchNorm scale/shift, activation, residual add;
 * **requantize**: an integer product (ConvInteger, MatMulInteger: int32 sums) takes the chain after
@@ -288,6 +291,33 @@ def _shuffle(t: Node, fusable, taken: set[int], check) -> tuple[list[Node] | Non
     return (None if why else [t, r, conv]), why
 
 
+def _dequantized_depthwise(d: Node, fusable, taken: set[int], max_ops: int,
+                           check) -> tuple[list[Node] | None, str | None]:
+    """(a DequantizeLinear, the depthwise Conv reading it alone, the elementwise chain after the
+    conv, each result read by the next alone, up to a QuantizeLinear ending it: a depthwise
+    convolution computed in float32 between 8-bit tensors; or None, why not). A chain the backend
+    refuses is shortened until it accepts it (then ``why`` says why the first op left out was)."""
+    if not isinstance(d.op, qn.DequantizeLinear) or id(d) in taken or not fusable(d):
+        return None, None
+    conv = _only_user(d.outputs[0])
+    if conv is None or not isinstance(conv.op, cv.Conv) or conv.inputs[0] is not d.outputs[0] or \
+            id(conv) in taken or int(conv.op.group) == 1 or not is_anchor(conv):
+        return None, None
+    members, cur = [d, conv], conv
+    while len(members) < max_ops and not isinstance(cur.op, qn.QuantizeLinear):
+        u = _only_user(cur.outputs[0])
+        if u is None or id(u) in taken or not fusable(u) or isinstance(u.op, qn.DequantizeLinear) or \
+                tuple(u.outputs[0].shape) != tuple(cur.outputs[0].shape):
+            break
+        members.append(u)
+        cur = u
+    why = first = check("qdepthwise", members)
+    while why is not None and len(members) > 2:
+        members.pop()
+        why = check("qdepthwise", members)
+    return (None, why) if why else (members, first)
+
+
 def plan_fusion(graph: Graph, max_ops: int = 32,
                 capabilities: FusionCapabilities = NO_FUSION) -> tuple[list[FusionGroup], list[Decision]]:
     """The groups to fuse (two nodes or more) and a decision for every adjacent pair, given what the
@@ -322,6 +352,16 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
             continue
         if why:
             refused[id(start)] = f"not as a channel shuffle the convolution reads in place: {why}"
+        members, why = _dequantized_depthwise(start, fusable, taken, max_ops, capabilities.check) \
+            if "qdepthwise" in capabilities.blocks else (None, None)
+        if members and order.contract(members):
+            groups.append(FusionGroup(members, "qdepthwise"))
+            taken |= {id(n) for n in members}
+            if why and (nxt := _only_user(members[-1].outputs[0])) is not None:
+                decisions.append(Decision(members[-1], nxt, False, f"not in the depthwise kernel: {why}"))
+            continue
+        if why:
+            refused[id(start)] = f"not as a depthwise convolution between 8-bit tensors: {why}"
         if _left_for_later(start, position):
             continue
         if is_anchor(start):
@@ -355,6 +395,9 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
                     why = "a DequantizeLinear does not follow an integer product's sums"
                 if why is None and _left_for_later(u, position):
                     why = "the dequantized value is computed in the kernel of the op reading it"
+                if why is None and "qdepthwise" in capabilities.blocks and \
+                        _dequantized_depthwise(u, fusable, taken, max_ops, capabilities.check)[0]:
+                    why = "the dequantized value is computed in the depthwise convolution reading it"
                 if why is None and nxt is None:
                     nxt = u
                     label = "epilogue" if kind == "prologue" else kind  # after a prologue: the conv's epilogue
@@ -429,7 +472,7 @@ def _block_decisions(groups: list[FusionGroup], decisions: list[Decision],
                      refused: dict[int, str]) -> list[Decision]:
     """The decisions with the pairs inside attention and shuffle blocks marked fused, and the reason
     a block was not formed added to its node's refusals."""
-    blocks = ("attention", "shuffle")
+    blocks = ("attention", "shuffle", "qdepthwise")
     group_of = {id(n): i for i, g in enumerate(groups) if g.kind in blocks for n in g.nodes}
     out = []
     for d in decisions:

@@ -2,7 +2,8 @@
 
     -O0  infer-shapes
     -O1  + fold-qdq · fold-constants · unroll-loops · canonicalize · eliminate-common-subexpressions · eliminate-dead
-    -O2  + fold-batchnorm · fold-scale-bias, then clean up again · sink-reshapes · fuse · schedule-memory  (the default)
+    -O2  + fold-batchnorm · fold-scale-bias, then clean up again · drop-saturated-clamps · sink-reshapes · fuse ·
+         schedule-memory  (the default)
     -O3  as -O2 (later issues add aggressive rewrites here)
     any level with devices: + split-products (before sink-reshapes) and split-devices (last)
 
@@ -32,6 +33,7 @@ from .fuse import NO_FUSION, FuseKernels, FusionCapabilities
 from .manager import Pass
 from .options import CompileOptions
 from .quantize import Calibrate, Quantize
+from .saturated_clamps import DropSaturatedClamps
 from .schedule import ScheduleForMemory
 from .sink_reshapes import SinkReshapes
 from .split_devices import DeviceSpec, SplitDevices
@@ -62,7 +64,8 @@ def pipeline(opts: CompileOptions, fusion: FusionCapabilities = NO_FUSION,
     if devices:  # a product too large for a device becomes several, before fusion
         passes.append(SplitProducts(max(d.memory_bytes for d in devices) // 2))
     if opts.opt_level >= 2:
-        passes += [SinkReshapes(opts.max_rewrite_rounds, fusion),  # Reshapes after a GEMM go below its users
+        passes += [DropSaturatedClamps(),  # a Relu/Clip its readers' QuantizeLinear already clips
+                   SinkReshapes(opts.max_rewrite_rounds, fusion),  # Reshapes after a GEMM go below its users
                    FuseKernels(opts.max_fused_ops, fusion),  # kiln.Kernel nodes: one native kernel each
                    ScheduleForMemory()]  # a topological order with a lower peak of live bytes
     if devices:

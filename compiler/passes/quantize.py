@@ -69,6 +69,11 @@ class QuantizeOptions:
     #: Runtime's QDQ models do: one more rounding of the residual (half a step of its scale), and
     #: the layer before writes one byte per element instead of a float and a byte
     int8_residuals: bool = True
+    #: static int8: a depthwise convolution (no int8 kernel: its products stay float32) reads its
+    #: input as uint8 (``DequantizeLinear(QuantizeLinear(x))``, as ONNX Runtime's QDQ models do): one
+    #: more rounding of x, and the layer before writes one byte per element instead of four (the
+    #: CPU backend computes the conv from the bytes, ``codegen/kernels/qdepthwise.py``)
+    int8_depthwise: bool = True
     #: keep the layers whose quantization costs most in float until the model output's error
     #: (1 - cosine similarity with float, over the calibration samples) is at most this
     #: (``compiler/quantize_report.py``); None: quantize every layer it can
@@ -136,7 +141,8 @@ def product_of(node: Node) -> "_Product | str":
         if x.type.rank != 4:
             return "only 2-D convolutions are quantized"
         if node.op.group != 1:
-            return "a grouped convolution (no fast int8 kernel for it yet: it stays float)"
+            return ("a grouped convolution (no fast int8 kernel for it yet: it stays float; static int8 "
+                    "reads a depthwise one's input as uint8)")
         b = node.inputs[2] if len(node.inputs) > 2 else None
         if b is not None and b.const is None:
             return "the bias is not constant"
@@ -155,6 +161,42 @@ def product_of(node: Node) -> "_Product | str":
         return "Gemm's C is not constant"
     bias = None if c is None or float(op.beta) == 0.0 else (float(op.beta) * c.const.astype(np.float64))
     return _Product(node, x, w.const.T if op.transB else w.const, float(op.alpha), bias)
+
+
+def depthwise_inputs(graph: Graph, excluded: Callable[[Node], bool] = lambda n: False) -> list[Node]:
+    """The depthwise convolutions whose input static int8 quantizes (``int8_depthwise``): float32 2-D,
+    one input channel per group, not ``excluded``, the only reader of an input computed in the graph
+    (a model input would be quantized by a kernel of its own: no bytes saved), and whose result
+    (through an activation) is read only by products quantized here, so the conv reads and writes
+    bytes (a depthwise conv with a float reader, e.g. a SiLU's product, is left alone)."""
+    found = []
+    for node in graph.nodes:
+        if node.op.name != "Conv" or excluded(node):
+            continue
+        x = node.inputs[0]
+        if x.dtype is not DType.f32 or not x.type.is_static or x.type.rank != 4 or x.producer is None:
+            continue
+        use = x.uses.single()
+        if int(node.op.group) > 1 and int(node.op.group) == int(x.shape[1]) and use is not None and use[0] is node \
+                and _read_by_products(node.outputs[0], excluded):
+            found.append(node)
+    return found
+
+
+def _read_by_products(v: Value, excluded: Callable[[Node], bool]) -> bool:
+    """Whether ``v``, through a chain of elementwise ops each read by the next alone, is read only
+    as the input of products this pass quantizes."""
+    while True:
+        readers = [u for u, _ in v.uses]
+        if not readers or not all(isinstance(u, Node) for u in readers):
+            return False
+        if all(u.inputs[0] is v and not excluded(u) and not isinstance(product_of(u), str) for u in readers):
+            return True
+        u = readers[0]
+        if len(readers) != 1 or u.op.pattern > Pattern.BROADCAST or len(u.outputs) != 1 or \
+                tuple(u.outputs[0].shape) != tuple(v.shape):
+            return False
+        v = u.outputs[0]
 
 
 def weight_scales(w: np.ndarray, per_channel: bool, axis: int = 1) -> np.ndarray:
@@ -204,6 +246,8 @@ class Quantize(Pass):
         return node.name in self.options.exclude or node.op.name in self.options.exclude
 
     def run(self, graph: Graph) -> bool:
+        depthwise = depthwise_inputs(graph, self.excluded) \
+            if self.options.needs_calibration and self.options.int8_depthwise else []
         products = []
         for node in graph.nodes:
             if node.op.name not in QUANTIZED_OPS and node.op.name not in NOT_YET:
@@ -213,21 +257,45 @@ class Quantize(Pass):
                 self.refusals[node.name or node.describe()] = p
             else:
                 products.append(p)
-        if not products:
+        if not products and not depthwise:
             return False
         ranges = {}
         if self.options.needs_calibration:
-            xs = list({id(p.x): p.x for p in products}.values())
+            xs = list({id(v): v for v in [p.x for p in products] + [d.inputs[0] for d in depthwise]}.values())
             ranges = self.calibrate(graph, xs)
+        dw_ranges = [ranges.get(id(d.inputs[0])) for d in depthwise]  # (a product's rewrite replaces its result)
         for p in products:
             self._rewrite(graph, p, ranges.get(id(p.x)))
             self.quantized.append(p.node.name)
+        for d, rng in zip(depthwise, dw_ranges):
+            self._dequantized_input(graph, d, rng)
         if self.options.needs_calibration:
             self._pool_in_int8(graph)
         if self.options.needs_calibration and self.options.int8_residuals:
             self._share_quantized(graph)
         graph.remove_unused_constants()
         return True
+
+    def _quantization(self, graph: Graph, x: Value, rng: tuple[float, float], name: str, before: Node) -> Node:
+        """The QuantizeLinear of ``x`` by its calibrated range ``rng``: one per value, made before
+        ``before`` by its first reader."""
+        if id(x) not in self._quantized_x:
+            sx, zx = activation_params(*rng, symmetric=self.options.symmetric)
+            zero = graph.add_constant(zx, name=f"{name}.zero_point")
+            scale = graph.add_constant(np.asarray(sx, np.float32), name=f"{name}.scale")
+            q = graph.add_node(qn.QuantizeLinear(), [x, scale, zero], name=before.name, before=before)
+            self._quantized_x[id(x)] = q
+            self._x_scale[id(x)] = sx
+        return self._quantized_x[id(x)]
+
+    def _dequantized_input(self, graph: Graph, conv: Node, rng: tuple[float, float]) -> None:
+        """Depthwise ``conv`` reads ``DequantizeLinear(QuantizeLinear(x))`` instead of x (``int8_depthwise``)."""
+        x = conv.inputs[0]
+        q = self._quantization(graph, x, rng, x.name or conv.name, conv)
+        dq = graph.add_node(qn.DequantizeLinear(), [q.output, q.inputs[1], q.inputs[2]], name=conv.name, before=conv)
+        conv.set_input(0, dq.output)
+        self.quantized.append(conv.name)
+        self.results[conv.name] = conv.outputs[0]
 
     def _pool_in_int8(self, graph: Graph) -> None:
         """``QuantizeLinear(MaxPool(y))`` becomes ``MaxPool(QuantizeLinear(y))``, the max taken on
@@ -299,13 +367,8 @@ class Quantize(Pass):
             return graph.add_constant(array, name=f"{what}")
 
         if o.needs_calibration:  # one quantization of x for all the products reading it
-            if id(x_now) not in self._quantized_x:
-                sx, zx = activation_params(*rng, symmetric=o.symmetric)
-                zxv = const(zx, f"{x}.zero_point")
-                qnode = add(qn.QuantizeLinear(), x_now, const(np.asarray(sx, np.float32), f"{x}.scale"), zxv)
-                self._quantized_x[id(x_now)] = qnode
-                self._x_scale[id(x_now)] = sx
-            qnode, sx = self._quantized_x[id(x_now)], self._x_scale[id(x_now)]
+            qnode = self._quantization(graph, x_now, rng, x, node)
+            sx = self._x_scale[id(x_now)]
             xq, zxv = qnode.output, qnode.inputs[2]
             scale = const((np.float64(sx) * along_y.astype(np.float64) * p.alpha).astype(np.float32), f"{w}.rescale")
         else:
@@ -331,4 +394,4 @@ class Quantize(Pass):
 
 
 __all__ = ["CALIBRATORS", "Calibrate", "MODES", "NOT_YET", "QUANTIZED_OPS", "Quantize", "QuantizeOptions", "activation_params",
-           "product_of", "weight_scales"]
+           "depthwise_inputs", "product_of", "weight_scales"]

@@ -127,7 +127,8 @@ def test_refusals_say_why():
     p = Quantize(QuantizeOptions(mode="int8-dynamic", exclude=("kept",)))
     changed = PassManager([p]).run(g).records[0].changed
     assert not changed
-    assert p.refusals == {"grouped": "a grouped convolution (no fast int8 kernel for it yet: it stays float)",
+    assert p.refusals == {"grouped": "a grouped convolution (no fast int8 kernel for it yet: it stays float; "
+                                     "static int8 reads a depthwise one's input as uint8)",
                           "dynamic_weights": "the weights are not constant", "kept": "excluded by the options"}
     p2 = Quantize(QuantizeOptions(mode="int8-dynamic", exclude=("MatMul",)))
     PassManager([p2]).run(g)
@@ -294,3 +295,63 @@ def test_max_pooling_runs_on_the_quantized_values():
     _run(g, p)
     assert p.pooled_in_int8 == []
     assert next(n for n in g.nodes if n.op.name == "MaxPool").inputs[0].dtype.name == "f32"
+
+
+WDW = (RNG.standard_normal((4, 1, 3, 3)) * 0.5).astype(np.float32)
+W_EXPAND = (RNG.standard_normal((4, 2, 1, 1)) * 0.5).astype(np.float32)
+W_PROJECT = (RNG.standard_normal((2, 4, 1, 1)) * 0.5).astype(np.float32)
+
+
+def _inverted_residual(tail="Conv"):
+    """A MobileNetV2 block: 1x1 expand, ReLU6, depthwise 3x3, ReLU6, then ``tail``: the 1x1 project
+    ("Conv") or a float reader of the depthwise result (a "Sigmoid")."""
+    last = ("%5 = Conv(%4, %w3) : f32[1,2,6,6]" if tail == "Conv" else "%5 = Sigmoid(%4) : f32[1,4,6,6]")
+    return ir(f"""
+    graph @block(%x: f32[1,2,6,6]) -> (y: f32[1,{2 if tail == "Conv" else 4},6,6]) {{
+      %w1 = const f32[4,2,1,1]
+      %wd = const f32[4,1,3,3]
+      %w3 = const f32[2,4,1,1]
+      %lo = const f32[] dense<0.0>
+      %hi = const f32[] dense<6.0>
+      %0 = Conv(%x, %w1) : f32[1,4,6,6]
+      %1 = Clip(%0, %lo, %hi) : f32[1,4,6,6]
+      %3 = Conv(%1, %wd) {{group=4, kernel_shape=[3, 3], pads=[1, 1, 1, 1]}} : f32[1,4,6,6] @"dw"
+      %4 = Clip(%3, %lo, %hi) : f32[1,4,6,6]
+      {last}
+      return y=%5
+    }}""", {"w1": W_EXPAND, "wd": WDW, "w3": W_PROJECT})
+
+
+@pytest.mark.parametrize("depthwise", [True, False])
+def test_a_depthwise_conv_reads_its_input_as_uint8(depthwise):
+    """Structure: the depthwise conv (no int8 kernel: it stays float) reads DequantizeLinear(
+    QuantizeLinear(x)) (``int8_depthwise``, the default), so the expand layer's chain ends in a
+    QuantizeLinear; it counts as a quantized layer (the report's). Off: it reads the float value.
+    Numbers: both close to float. Refusals: a depthwise conv whose result has a float reader is left
+    alone, and so is an excluded one."""
+    rng = np.random.default_rng(12)
+    samples = [{"x": rng.standard_normal((1, 2, 6, 6)).astype(np.float32)} for _ in range(4)]
+    g = _inverted_residual()
+    want = [interpret(g, s)["y"] for s in samples]
+    p = Quantize(QuantizeOptions(int8_depthwise=depthwise), _minmax(samples))
+    _run(g, p)
+    dw = next(n for n in g.nodes if n.name == "dw" and n.op.name == "Conv")
+    src = dw.inputs[0].producer
+    if depthwise:
+        assert src.op.name == "DequantizeLinear" and src.inputs[0].producer.op.name == "QuantizeLinear"
+        assert src.inputs[0].producer.inputs[0].producer.op.name == "Clip"
+        assert "dw" in p.quantized and p.results["dw"] is dw.outputs[0]
+    else:
+        assert src.op.name == "Clip" and "dw" not in p.quantized
+    for s, w in zip(samples, want):
+        assert _cosine(interpret(g, s)["y"], w) > 0.999
+
+    g = _inverted_residual(tail="Sigmoid")
+    p = Quantize(QuantizeOptions(), _minmax(samples))
+    _run(g, p)
+    assert next(n for n in g.nodes if n.name == "dw" and n.op.name == "Conv").inputs[0].producer.op.name == "Clip"
+    g = _inverted_residual()
+    p = Quantize(QuantizeOptions(exclude=("dw",)), _minmax(samples))
+    _run(g, p)
+    assert next(n for n in g.nodes if n.name == "dw" and n.op.name == "Conv").inputs[0].producer.op.name == "Clip"
+    assert "dw" not in p.quantized and p.refusals["dw"] == "excluded by the options"

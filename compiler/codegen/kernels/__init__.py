@@ -33,6 +33,7 @@ from .scan import LOWERINGS as SCAN_LOWERINGS
 from .recurrent import LOWERINGS as RECURRENT_LOWERINGS
 from .requantize import Requantize
 from .shuffle import ShuffledDepthwise
+from .qdepthwise import DequantizedDepthwise
 
 #: every lowering, in the order they are consulted
 _GEMM, _MATMUL, _CONV, _CONVT = Gemm(), MatMul(), Conv(), ConvTranspose()
@@ -42,7 +43,7 @@ ALL: tuple[Lowering, ...] = (View(), Elementwise(), _GEMM, _MATMUL, *MATMUL_LOOP
                              *QUANT_LOWERINGS, *QMATMUL_LOWERINGS, *QCONV_LOWERINGS, *RESIZE_LOWERINGS, *ROTARY_LOWERINGS, *TOPK_LOWERINGS, *GRIDSAMPLE_LOWERINGS, *LPPOOL_LOWERINGS, _CONVT,
                              *RECURRENT_LOWERINGS,
                              Epilogue((_GEMM, _MATMUL, _CONV, _CONVT)), Requantize(), RowReduce(), Attention(),
-                             ShuffledDepthwise())
+                             ShuffledDepthwise(), DequantizedDepthwise())
 
 #: the lowering of groups with nothing to compute
 EMPTY = Empty()

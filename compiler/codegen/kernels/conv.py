@@ -335,12 +335,17 @@ class Conv(Lowering):
 
     # -- depthwise ---------------------------------------------------------------------------------
     def _depthwise(self, k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te=None,
-                   planes_of=None):
+                   planes_of=None, load=None, store=None):
         """Planes (image, input channel) split among the threads in ``ntask`` runs, each with a padded
         scratch plane of its own; each plane by a module-level helper taking the sizes at run time
         (one helper per kernel size and width stride). ``te``: a ``TileEpilogue`` run on each output
         plane once computed (one image). ``planes_of``: for each input plane, the plane of ``x`` it
-        is (a channel shuffle read in place, ``shuffle.py``); None: plane i is x's plane i."""
+        is (a channel shuffle read in place, ``shuffle.py``); None: plane i is x's plane i.
+        ``load(stride)``: a row function ``f(x elements, float32 out, n)`` computing the conv's input
+        from every ``stride``-th element of ``x`` (then of another element type: uint8 dequantized,
+        ``qdepthwise.py``), run on the padded copy's rows (or on each input plane into scratch);
+        ``store``: one computing ``y``'s elements (of another type) from the conv's float32 result,
+        run on each output plane computed into scratch."""
         hp = (oh - 1) * sh + (kh - 1) * dh + 1
         wpd = (ow - 1) * sw + (kw - 1) * dw + 1
         # tiny planes: each output pixel's sum over its in-bounds taps, unrolled, read in place
@@ -360,6 +365,12 @@ class Conv(Lowering):
         psize = pexact + (lanes if flat else 0)
         wsize = nvec * lanes if flat else 0  # the flat form's output plane, rs wide
         per_plane = mg * p * kh * kw + psize
+        xt = F32 if load is None else ir.IntType(8 * x.type.dtype.itemsize)  # x's element type
+        yt = F32 if store is None else ir.IntType(8 * y.type.dtype.itemsize)
+        # ``load`` on the padded copy's rows, else on the whole input plane into scratch first (not
+        # before a padded copy: its element loads of the vector stores just made would stall)
+        lsize = h * wd if load is not None and not padded else 0
+        ssize = p if store is not None else 0  # the float output plane ``store`` reads
         ntask = min(planes, 64)
         # each task run owns a scratch plane; at least ~DW_MIN multiply-adds per task
         group_size = -(-planes // ntask)
@@ -368,7 +379,8 @@ class Conv(Lowering):
             b = k.b
             xp, wp, yp = k.ptr(x), k.ptr(w), k.ptr(y)
             bp = k.ptr(bias) if bias is not None else k.weight(_zeros(c * mg))
-            scr = k.scratch(ntask * (psize + wsize) * 4) if psize + wsize else None  # per task run
+            per_task = psize + wsize + lsize + ssize
+            scr = k.scratch(ntask * per_task * 4) if per_task else None  # per task run
             fma = k.module.declare_intrinsic("llvm.fmuladd", [F32], ir.FunctionType(F32, [F32, F32, F32]))
             vt = ir.VectorType(F32, lanes)
             vname = f"llvm.fmuladd.v{lanes}f32"
@@ -386,15 +398,21 @@ class Conv(Lowering):
                 return acc
 
             with _span(b, lo, hi, "dwt") as t:
-                mine = k.at(scr, b.mul(t, c64(psize + wsize))) if scr is not None else None
+                mine = k.at(scr, b.mul(t, c64(per_task))) if scr is not None else None
                 plane = mine if padded else None
                 wide = k.at(mine, c64(psize)) if wsize else None
+                loaded = k.at(mine, c64(psize + wsize)) if lsize else None
+                stored = k.at(mine, c64(psize + wsize + lsize)) if ssize else None
                 p0 = b.mul(t, c64(group_size))
                 p1 = k.f.min(b.add(p0, c64(group_size)), c64(planes))
                 with _span(b, p0, p1, "dwp") as pc:  # (image, input channel)
-                    xin = k.at(xp, b.mul(pc if table is None else table_load(k, table, pc), c64(h * wd)))
+                    xin = k.at(xp, b.mul(pc if table is None else table_load(k, table, pc), c64(h * wd)), xt)
+                    if lsize:
+                        b.call(load(1), [xin, loaded, c64(h * wd)])
+                        xin = loaded
                     if padded:
-                        pad_plane(k, xin, plane, h, wd, hp, wq, pt, pl, sw, rph)
+                        pad_plane(k, xin, plane, h, wd, hp, wq, pt, pl, sw, rph,
+                                  load=None if load is None else load(sw), xt=xt)
                     if flat:
                         _fill_zero(k, plane, pexact, psize, "dwslack")
                     src = plane if padded else xin
@@ -404,7 +422,7 @@ class Conv(Lowering):
                         mch = b.urem(mo, c64(c * mg)) if n > 1 else mo
                         wts = [k.load(wp, b.add(b.mul(mch, c64(kh * kw)), c64(tt))) for tt in range(kh * kw)]
                         b0 = k.load(bp, mch)
-                        yout = k.at(yp, b.mul(mo, c64(p)))
+                        yout = k.at(yp, b.mul(mo, c64(p))) if store is None else stored
                         if tiny:
                             for r in range(oh):
                                 for q in range(ow):
@@ -433,6 +451,8 @@ class Conv(Lowering):
                                 yrow = k.at(yout, b.mul(r, c64(ow)))
                                 with k.loop(ow, "ow") as q:
                                     k.store(taps_sum(rowbase, q, b0, wts), yrow, q)
+                        if store is not None:
+                            b.call(store, [stored, k.at(yp, b.mul(mo, c64(p)), yt), c64(p)])
                         if ep is not None:  # output channel mo is row mo of Y viewed [channels, pixels]
                             b.call(ep[0], [ep[1], mo, b.add(mo, c64(1)), c64(0), c64(p)])
 

@@ -327,12 +327,14 @@ def _build_im2col(module: ir.Module, sw: int) -> ir.Function:
     return fn
 
 
-def pad_plane(k: KernelBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw, sh=1) -> None:
+def pad_plane(k: KernelBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw, sh=1, load=None, xt=F32) -> None:
     """The ``hp`` rows of the zero-padded input plane ``xpad[r, s] = x[r - pt, s - pl]`` split by
     column phase: ``plane[ph, r, t] = xpad[r, t*sw + ph]`` (``wq`` columns per phase), so that a
     strided window reads contiguous columns. With ``sh > 1`` the rows are split by phase too:
     ``plane[rph, ph, r, t] = xpad[r*sh + rph, t*sw + ph]``, ``hq = ceil(hp / sh)`` rows per phase (a
-    strided window then reads consecutive rows as well)."""
+    strided window then reads consecutive rows as well). ``load``: a row function ``f(x elements,
+    float32 out, n)`` reading every ``sw``-th element of ``x`` (of type ``xt``) and computing the
+    row's values from them (a dequantization) instead of copying them."""
     b = k.b
     hq = -(-hp // sh)
     for rph in range(sh):
@@ -348,8 +350,11 @@ def pad_plane(k: KernelBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw, sh=1) -> 
                     with inside:
                         _fill_zero(k, dst, 0, lo, f"pza{tag}")
                         if hi > lo:
-                            src = k.at(xin, b.add(b.mul(ih, c64(wd)), c64(lo * sw + ph - pl)))
-                            _copy(k, k.at(dst, lo), src, hi - lo, sw, f"pcp{tag}")
+                            src = k.at(xin, b.add(b.mul(ih, c64(wd)), c64(lo * sw + ph - pl)), xt)
+                            if load is not None:
+                                b.call(load, [src, k.at(dst, lo), c64(hi - lo)])
+                            else:
+                                _copy(k, k.at(dst, lo), src, hi - lo, sw, f"pcp{tag}")
                         _fill_zero(k, dst, hi, wq, f"pzb{tag}")
                     with outside:
                         _fill_zero(k, dst, 0, wq, f"pz{tag}")

@@ -221,12 +221,13 @@ class RowChain:
                    self.operand(v, _broadcast_strides(v.shape, shape)) for v in n.inputs]
             self.synth[id(n.outputs[0])] = self.g.add(n.op, *ins)
 
-    def emit(self, k: KernelBuilder, name: str, outputs: Sequence[Value], in_place: dict | None = None):
+    def emit(self, k: KernelBuilder, name: str, outputs: Sequence[Value], in_place: dict | None = None,
+             stride: int = 1):
         """(the internal row function ``name(inputs..., pointer outputs..., n)`` writing ``outputs``,
         a ``RowFunction``, its inputs in argument order as (value, strides)). The inputs are the
         operands in the order they were added; ``in_place``: {output index: input index} written
         through that input's pointer. The row is a loop-form kernel over the run-time size ``n``
-        (its operands ``[_L]`` read at ``i``, ``[1]`` broadcast), printed into the function."""
+        (its operands ``[_L]`` read at ``i * stride``, ``[1]`` broadcast), printed into the function."""
         in_place = dict(in_place or {})
         ins = [sv for _, _, sv in self.operands]
         pointer_outputs = tuple(o for o in range(len(outputs)) if o not in in_place)
@@ -238,10 +239,10 @@ class RowChain:
         kf = KernelForm(name)
         n = kf.size("n", ROW_BOUND)
         bufs = {id(sv): kf.buffer(f"in{j}", sv.type.dtype, (ROW_BOUND,), "inout" if j in in_place.values() else "in",
-                                  strides=(1 if int(sv.shape[0]) > 1 else 0,), value=fn.args[j])
+                                  strides=(stride if int(sv.shape[0]) > 1 else 0,), value=fn.args[j])
                 for j, sv in enumerate(ins)}
         outs = [bufs[id(ins[in_place[o]])] if o in in_place else
-                kf.buffer(f"out{o}", DType.f32, (ROW_BOUND,), "out", value=fn.args[len(ins) + pointer_outputs.index(o)])
+                kf.buffer(f"out{o}", outputs[o].type.dtype, (ROW_BOUND,), "out", value=fn.args[len(ins) + pointer_outputs.index(o)])
                 for o in range(len(outputs))]
         # operands constant along the row are read once, before the loop
         fixed = {id(sv): kf.let(bufs[id(sv)][0], "fixed") for sv in ins if int(sv.shape[0]) == 1}

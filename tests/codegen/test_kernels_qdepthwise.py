@@ -1,0 +1,151 @@
+"""A depthwise conv computed in float32 between 8-bit tensors (``kernels/qdepthwise.py``):
+structure (one ``qdepthwise`` kernel: DequantizeLinear, Conv and the chain up to the
+QuantizeLinear), numbers (native against the reference interpreter on every ISA the host runs, each
+plane path: tiny, flat, rows; strides, padding, a channel multiplier, two images, int8 input, no
+chain) and refusals (the reason a chain op stays outside)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.codegen.kernels.testing import build_kernels, run_kernels
+from compiler.codegen.llvm.target import host_target, target_for
+
+from .fused import fuse
+
+CPUS = ["icelake-server", "x86-64-v3", "x86-64-v2"]  # AVX-512, AVX2, portable: the vector width differs
+
+
+def block(n=1, c=6, h=9, w=9, k=3, stride=1, pad=1, mult=1, xt="u8", tail="clip", dil=1):
+    """DequantizeLinear(x) -> depthwise Conv -> ``tail``: "clip" (Clip(0, 6) and QuantizeLinear to
+    uint8), "quantize" (QuantizeLinear only), "relu-mul" (Relu, a Mul by a scalar, QuantizeLinear),
+    "none" (the float result), "residual" (an Add of another input: a tensor operand)."""
+    m = c * mult
+    oh = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    ow = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    out = f"[{n},{m},{oh},{ow}]"
+    zx = "dense<-3>" if xt == "i8" else "dense<7>"
+    ops = {"clip": f"""  %4 = Clip(%3, %lo, %hi) : f32{out}
+  %5 = QuantizeLinear(%4, %sy, %zy) : u8{out}
+  return y=%5""",
+           "quantize": f"""  %5 = QuantizeLinear(%3, %sy, %zy) : u8{out}
+  return y=%5""",
+           "relu-mul": f"""  %4 = Relu(%3) : f32{out}
+  %6 = Mul(%4, %two) : f32{out}
+  %5 = QuantizeLinear(%6, %sy, %zy) : u8{out}
+  return y=%5""",
+           "none": "  return y=%3",
+           "residual": f"""  %4 = Add(%3, %r) : f32{out}
+  %5 = QuantizeLinear(%4, %sy, %zy) : u8{out}
+  return y=%5"""}[tail]
+    extra = f", %r: f32{out}" if tail == "residual" else ""
+    yt = f"f32{out}" if tail == "none" else f"u8{out}"
+    text = f"""graph @g(%x: {xt}[{n},{c},{h},{w}]{extra}) -> (y: {yt}) {{
+  %sx = const f32[] dense<0.05>
+  %zx = const {xt}[] {zx}
+  %wt = const f32[{m},1,{k},{k}]
+  %b = const f32[{m}]
+  %lo = const f32[] dense<0.0>
+  %hi = const f32[] dense<6.0>
+  %two = const f32[] dense<2.0>
+  %sy = const f32[] dense<0.03>
+  %zy = const u8[] dense<0>
+  %1 = DequantizeLinear(%x, %sx, %zx) : f32[{n},{c},{h},{w}]
+  %3 = Conv(%1, %wt, %b) {{group={c}, kernel_shape=[{k}, {k}], pads=[{pad}, {pad}, {pad}, {pad}], \
+strides=[{stride}, {stride}], dilations=[{dil}, {dil}]}} : f32{out}
+{ops}
+}}"""
+    rng = np.random.default_rng(n * 1000 + c * 10 + h)
+    weights = {"wt": (rng.standard_normal((m, 1, k, k)) * 0.4).astype(np.float32),
+               "b": (rng.standard_normal(m) * 0.2).astype(np.float32)}
+    info = np.iinfo(np.int8 if xt == "i8" else np.uint8)
+    feeds = {"x": rng.integers(info.min, info.max + 1, (n, c, h, w)).astype(info.dtype)}
+    if tail == "residual":
+        feeds["r"] = rng.standard_normal((n, m, oh, ow)).astype(np.float32)
+    return text, weights, feeds
+
+
+def _fused(**kw):
+    text, weights, feeds = block(**kw)
+    return fuse(text, weights, feeds=feeds)
+
+
+def _close(got, want):
+    """uint8 results: the interpreter's, or one step off where the float sums' rounding order puts a
+    value on the other side of a rounding boundary (rare); float results to float32 rounding."""
+    if want.dtype == np.uint8:
+        diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+        assert diff.max() <= 1 and np.mean(diff != 0) < 0.01, (diff.max(), np.mean(diff != 0))
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+
+
+def test_structure():
+    g, p, feeds, want = _fused()
+    kernels = [n for n in g.nodes if n.op.name == "Kernel"]
+    assert len(kernels) == 1 and kernels[0].op.kind == "qdepthwise"
+    assert kernels[0].op.members() == ["DequantizeLinear", "Conv", "Clip", "QuantizeLinear"]
+    assert [d.reason for d in p.decisions if d.fused] == ["qdepthwise"] * 3
+
+
+# (image size, stride, padding, multiplier, images, dilation): a plane of 2x2 (tiny), 9x9 and 14x14
+# (flat: one vector loop over the padded plane), 40x40 (rows: the padded copy dequantizes row by
+# row), strided, unpadded, a channel multiplier of 2, two images, dilation 2
+SHAPES = [(2, 1, 1, 1, 1, 1), (9, 1, 1, 1, 1, 1), (14, 2, 1, 1, 1, 1), (40, 1, 1, 1, 1, 1), (40, 2, 1, 1, 1, 1),
+          (40, 1, 0, 1, 1, 1), (9, 1, 1, 2, 2, 1), (40, 2, 1, 1, 2, 2), (1, 1, 1, 1, 1, 1)]
+
+
+@pytest.mark.parametrize("hw,stride,pad,mult,n,dil", SHAPES)
+def test_numbers(hw, stride, pad, mult, n, dil):
+    g, p, feeds, want = _fused(h=hw, w=hw, stride=stride, pad=pad, mult=mult, n=n, dil=dil)
+    assert [n_.op.kind for n_ in g.nodes if n_.op.name == "Kernel"] == ["qdepthwise"]
+    for t in (1, 2):
+        _close(run_kernels(g, feeds, nthreads=t)["y"], want["y"])
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+@pytest.mark.parametrize("hw,stride", [(9, 1), (40, 2)])
+def test_every_isa(cpu, hw, stride):
+    target = target_for(cpu)
+    g, _, feeds, want = _fused(h=hw, w=hw, stride=stride)
+    _, _, plan = build_kernels(g, target)
+    notes = [x for _, k in plan if k is not None for x in k.notes]
+    assert any("between 8-bit tensors" in x for x in notes), notes
+    if target.isa > host_target().isa:
+        pytest.skip(f"this CPU lacks {cpu}'s instructions (the kernel was built above)")
+    _close(run_kernels(g, feeds, target=target)["y"], want["y"])
+
+
+@pytest.mark.parametrize("tail,members", [("quantize", ["DequantizeLinear", "Conv", "QuantizeLinear"]),
+                                          ("relu-mul", ["DequantizeLinear", "Conv", "Relu", "Mul", "QuantizeLinear"]),
+                                          ("none", ["DequantizeLinear", "Conv"])])
+def test_chains(tail, members):
+    g, p, feeds, want = _fused(tail=tail, h=12, w=12)
+    kernels = [n for n in g.nodes if n.op.name == "Kernel"]
+    assert [k.op.members() for k in kernels] == [members]
+    _close(run_kernels(g, feeds)["y"], want["y"])
+
+
+def test_int8_input():
+    g, p, feeds, want = _fused(xt="i8", h=20, w=20, stride=2)
+    assert [n.op.kind for n in g.nodes if n.op.name == "Kernel"] == ["qdepthwise"]
+    _close(run_kernels(g, feeds)["y"], want["y"])
+
+
+def test_refusals_name_the_reason():
+    # the Add reads another tensor: the kernel ends at the conv, the Add and QuantizeLinear are a loop
+    g, p, feeds, want = _fused(tail="residual", h=12, w=12)
+    kinds = [n.op.kind for n in g.nodes if n.op.name == "Kernel"]
+    assert kinds[0] == "qdepthwise" and g.nodes[[n.op.name for n in g.nodes].index("Kernel")].op.members() == \
+        ["DequantizeLinear", "Conv"]
+    assert [d.reason for d in p.decisions if d.producer.op.name == "Conv" and not d.fused] == \
+        ["not in the depthwise kernel: Add reads a tensor besides its row (only one-element constants are "
+         "compiled in)"]
+    _close(run_kernels(g, feeds)["y"], want["y"])
+    # not a depthwise conv (one group): the DequantizeLinear is computed by the loop before the conv
+    text, weights, feeds = block(h=8, w=8)
+    text = text.replace("group=6", "group=1").replace("f32[6,1,3,3]", "f32[6,6,3,3]")
+    weights["wt"] = np.random.default_rng(0).standard_normal((6, 6, 3, 3)).astype(np.float32)
+    g, p, feeds, want = fuse(text, weights, feeds=feeds)
+    assert "qdepthwise" not in [n.op.kind for n in g.nodes if n.op.name == "Kernel"]
+    _close(run_kernels(g, feeds)["y"], want["y"])
