@@ -24,7 +24,7 @@ from llvmlite import ir
 
 from ...ir import ops
 from ...ir.graph import Graph, Node, Value
-from ...ir.types import DType, TensorType
+from ...ir.types import TensorType
 from ..llvm.elementwise import _For, no_vectorize_metadata
 from ..loops import KernelForm, print_llvm
 from ..loops.llvm import MEMORY_TYPES
