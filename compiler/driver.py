@@ -200,9 +200,11 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     t4 = time.perf_counter()
     exe._owner = owner
     quantize = next((p for p in passes if p.name == "quantize"), None)
-    #: with ``quantize``: {"quantized": [node names], "kept_in_float": {node name: why}}
+    #: with ``quantize``: {"quantized": [node names], "kept_in_float": {node name: why}, "uint8_inputs":
+    #: [the depthwise convolutions of "quantized" that read uint8 and compute in float]}
     exe.quantization = None if quantize is None else {"quantized": list(quantize.quantized),
-                                                      "kept_in_float": dict(quantize.refusals)}
+                                                      "kept_in_float": dict(quantize.refusals),
+                                                      "uint8_inputs": list(quantize.uint8_inputs)}
     if budget is not None:
         exe.quantization["budget"] = {"budget": budget.budget, "kept_in_float": budget.kept_in_float,
                                       "output_cosine": budget.budget_cosine}

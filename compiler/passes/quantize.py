@@ -237,6 +237,9 @@ class Quantize(Pass):
         self.results: dict[str, Value] = {}
         #: names of the values whose float elementwise readers now read them dequantized
         self.shared: list[str] = []
+        #: names of the depthwise convolutions now reading their input as uint8 (``int8_depthwise``;
+        #: also in ``quantized``, not in ``refusals``: their arithmetic stays float)
+        self.uint8_inputs: list[str] = []
         #: names of the MaxPool nodes now taking their max on uint8 (``_pool_in_int8``)
         self.pooled_in_int8: list[str] = []
         self._quantized_x: dict[int, Node] = {}  # id(x) -> the QuantizeLinear of it made here
@@ -295,6 +298,8 @@ class Quantize(Pass):
         dq = graph.add_node(qn.DequantizeLinear(), [q.output, q.inputs[1], q.inputs[2]], name=conv.name, before=conv)
         conv.set_input(0, dq.output)
         self.quantized.append(conv.name)
+        self.uint8_inputs.append(conv.name)
+        self.refusals.pop(conv.name or conv.describe(), None)
         self.results[conv.name] = conv.outputs[0]
 
     def _pool_in_int8(self, graph: Graph) -> None:

@@ -255,7 +255,10 @@ def cmd_compile(args) -> int:
         print(f"  {memory_line(m)}")
         if exe.quantization is not None:
             kept = exe.quantization["kept_in_float"]
-            print(f"  int8: {len(exe.quantization['quantized'])} product(s) quantized, {len(kept)} kept in float"
+            dw = len(exe.quantization.get("uint8_inputs", ()))
+            print(f"  int8: {len(exe.quantization['quantized'])} layer(s) quantized"
+                  + (f" ({dw} depthwise convolution(s) of them read uint8, computing in float)" if dw else "")
+                  + f", {len(kept)} kept in float"
                   + "".join(f"\n    {name}: {why}" for name, why in kept.items()))
             b = exe.quantization.get("budget")
             if b is not None:

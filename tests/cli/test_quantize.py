@@ -43,7 +43,7 @@ def test_quantized_mlp_matches_float(reference, options):
     exe = compiler.compile(model_of(MLP), 2, fallback=False, quantize=options,
                            calibration=_samples(6, seed=1) if options.needs_calibration else None)
     assert exe.quantization == {"quantized": ["/net/net.0/Gemm", "/net/net.2/Gemm", "/net/net.4/Gemm"],
-                                "kept_in_float": {}}
+                                "kept_in_float": {}, "uint8_inputs": []}
     for f, w in zip(test, want):
         assert _cosine(exe.run(f)["output"], w) > 0.999
 
@@ -63,7 +63,8 @@ def test_the_cli_quantizes_with_a_calibration_directory(tmp_path, capsys, refere
                  "--exclude", "/net/net.4/Gemm", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["quantization"] == {"quantized": ["/net/net.0/Gemm", "/net/net.2/Gemm"],
-                                       "kept_in_float": {"/net/net.4/Gemm": "excluded by the options"}}
+                                       "kept_in_float": {"/net/net.4/Gemm": "excluded by the options"},
+                                       "uint8_inputs": []}
     test, want = reference
     assert _cosine(compiler.load(str(out)).run(test[0])["output"], want[0]) > 0.999
 

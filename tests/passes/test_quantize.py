@@ -341,8 +341,10 @@ def test_a_depthwise_conv_reads_its_input_as_uint8(depthwise):
         assert src.op.name == "DequantizeLinear" and src.inputs[0].producer.op.name == "QuantizeLinear"
         assert src.inputs[0].producer.inputs[0].producer.op.name == "Clip"
         assert "dw" in p.quantized and p.results["dw"] is dw.outputs[0]
+        assert p.uint8_inputs == ["dw"] and "dw" not in p.refusals  # its arithmetic is float, its input uint8
     else:
-        assert src.op.name == "Clip" and "dw" not in p.quantized
+        assert src.op.name == "Clip" and "dw" not in p.quantized and p.uint8_inputs == []
+        assert p.refusals["dw"].startswith("a grouped convolution")
     for s, w in zip(samples, want):
         assert _cosine(interpret(g, s)["y"], w) > 0.999
 
