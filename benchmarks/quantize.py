@@ -6,8 +6,12 @@ with Kiln's float model on random inputs) and latency.
 Per model: Kiln float; Kiln int8 (static, minmax over ``--samples`` random calibration samples) and
 int8-dynamic; ONNX Runtime float, and its own int8 from ``onnxruntime.quantization`` on the same
 model file (``quant_pre_process`` then ``quantize_static`` QDQ with the same samples, as ONNX Runtime's
-quantization guide says; ``quantize_dynamic``), at the same thread count. Latency: the best of 7 rounds (each the mean of enough calls for ~0.2 s). Prints a Markdown
-table; ratios are int8 / float of the same engine, and Kiln int8 / ORT int8 of the same mode.
+quantization guide says; ``quantize_dynamic``), at the same thread count. Latency: 9 rounds, each
+timing every engine in turn (the mean of enough calls for ~0.2 s), so that the slow phases of a
+shared machine hit all engines alike; the table gives each engine's best round. Prints a Markdown
+table; ratios are int8 / float of the same engine, and Kiln / ORT of the same mode: of the best
+rounds, and the median over rounds of the ratio within a round (the steadier figure on a noisy
+machine).
 """
 from __future__ import annotations
 
@@ -26,19 +30,25 @@ SUITE = [("mlp (batch 64)", "zoo:mlp?batch=64"), ("mlp (batch 1)", "zoo:mlp?batc
          ("resnet50 (224)", "zoo:resnet")]
 
 
-def _best(fn, rounds=7):
-    for _ in range(5):
-        fn()
-    t0 = time.perf_counter()
-    fn()
-    n = max(3, int(0.2 / max(time.perf_counter() - t0, 1e-6)))
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(n):
+def _interleaved(fns: dict, rounds: int = 9) -> dict:
+    """{name: seconds per call in each round}: each callable timed in turn, round after round (each
+    a mean over enough calls for ~0.2 s), so that a slow phase of the machine (a shared VM's) hits
+    every engine alike instead of whichever ran in it."""
+    calls = {}
+    for name, fn in fns.items():
+        for _ in range(5):
             fn()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best
+        t0 = time.perf_counter()
+        fn()
+        calls[name] = max(3, int(0.2 / max(time.perf_counter() - t0, 1e-6)))
+    per = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls[name]):
+                fn()
+            per[name].append((time.perf_counter() - t0) / calls[name])
+    return per
 
 
 def _cosine(a, b):
@@ -73,11 +83,12 @@ def main(argv=None) -> int:
         test = random_feeds(f32.inputs, seed=1000)
         want = f32.run(test)
         out = next(iter(want))
-        res = {"kiln float": (1.0, _best(lambda: f32.run(test)))}
+        cos, fns = {"kiln float": 1.0}, {"kiln float": lambda: f32.run(test)}
         for mode in ("int8", "int8-dynamic"):
             q = compiler.compile(proto, 2, nthreads=a.threads, quantize=mode,
                                  calibration=samples if mode == "int8" else None)
-            res[f"kiln {mode}"] = (_cosine(q.run(test)[out], want[out]), _best(lambda: q.run(test)))
+            cos[f"kiln {mode}"] = _cosine(q.run(test)[out], want[out])
+            fns[f"kiln {mode}"] = (lambda q: lambda: q.run(test))(q)
         so = ort.SessionOptions()
         so.intra_op_num_threads = a.threads
         with tempfile.TemporaryDirectory() as d:
@@ -99,20 +110,24 @@ def main(argv=None) -> int:
             quantize_dynamic(src, dy, weight_type=QuantType.QInt8)
             for name, path in (("ort float", src), ("ort int8", st), ("ort int8-dynamic", dy)):
                 s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-                got = s.run(None, test)[0]
-                res[name] = (_cosine(got, want[out]), _best(lambda: s.run(None, test)))
+                cos[name] = _cosine(s.run(None, test)[0], want[out])
+                fns[name] = (lambda s: lambda: s.run(None, test))(s)
+        per = _interleaved(fns)
+        res = {k: (cos[k], min(per[k]), per[k]) for k in fns}
         rows.append((label, res))
-        print(label, {k: (round(c, 5), round(t * 1e3, 3)) for k, (c, t) in res.items()}, flush=True)
+        print(label, {k: (round(c, 5), round(t * 1e3, 3)) for k, (c, t, _) in res.items()}, flush=True)
     print()
-    print("| model | engine | mode | cosine vs Kiln float | ms | int8/float (same engine) | Kiln/ORT (same mode) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | engine | mode | cosine vs Kiln float | ms (best round) | int8/float (same engine) | "
+          "Kiln/ORT (same mode, best) | Kiln/ORT (median of rounds) |")
+    print("|---|---|---|---|---|---|---|---|")
     for label, res in rows:
-        for key, (c, t) in res.items():
+        for key, (c, t, per) in res.items():
             engine, mode = key.split(" ", 1)
             base = res[f"{engine} float"][1]
-            peer = res.get(("ort " if engine == "kiln" else "kiln ") + mode)
-            vs = f"{t / peer[1]:.2f}" if engine == "kiln" and peer else ""
-            print(f"| {label} | {engine} | {mode} | {c:.5f} | {t * 1e3:.3f} | {t / base:.2f} | {vs} |")
+            peer = res.get("ort " + mode) if engine == "kiln" else None
+            vs = f"{t / peer[1]:.2f}" if peer else ""
+            med = f"{np.median([x / y for x, y in zip(per, peer[2])]):.2f}" if peer else ""
+            print(f"| {label} | {engine} | {mode} | {c:.5f} | {t * 1e3:.3f} | {t / base:.2f} | {vs} | {med} |")
     return 0
 
 
