@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
-from compiler.codegen.kernels.qconv import ConvInteger, QLinearConv
+from compiler.codegen.kernels.qconv import POINTWISE_MAX_CHANNELS, POINTWISE_MAX_DEPTH, ConvInteger, QLinearConv
 from compiler.codegen.kernels.testing import build_kernels, run_cuda_forms, run_kernels
 from compiler.codegen.llvm.target import host_target, target_for
 from compiler.ir.graph import Graph
@@ -26,8 +26,10 @@ CASES = [((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1))), ((2, 5, 9, 8), (
          ((1, 70, 5, 5), (20, 70, 3, 3), dict(pads=(1, 1, 1, 1))),
          ((2, 0, 4, 4), (3, 0, 3, 3), {}),  # no input channels: K = 0
          # 1x1 as W x X (the input packed at run time): two images of whole panels; a partial panel
-         # and channels not a multiple of 4; and the im2col path for many channels on a small image
+         # and channels not a multiple of 4; many output channels from few input channels on a small
+         # image; and the im2col path for many of both on a small image
          ((2, 6, 8, 8), (20, 6, 1, 1), {}), ((1, 5, 9, 9), (3, 5, 1, 1), {}), ((1, 3, 4, 4), (260, 3, 1, 1), {}),
+         ((1, 512, 2, 2), (256, 512, 1, 1), {}),
          # the same path on size-1 axes (one pixel, one channel) and on no input channels (K = 0)
          ((3, 1, 1, 1), (2, 1, 1, 1), {}), ((2, 0, 3, 3), (4, 0, 1, 1), {}),
          # other shapes as W x cols (output pixels filling 64-pixel panels, the input packed per
@@ -146,7 +148,8 @@ def test_constant_weights_take_the_int8_tiles(cpu, note):
             assert any("a grouped convolution" in x for x in k.notes)
         n = group.node
         w = n.inputs[3] if isinstance(n.op, qn.QLinearConv) else n.inputs[1]
-        pointwise = tuple(w.shape[2:]) == (1, 1) and not n.op.pads and int(w.shape[0]) < 256
+        unit = tuple(w.shape[2:]) == (1, 1) and not n.op.pads and all(int(v) == 1 for v in n.op.strides or ())
+        pointwise = unit and (int(w.shape[0]) < POINTWISE_MAX_CHANNELS or int(w.shape[1]) < POINTWISE_MAX_DEPTH)
         assert any("1x1 as W x X" in x for x in k.notes) == pointwise, (n.describe(), k.notes)
         kxk = _transposed(n) and not pointwise and not grouped
         assert any("as W x cols" in x for x in k.notes) == kxk, (n.describe(), k.notes)

@@ -45,8 +45,11 @@ _INT8 = (DType.i8, DType.u8)
 #: 56x56 images 1.5-2.2x faster, 28x28 1.12x, 7x7 with 160 channels 1.35x; since VNNI reads the
 #: input as the unsigned operand (no column sums), 14x14 with 1024 -> 256 channels 0.215 -> 0.200 ms
 #: and 256 -> 1024 0.328 -> 0.274 (both lowerings in one process, interleaved), while 7x7 with
-#: 512-2048 channels measured even (0.19-0.20 ms) or 5% slower (2048 -> 512)
-POINTWISE_MIN_PIXELS, POINTWISE_MAX_CHANNELS = 196, 256
+#: 512-2048 channels measured even (0.19-0.20 ms) or 5% slower (2048 -> 512). Also with fewer input
+#: channels than ``POINTWISE_MAX_DEPTH`` (a short K, where the im2col path's separate pass over the
+#: sums for the chain costs most): int8 MobileNetV2, whose 7x7 layers are 160 -> 960 and 320 -> 1280,
+#: 4% faster (artifacts in one process, interleaved: median ratio of rounds 0.958 and 0.960)
+POINTWISE_MIN_PIXELS, POINTWISE_MAX_CHANNELS, POINTWISE_MAX_DEPTH = 196, 256, 512
 #: any other convolution takes the W x cols path when its pixels fill this much of 64-pixel panels
 #: (the widest tile's), else the im2col path. Measured on the same machine, 2 threads, single
 #: QLinearConv nodes, im2col -> W x cols: 3x3 on 56x56 with 64 channels 0.68 -> 0.38 ms, on 28x28
@@ -178,9 +181,9 @@ class _IntegerConv(Int8Lowering):
     def _transposed(node) -> bool:
         """Whether the int8 tiles compute this convolution as W x cols (``emit_transposed``), not as
         an im2col and cols x W (``emit_im2col``)."""
-        (_, _, H, W), (M, _, KH, KW), (OH, OW), (sh, sw_), _, (ph, pw) = _geometry(node)
+        (_, C, H, W), (M, _, KH, KW), (OH, OW), (sh, sw_), _, (ph, pw) = _geometry(node)
         if (KH, KW, sh, sw_, ph, pw) == (1, 1, 1, 1, 0, 0):
-            return H * W >= POINTWISE_MIN_PIXELS or M < POINTWISE_MAX_CHANNELS
+            return H * W >= POINTWISE_MIN_PIXELS or M < POINTWISE_MAX_CHANNELS or C < POINTWISE_MAX_DEPTH
         P = OH * OW
         return P >= TRANSPOSED_MIN_FILL * -(-P // 64) * 64
 
