@@ -149,3 +149,32 @@ def test_refusals_name_the_reason():
     g, p, feeds, want = fuse(text, weights, feeds=feeds)
     assert "qdepthwise" not in [n.op.kind for n in g.nodes if n.op.name == "Kernel"]
     _close(run_kernels(g, feeds)["y"], want["y"])
+
+
+def test_a_quantizing_loop_before_leaves_the_dequantization_to_the_conv():
+    """An elementwise chain ending in the QuantizeLinear before (a layer whose rescale is a loop of its
+    own) stops there: the DequantizeLinear after it goes to the qdepthwise kernel, with the reason."""
+    text = """graph @g(%x: f32[1,6,9,9]) -> (y: u8[1,6,9,9]) {
+  %k = const f32[] dense<0.5>
+  %s = const f32[] dense<0.05>
+  %z = const u8[] dense<7>
+  %wt = const f32[6,1,3,3]
+  %sy = const f32[] dense<0.03>
+  %zy = const u8[] dense<0>
+  %0 = Mul(%x, %k) : f32[1,6,9,9]
+  %1 = QuantizeLinear(%0, %s, %z) : u8[1,6,9,9]
+  %2 = DequantizeLinear(%1, %s, %z) : f32[1,6,9,9]
+  %3 = Conv(%2, %wt) {group=6, kernel_shape=[3, 3], pads=[1, 1, 1, 1]} : f32[1,6,9,9]
+  %4 = QuantizeLinear(%3, %sy, %zy) : u8[1,6,9,9]
+  return y=%4
+}"""
+    weights = {"wt": (np.random.default_rng(3).standard_normal((6, 1, 3, 3)) * 0.4).astype(np.float32)}
+    g, p, feeds, want = fuse(text, weights, feeds={"x": np.random.default_rng(4).standard_normal((1, 6, 9, 9))
+                                                   .astype(np.float32) * 4})
+    kernels = [n for n in g.nodes if n.op.name == "Kernel"]
+    assert [(k.op.kind, k.op.members()) for k in kernels] == [
+        ("elementwise", ["Mul", "QuantizeLinear"]),
+        ("qdepthwise", ["DequantizeLinear", "Conv", "QuantizeLinear"])]
+    assert any(d.reason == "the dequantized value is computed in the depthwise convolution reading it"
+               for d in p.decisions if not d.fused)
+    _close(run_kernels(g, feeds)["y"], want["y"])
