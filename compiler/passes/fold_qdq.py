@@ -164,6 +164,17 @@ def _only_user(v: Value) -> Node | None:
     return use[0] if use is not None and isinstance(use[0], Node) else None
 
 
+def per_tensor_int8(q: Node) -> str | None:
+    """Why QuantizeLinear ``q`` is not float32 to int8/uint8 by one constant scale and zero point
+    (None when it is)."""
+    sy, zy = (list(q.inputs) + [None])[1:3]
+    if _const(sy) is None or sy.const.size != 1 or (zy is not None and (_const(zy) is None or zy.const.size != 1)):
+        return "has parameters that are not one constant"
+    if sy.dtype is not DType.f32 or q.outputs[0].dtype not in _INT8 or q.op.block_size:
+        return "is not float32 to int8/uint8"
+    return None
+
+
 def clamp_kept(act: Node, q: Node) -> str | None:
     """Why the Relu/Clip ``act`` read by QuantizeLinear ``q`` (one constant scale and zero point,
     to int8/uint8) is not redundant, or None when ``q`` already clips it: QuantizeLinear is
@@ -200,11 +211,9 @@ def _requantized_by(y: Value) -> "tuple[Node, Node | None] | str":
         act, q = q, _only_user(q.outputs[0])
     if q is None or not isinstance(q.op, qn.QuantizeLinear):
         return "its result is not read by one QuantizeLinear alone"
-    sy, zy = (list(q.inputs) + [None])[1:3]
-    if _const(sy) is None or sy.const.size != 1 or (zy is not None and (_const(zy) is None or zy.const.size != 1)):
-        return "the QuantizeLinear after it has parameters that are not one constant"
-    if sy.dtype is not DType.f32 or q.outputs[0].dtype not in _INT8 or q.op.block_size:
-        return "the QuantizeLinear after it is not float32 to int8/uint8"
+    why = per_tensor_int8(q)
+    if why:
+        return f"the QuantizeLinear after it {why}"
     if act is not None:
         why = clamp_kept(act, q)
         if why:

@@ -19,19 +19,8 @@ from ..ir.graph import Graph, Node
 from ..ir.ops import elementwise as ew
 from ..ir.ops import quant as qn
 from ..ir.types import DType
-from .fold_qdq import clamp_kept
+from .fold_qdq import clamp_kept, per_tensor_int8
 from .manager import Pass
-
-_INT8 = (DType.u8, DType.i8)
-
-
-def _per_tensor(q: Node) -> bool:
-    """A QuantizeLinear of float32 to int8/uint8 by one constant scale and zero point."""
-    sy, zy = (list(q.inputs) + [None])[1:3]
-    return (sy.const is not None and sy.const.size == 1 and sy.dtype is DType.f32
-            and (zy is None or (zy.const is not None and zy.const.size == 1))
-            and q.outputs[0].dtype in _INT8 and not q.op.block_size)
-
 
 class DropSaturatedClamps(Pass):
     """Relu/Clip nodes read only by QuantizeLinears that saturate at their bounds are removed."""
@@ -54,7 +43,7 @@ class DropSaturatedClamps(Pass):
             if not readers or not any(isinstance(u.op, qn.QuantizeLinear) for u in readers):
                 continue
             name = act.name or act.describe()
-            if len(readers) != len(uses) or not all(isinstance(u.op, qn.QuantizeLinear) and _per_tensor(u)
+            if len(readers) != len(uses) or not all(isinstance(u.op, qn.QuantizeLinear) and not per_tensor_int8(u)
                                                     and act.outputs[0] is u.inputs[0] for u in readers):
                 self.kept[name] = "read by other ops than QuantizeLinears by one constant scale to int8/uint8"
                 continue

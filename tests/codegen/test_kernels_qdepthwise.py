@@ -178,3 +178,20 @@ def test_a_quantizing_loop_before_leaves_the_dequantization_to_the_conv():
     assert any(d.reason == "the dequantized value is computed in the depthwise convolution reading it"
                for d in p.decisions if not d.fused)
     _close(run_kernels(g, feeds)["y"], want["y"])
+
+
+def test_empty_images_are_left_to_the_empty_lowering():
+    """No images (a size-0 batch): the conv refuses empty tensors, so no qdepthwise kernel forms and
+    the empty result is still the interpreter's."""
+    g, p, feeds, want = _fused(n=0, h=9, w=9)
+    assert "qdepthwise" not in [n.op.kind for n in g.nodes if n.op.name == "Kernel"]
+    got = run_kernels(g, feeds)["y"]
+    assert got.shape == want["y"].shape == (0, 6, 9, 9)
+
+
+def test_a_chain_op_may_read_the_result_as_its_second_operand():
+    text, weights, feeds = block(tail="relu-mul", h=12, w=12)
+    g, p, feeds, want = fuse(text.replace("Mul(%4, %two)", "Mul(%two, %4)"), weights, feeds=feeds)
+    assert [k.op.members() for k in g.nodes if k.op.name == "Kernel"] == [
+        ["DequantizeLinear", "Conv", "Relu", "Mul", "QuantizeLinear"]]
+    _close(run_kernels(g, feeds)["y"], want["y"])

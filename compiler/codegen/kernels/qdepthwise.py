@@ -71,8 +71,9 @@ class DequantizedDepthwise(Lowering):
             return "the Conv is not a 2-D depthwise convolution"
         if d.inputs[0].dtype not in (DType.u8, DType.i8):
             return f"the DequantizeLinear reads {d.inputs[0].dtype.name}, not 8-bit integers"
-        for n, row in [(d, d.inputs[0])] + [(n, n.inputs[0]) for n in chain]:
-            if len(n.inputs) and any(v is not None and v is not row and not inlined(v) for v in n.inputs):
+        rows = [d.inputs[0]] + [conv.outputs[0]] + [n.outputs[0] for n in chain[:-1]]  # what each one reads
+        for n, row in zip([d] + chain, rows):
+            if any(v is not None and v is not row and not inlined(v) for v in n.inputs):
                 return f"{n.op.name} reads a tensor besides its row (only one-element constants are compiled in)"
         tail = group.nodes[-1].outputs[0]
         if list(group.outputs) != [tail]:
