@@ -69,53 +69,34 @@ def check_max_dims(max_dims: Mapping[str, int], dims: Mapping[str, Any]) -> dict
     return out
 
 
-class Specializing:
-    """An executable for a model with symbolic input dimensions (see the module docstring)."""
+class PerSize:
+    """Native code per size for a graph with symbolic input dimensions: ``run``/``__call__`` bind the
+    sizes, compile the graph specialized to them on first use and keep the ``cache`` most recently
+    used. Nothing is compiled before a size is run. (``Specializing`` adds the generic compile of a
+    model, its artifact and ``save``; the ``torch.compile`` backend uses this as it is.)"""
 
-    def __init__(self, generic, source: Graph, options: Mapping[str, Any], max_dims: Mapping[str, int],
+    def __init__(self, source: Graph, options: Mapping[str, Any], max_dims: Mapping[str, int] | None = None,
                  cache: int = DEFAULT_CACHE):
-        self.generic = generic
         self._source = source
         self._options = dict(options)
         self.dims = symbolic_dims(source)
-        self.max_dims = check_max_dims(max_dims, self.dims)
+        self.max_dims = check_max_dims(max_dims or {}, self.dims)
         if int(cache) < 1:
             raise ValueError(f"the specialization cache holds at least one executable, got {cache}")
         self.cache_size = int(cache)
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
         self._inputs = {v.name: v for v in source.inputs}
-
-    # -- what the generic executable says ----------------------------------------------------------
-    @property
-    def path(self) -> str:
-        return self.generic.path
-
-    @property
-    def manifest(self):
-        return self.generic.manifest
+        self._input_names = [v.name for v in source.inputs]
+        self._output_names = list(source.output_names)
 
     @property
     def input_names(self) -> list[str]:
-        return self.generic.input_names
+        return self._input_names
 
     @property
     def output_names(self) -> list[str]:
-        return self.generic.output_names
-
-    @property
-    def inputs(self) -> list[tuple]:
-        return self.generic.inputs
-
-    @property
-    def fallback(self) -> list[dict]:
-        """The nodes the generic compile interprets (what runs in the interpreter before a size is
-        known); each specialization has its own ``fallback``."""
-        return self.generic.fallback
-
-    @property
-    def kernels(self) -> list[dict]:
-        return self.generic.kernels
+        return self._output_names
 
     @property
     def source(self) -> Graph:
@@ -128,15 +109,12 @@ class Specializing:
         with self._lock:
             return [(dict(key), exe) for key, exe in self._cache.items()]
 
-    def __getattr__(self, name: str):
-        """Anything else (``nthreads``, ``arena_bytes``, ``quantization``, ...) is the generic compile's."""
-        if name.startswith("_") or name == "generic":
-            raise AttributeError(name)
-        return getattr(self.generic, name)
-
     def __repr__(self) -> str:
         dims = ", ".join(f"{d}<={self.max_dims[d]}" if d in self.max_dims else d for d in self.dims)
-        return f"<Specializing {self.generic.manifest.model}: symbolic {dims}; {len(self._cache)} size(s) compiled>"
+        return f"<{type(self).__name__} {self._label()}: symbolic {dims}; {len(self._cache)} size(s) compiled>"
+
+    def _label(self) -> str:
+        return self._source.name
 
     # -- running -------------------------------------------------------------------------------
     def sizes_of(self, inputs: Mapping[str, Any]) -> dict[str, int]:
@@ -164,11 +142,6 @@ class Specializing:
                     raise InputError(f"input {name!r}: symbolic dimension {dim} = {n} is past its maximum {bound} "
                                      f"(compile with a larger --max-dim {dim}=...)")
         return sizes
-
-    def record(self) -> dict:
-        """What ``specialize.json`` holds: the maxima, the cache size and the compile options kept."""
-        return {"dims": sorted(self.dims), "max_dims": self.max_dims, "cache": self.cache_size,
-                "options": {k: v for k, v in self._options.items() if k in SAVED_OPTIONS and _plain(v)}}
 
     def specialized(self, sizes: Mapping[str, int]):
         """The executable for these sizes: kept, or compiled now."""
@@ -201,7 +174,53 @@ class Specializing:
             raise InputError(f"the model takes {len(self.input_names)} input(s) {self.input_names}, got {len(arrays)}")
         return self.specialized(self.sizes_of(dict(zip(self.input_names, arrays))))(*arrays)
 
+
+class Specializing(PerSize):
+    """An executable for a model with symbolic input dimensions (see the module docstring)."""
+
+    def __init__(self, generic, source: Graph, options: Mapping[str, Any], max_dims: Mapping[str, int],
+                 cache: int = DEFAULT_CACHE):
+        super().__init__(source, options, max_dims, cache)
+        self.generic = generic
+
+    # -- what the generic executable says ----------------------------------------------------------
+    @property
+    def path(self) -> str:
+        return self.generic.path
+
+    @property
+    def manifest(self):
+        return self.generic.manifest
+
+    @property
+    def inputs(self) -> list[tuple]:
+        return self.generic.inputs
+
+    @property
+    def fallback(self) -> list[dict]:
+        """The nodes the generic compile interprets (what runs in the interpreter before a size is
+        known); each specialization has its own ``fallback``."""
+        return self.generic.fallback
+
+    @property
+    def kernels(self) -> list[dict]:
+        return self.generic.kernels
+
+    def __getattr__(self, name: str):
+        """Anything else (``nthreads``, ``arena_bytes``, ``quantization``, ...) is the generic compile's."""
+        if name.startswith("_") or name == "generic":
+            raise AttributeError(name)
+        return getattr(self.generic, name)
+
+    def _label(self) -> str:
+        return self.generic.manifest.model
+
     # -- saving ----------------------------------------------------------------------------------
+    def record(self) -> dict:
+        """What ``specialize.json`` holds: the maxima, the cache size and the compile options kept."""
+        return {"dims": sorted(self.dims), "max_dims": self.max_dims, "cache": self.cache_size,
+                "options": {k: v for k, v in self._options.items() if k in SAVED_OPTIONS and _plain(v)}}
+
     def save(self, path: str | os.PathLike) -> str:
         """The generic artifact with the source graph and the specialization record."""
         from .ir.printer import save_text
@@ -264,5 +283,5 @@ def is_specializing(manifest) -> bool:
     return RECORD in manifest.files and SOURCE in manifest.files
 
 
-__all__ = ["DEFAULT_CACHE", "Specializing", "check_max_dims", "is_specializing", "load_specializing",
+__all__ = ["DEFAULT_CACHE", "PerSize", "Specializing", "check_max_dims", "is_specializing", "load_specializing",
            "symbolic_dims"]

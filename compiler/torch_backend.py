@@ -15,7 +15,7 @@ What the backend does with each graph dynamo hands it (``kiln_backend``):
    ``gelu``, ``native_layer_norm`` and ``_softmax`` whole, which Kiln has as ops);
 3. it is partitioned (``CapabilityBasedPartitioner``): the nodes with a Kiln lowering
    (``lowerings.LOWERINGS``) in maximal groups, each imported into Kiln's IR (``importer.py``),
-   compiled by ``compiler.compile`` for the example inputs' shapes and run natively; the other nodes
+   compiled by ``compiler.compile`` (for the inputs' shapes, or per size: below) and run natively; the other nodes
    stay in PyTorch; ``last_report`` (and the ``kiln`` logger) say what ran where and why;
 4. the result is the partitioned module: tensors in, tensors out (NumPy views, no copies in; the
    outputs are the compiled model's arrays, wrapped); when the whole graph is one Kiln partition, a
@@ -26,11 +26,23 @@ What the backend does with each graph dynamo hands it (``kiln_backend``):
 ``torch.compile(backend="kiln")`` does) turns on dynamo's ``allow_rnn``, so that it traces them
 into one call each, which ``frontends.torch.recurrent`` keeps whole (not unrolled step by step).
 
-Dynamo guards the shapes: a new input shape compiles again. Training (an input or parameter that
-needs gradients with grad mode on) is out of scope: such a graph runs in PyTorch, with a warning.
+Shapes: a graph with static shapes is compiled for them (dynamo guards them: a new shape gives a new
+graph). A graph with sizes dynamo made dynamic (``dynamic=True``, ``mark_dynamic``, or a size that
+changed between calls) is traced once with those sizes symbolic (``_trace``, under dynamo's own fake
+tensors); each Kiln partition then has them as symbolic dimensions of its IR (``s0``), and runs native
+code compiled per size on first use (``specialize.PerSize``, the ``cache`` most recent sizes kept).
+Where the symbolic trace would add a guard (dynamo has made its guards already: a size-dependent
+branch would be baked in), or a partition cannot take a size known only at run time (a lowering that
+needs it when compiling), the whole graph is compiled per input signature instead, as a static one
+(``_PerShape``), with the reason in ``last_report["symbolic"]["per shape"]``. Importing this module
+also sets dynamo's ``specialize_float`` (``_configure_dynamo``).
+
+Training (an input or parameter that needs gradients with grad mode on) is out of scope: such a graph
+runs in PyTorch, with a warning.
 
 ``options`` (``torch.compile(..., options={...})``): ``opt_level`` (default 2), ``nthreads``,
-``quantize`` (as ``compiler.compile``).
+``quantize`` (as ``compiler.compile``), ``cache`` (default 8: the sizes kept per partition, or the
+input signatures kept for a graph compiled per shape).
 """
 from __future__ import annotations
 
@@ -44,21 +56,26 @@ log = logging.getLogger("kiln")
 last_report: dict = {}
 
 
-def _trace_recurrent_layers() -> None:
-    """Let dynamo trace ``nn.LSTM``/``GRU``/``RNN`` (``allow_rnn``; by default it breaks the graph
-    there and runs them in PyTorch), so that they reach the backend as one call each
-    (``frontends/torch/recurrent.py``). Done when this module is imported, which
-    ``torch.compile(backend="kiln")`` does before dynamo traces anything; without torch loaded,
-    nothing to do."""
+def _configure_dynamo() -> None:
+    """Two settings of dynamo's, made when this module is imported (which ``torch.compile(backend=
+    "kiln")`` does before dynamo traces anything; without torch loaded, nothing to do):
+
+    * ``allow_rnn``: dynamo traces ``nn.LSTM``/``GRU``/``RNN`` (by default it breaks the graph there
+      and runs them in PyTorch), so that they reach the backend as one call each
+      (``frontends/torch/recurrent.py``);
+    * ``specialize_float``: a module's float attributes (a LayerNorm's ``eps``, an Embedding's
+      ``norm_type``) stay constants. Otherwise, with dynamic shapes, dynamo passes each as a 0-d tensor
+      input that the graph reads with ``.item()``, which no trace to ATen can follow."""
     import sys
 
     if "torch" in sys.modules:
         import torch._dynamo
 
         torch._dynamo.config.allow_rnn = True
+        torch._dynamo.config.specialize_float = True
 
 
-_trace_recurrent_layers()
+_configure_dynamo()
 
 
 def _frozen(gm, example_inputs) -> dict[int, Any]:
@@ -74,7 +91,8 @@ def _frozen(gm, example_inputs) -> dict[int, Any]:
 
 
 class _KilnPart:
-    """A partition compiled by Kiln, called with the partition's non-constant inputs."""
+    """A partition compiled by Kiln, called with the partition's non-constant inputs (``exe``: an
+    executable, or a ``PerSize`` one where the partition has sizes known only at run time)."""
 
     def __init__(self, exe, taken: Sequence[int], single: bool):
         self.exe, self.taken, self.single = exe, list(taken), single
@@ -126,9 +144,10 @@ def kiln_backend(gm, example_inputs, options: dict | None = None, **kwargs):
 
 
 class _PerShape:
-    """The graph compiled per input signature (shapes, dtypes, and the values of size arguments that
-    dynamo passes for dynamic dimensions), at its first call; the ``cache`` (default 8) most recent
-    kept. So a graph dynamo made dynamic still runs static native code, specialized per size."""
+    """The graph compiled at its first call: once for every size where dynamo made some sizes symbolic
+    and every partition takes them (``_compile(symbolic=True)``), else per input signature (shapes,
+    dtypes, and the values of size arguments that dynamo passes for dynamic dimensions), the ``cache``
+    (default 8) most recent kept."""
 
     def __init__(self, gm, opts: dict):
         from collections import OrderedDict
@@ -137,18 +156,31 @@ class _PerShape:
         self.cache: OrderedDict = OrderedDict()
         self.size = int(opts.get("cache", 8))
         self.varying: list[int] | None = None  # the inputs that are not frozen parameters
+        self.symbolic = None  # the function for every size, when the graph compiled with symbolic sizes
+        self.per_shape_why: str | None = None  # why a graph with symbolic sizes is compiled per shape
 
     def __call__(self, *args):
         import torch
 
+        if self.symbolic is not None:
+            return self.symbolic(*args)
         if self.varying is None:
             frozen = _frozen(self.gm, args)
             self.varying = [i for i in range(len(args)) if i not in frozen]
+            if _has_symbolic_sizes(self.gm):
+                try:
+                    self.symbolic = _compile(self.gm, args, self.opts, symbolic=True)
+                    return self.symbolic(*args)
+                except _NotSymbolic as e:
+                    self.per_shape_why = str(e)
+                    log.info("kiln: the graph is compiled per shape: %s", e)
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
                     for a in (args[i] for i in self.varying))
         fn = self.cache.get(key)
         if fn is None:
-            fn = _compile_static(self.gm, args, self.opts)
+            fn = _compile(self.gm, args, self.opts)
+            if self.per_shape_why is not None:
+                last_report["symbolic"] = {"per shape": self.per_shape_why}
             self.cache[key] = fn
             while len(self.cache) > self.size:
                 self.cache.popitem(last=False)
@@ -157,33 +189,83 @@ class _PerShape:
         return fn(*args)
 
 
-def _compile_static(gm, example_inputs, opts: dict):
-    """The graph for these inputs: traced to ATen, partitioned, each supported part compiled by Kiln."""
+class _NotSymbolic(Exception):
+    """A partition cannot take the graph's symbolic sizes (the message says which and why)."""
+
+
+def _has_symbolic_sizes(gm) -> bool:
+    """Whether dynamo gave the graph sizes known only at run time (a ``SymInt`` input, or a tensor input
+    with a symbolic size)."""
+    import torch
+
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            ex = node.meta.get("example_value")
+            if isinstance(ex, torch.SymInt) or (isinstance(ex, torch.Tensor) and any(
+                    isinstance(d, torch.SymInt) for d in ex.shape)):
+                return True
+    return False
+
+
+def _trace(gm, example_inputs, symbolic: bool):
+    """The graph traced to core ATen ops, with each node's result (a fake tensor) in ``meta["val"]``,
+    and the example inputs the trace used: the real ones, or with ``symbolic`` dynamo's fake ones, so
+    that sizes dynamo made symbolic stay symbolic."""
     import torch
     from torch._decomp import core_aten_decompositions
-    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._dispatch.python import enable_python_dispatcher
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from frontends.torch.recurrent import keep_recurrent
+
+    keep_recurrent(gm)  # nn.LSTM/GRU/RNN as one op each (make_fx would unroll them step by step)
+    # functionalized: in-place ops (relu_, add_) become their pure forms, so the import stays SSA
+    fn = torch.func.functionalize(gm, remove="mutations")
+    table = core_aten_decompositions()
+    with torch.no_grad():
+        if symbolic:
+            fakes = [n.meta["example_value"] for n in gm.graph.nodes if n.op == "placeholder"]
+            mode = next(f.fake_mode for f in fakes if isinstance(f, torch.Tensor))
+            # a guard now (a decomposition that branches on a size, or fixes it) would hold for this
+            # size only, and dynamo has made its guards already: refused, so nothing size-dependent
+            # is baked into the trace
+            try:
+                with mode, enable_python_dispatcher(), mode.shape_env.error_on_new_guards():
+                    # decomposed first, then functionalized: functionalizing the module's own ops
+                    # (C++) reads the sizes of some (linear) as numbers, which fixes them
+                    plain = make_fx(gm, decomposition_table=table, tracing_mode="real")(*fakes)
+                    fn = torch.func.functionalize(plain, remove="mutations")
+                    aten_gm = make_fx(fn, decomposition_table=table, tracing_mode="real")(*fakes)
+            except Exception as e:  # (or a value read as a Python number: data-dependent)
+                raise _NotSymbolic(f"tracing with symbolic sizes: {type(e).__name__}: "
+                                   f"{str(e).splitlines()[0] if str(e) else ''}") from e
+            examples = fakes
+        else:
+            aten_gm = make_fx(fn, decomposition_table=table, tracing_mode="real")(*example_inputs)
+            examples = example_inputs
+        aten_gm.graph.eliminate_dead_code()  # (e.g. a max pool's unused indices)
+        aten_gm.recompile()
+        if not symbolic:  # static shapes and dtypes in node.meta["val"] (constants the trace captured are real)
+            FakeTensorProp(aten_gm, mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
+    return aten_gm, examples
+
+
+def _compile(gm, example_inputs, opts: dict, symbolic: bool = False):
+    """The graph for these inputs: traced to ATen, partitioned, each supported part compiled by Kiln.
+    With ``symbolic``, for every size (raises ``_NotSymbolic`` where a partition cannot take that)."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupport
 
     from frontends.torch import import_fx, supported
-    from frontends.torch.recurrent import keep_recurrent
 
     from .driver import compile as kiln_compile
+    from .specialize import DEFAULT_CACHE, PerSize, symbolic_dims
 
     last_report.clear()
     frozen = _frozen(gm, example_inputs)
-    keep_recurrent(gm)  # nn.LSTM/GRU/RNN as one op each (make_fx would unroll them step by step)
-    with torch.no_grad():
-        # functionalized: in-place ops (relu_, add_) become their pure forms, so the import stays SSA
-        aten_gm = make_fx(torch.func.functionalize(gm, remove="mutations"),
-                          decomposition_table=core_aten_decompositions(), tracing_mode="real")(*example_inputs)
-        aten_gm.graph.eliminate_dead_code()  # (e.g. a max pool's unused indices)
-        aten_gm.recompile()
-        # static shapes and dtypes in node.meta["val"] (constants the trace captured are real tensors)
-        FakeTensorProp(aten_gm, mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
-
+    aten_gm, examples_in = _trace(gm, example_inputs, symbolic)
     refusals: dict[str, str] = {}
 
     class Support(OperatorSupport):
@@ -198,7 +280,8 @@ def _compile_static(gm, example_inputs, opts: dict):
     parts = CapabilityBasedPartitioner(aten_gm, Support(), allows_single_node_partition=True).partition_and_fuse()
     placeholders = [n for n in parts.graph.nodes if n.op == "placeholder"]
     position = {n: i for i, n in enumerate(placeholders)}
-    report = []
+    opt_level, nthreads = int(opts.get("opt_level", 2)), opts.get("nthreads")
+    report, sizes = [], {}
     for node in list(parts.graph.nodes):
         if node.op != "call_module":
             continue
@@ -206,28 +289,41 @@ def _compile_static(gm, example_inputs, opts: dict):
         # the partition's inputs: constants where the parent passes a frozen parameter
         args = list(node.args)
         consts = {j: frozen[position[a]] for j, a in enumerate(args) if a in position and position[a] in frozen}
-        examples = [_example(a, example_inputs, position) for a in args]
+        examples = [_example(a, examples_in, position, symbolic) for a in args]
         try:
             graph, taken = import_fx(sub, examples, consts, name=node.target)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                exe = kiln_compile(graph, int(opts.get("opt_level", 2)), nthreads=opts.get("nthreads"),
-                                       quantize=opts.get("quantize"))
+            dims = symbolic_dims(graph)
+            if dims:
+                # native code per size, compiled when a size is first run (a clone: the first
+                # compile must not change the graph the later ones start from)
+                exe = PerSize(graph, dict(opt_level=opt_level, nthreads=nthreads, quantize=opts.get("quantize")),
+                              cache=int(opts.get("cache", DEFAULT_CACHE)))
+                exe.specialized(_sizes_now(graph, taken, examples))  # this call's, compiled now
+                sizes[node.target] = sorted(dims)
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    exe = kiln_compile(graph, opt_level, nthreads=nthreads, quantize=opts.get("quantize"))
         except Exception as e:  # a partition Kiln cannot take after all stays in PyTorch
+            if symbolic:
+                raise _NotSymbolic(f"partition {node.target}: {type(e).__name__}: {e}") from e
             log.warning("kiln: partition %s runs in PyTorch: %s", node.target, e)
             refusals[node.target] = f"{type(e).__name__}: {e}"
             continue
         out = [n for n in sub.graph.nodes if n.op == "output"][0].args[0]
         single = not isinstance(out, (list, tuple))
         setattr(parts, node.target, _Module(_KilnPart(exe, taken, single)))
-        ops = sorted({str(n.target).split(".")[1] if "." in str(n.target) else str(n.target)
-                      for n in sub.graph.nodes if n.op == "call_function"})
+        ops = sorted({_op_name(n.target) for n in sub.graph.nodes if n.op == "call_function"})
+        first = exe.specializations[-1][1] if isinstance(exe, PerSize) else exe  # (this call's size)
         report.append({"partition": node.target, "nodes": sum(1 for n in sub.graph.nodes if n.op == "call_function"),
-                       "ops": ops, "kernels": len(exe.kernels), "interpreted": [f["op"] for f in exe.fallback]})
+                       "ops": ops, "kernels": len(first.kernels), "interpreted": [f["op"] for f in first.fallback]})
     parts.recompile()
     last_report.update(partitions=report, in_torch=refusals)
+    if symbolic:
+        last_report["symbolic"] = sizes
     for r in report:
-        log.info("kiln: %s: %d node(s) natively in %d kernel(s)", r["partition"], r["nodes"], r["kernels"])
+        per_size = f" (native code per size of {', '.join(sizes[r['partition']])})" if r["partition"] in sizes else ""
+        log.info("kiln: %s: %d node(s) natively in %d kernel(s)%s", r["partition"], r["nodes"], r["kernels"], per_size)
     for target, why in refusals.items():
         log.info("kiln: in PyTorch: %s (%s)", target, why)
     direct = _direct(parts, position)
@@ -278,13 +374,36 @@ def _direct(parts, position):
 
 
 
-def _example(arg, example_inputs, position):
-    """The example value of a partition input: a parent placeholder's example, else the traced meta."""
+def _op_name(target) -> str:
+    """``add`` for ``aten.add.Tensor`` (``lstm`` for ``kiln.lstm.default``), ``mul`` for
+    ``operator.mul`` (arithmetic on sizes)."""
+    import torch
+
+    name = str(target)
+    return name.split(".")[1] if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", name)
+
+
+def _sizes_now(graph, taken, examples) -> dict[str, int]:
+    """The sizes of ``graph``'s symbolic dimensions in the call being compiled (the hints of dynamo's
+    symbols: the sizes of the example inputs)."""
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    from .specialize import symbolic_dims
+
+    by_name = {v.name: examples[j] for v, j in zip(graph.inputs, taken)}
+    return {dim: optimization_hint(by_name[name].shape[axis]) for dim, ((name, axis), *_) in symbolic_dims(graph).items()}
+
+
+def _example(arg, example_inputs, position, symbolic: bool = False):
+    """The example value of a partition input: a parent placeholder's example, else the traced meta
+    (a fake tensor or a size, where the sizes are symbolic)."""
     if arg in position:
         return example_inputs[position[arg]]
     val = arg.meta.get("val")
     import torch
 
+    if symbolic and isinstance(val, (torch.Tensor, torch.SymInt)):
+        return val
     if isinstance(val, torch.Tensor):
         return torch.empty([int(d) for d in val.shape], dtype=val.dtype)
     raise ValueError(f"no example value for {arg}")

@@ -6,6 +6,11 @@ constants become Kiln constants (from ``state_dict`` and ``constants``, by the g
 user inputs the graph's inputs (shapes and dtypes from the traced metadata) and its user outputs the
 graph's outputs; every node goes through the same lowering table as ``torch.compile``'s graphs. A
 node without a lowering is refused with a ``ModelError`` naming it (there is no PyTorch to run it in).
+
+A program exported with dynamic shapes (``dynamic_shapes={"x": {0: Dim("batch")}}``) keeps them: the
+input's size is a symbolic dimension of the graph, named after the program's symbol (``s0``), and
+``compiler.compile`` gives a ``Specializing`` executable (native code per size, compiled when a size is
+first run), as for an ONNX model with a symbolic batch.
 """
 from __future__ import annotations
 
@@ -38,12 +43,7 @@ def import_exported(ep, name: str = "model") -> Graph:
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             raise ModelError(f"{name}: input {node.name} is not a tensor ({type(val).__name__})")
-        try:
-            shape = [int(d) for d in val.shape]
-        except (TypeError, ValueError):
-            raise ModelError(f"{name}: input {node.name} has dynamic dimensions {list(val.shape)}; export it "
-                             f"with static shapes") from None
-        examples.append(torch.empty(shape, dtype=val.dtype))
+        examples.append(val)  # (its sizes: static, or the program's symbols, which stay symbolic)
     try:
         graph, _ = import_fx(ep.graph_module, examples, consts, name=name)
     except Unsupported as e:

@@ -1,13 +1,22 @@
 """An ATen-level FX graph to a Kiln graph: ``import_fx(gm, example_inputs, constants)``.
 
-Placeholders become graph inputs (static shapes from the example inputs), except those in
-``constants`` (parameters and buffers, frozen at compile time), which become constants; each
-``call_function`` node goes through its lowering in ``lowerings.LOWERINGS``; ``getitem`` picks a
-result of a multi-result node; the output node's values become the graph's outputs, in order.
+Placeholders become graph inputs (shapes from the example inputs), except those in ``constants``
+(parameters and buffers, frozen at compile time), which become constants; each ``call_function`` node
+goes through its lowering in ``lowerings.LOWERINGS``; ``getitem`` picks a result of a multi-result
+node; the output node's values become the graph's outputs, in order.
+
+Sizes known only at run time: a graph traced with dynamo's symbolic sizes (``torch.compile(...,
+dynamic=True)``, ``mark_dynamic``) has example inputs (fake tensors) whose sizes are ``SymInt``s. Such
+a size becomes a symbolic dimension of Kiln's IR, named after its symbol (``s0``; an expression such as
+``2*s0`` gets a name of its own, ``e_2_s0``), as an ONNX model's ``N`` is. The size placeholders
+(``s0: SymInt``) and arithmetic on sizes lower to nothing (``SIZE``): lowerings read sizes from the
+nodes' shapes (``Lowerer.meta_shape``), never from such a value, and one that needs a static size
+refuses with ``Unsupported``. No size is ever read off an example: a compile is exact for every size.
 """
 from __future__ import annotations
 
 import operator
+import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -17,7 +26,7 @@ from compiler.errors import ModelError
 from compiler.ir.graph import Graph, Value
 from compiler.ir.types import TensorType
 
-from .lowerings import DTYPES, LOWERINGS, Unsupported, op
+from .lowerings import DTYPES, LOWERINGS, SIZE, Unsupported, op
 
 
 #: multi-result ATen ops whose first result alone is lowered (statistics and indices are not)
@@ -45,25 +54,133 @@ def supported(node: torch.fx.Node) -> str | None:
     return None
 
 
+def size_of(d) -> int | str:
+    """A size of a (fake) tensor: an int, or the name of a size known only at run time (see the module
+    docstring). A symbol the trace has pinned to a number (a guard) is that number."""
+    if not isinstance(d, torch.SymInt):
+        return int(d)
+    expr = d.node.shape_env.simplify(d.node.expr) if d.node.shape_env is not None else d.node.expr
+    if expr.is_number:
+        return int(expr)
+    if expr.is_Symbol:
+        return str(expr)
+    return "e_" + re.sub(r"\W+", "_", str(expr)).strip("_")
+
+
+def sizes_of(t) -> tuple:
+    return tuple(size_of(d) for d in t.shape)
+
+
 class Lowerer:
     """The state of one import: FX node -> Kiln value(s)."""
 
     def __init__(self, graph: Graph):
         self.graph = graph
         self.values: dict[Any, Any] = {}
+        self.sizes: dict[str, Value] = {}  # sizes known only at run time, computed (``size``)
 
     # -- what lowerings use ----------------------------------------------------------------------
-    def meta_shape(self, arg) -> list[int]:
+    def meta_shape(self, arg) -> list[int | str]:
+        """``arg``'s sizes: ints, and names where a size is known only at run time (``size_of``)."""
         val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
         if isinstance(val, torch.Tensor):
-            return [int(d) for d in val.shape]
+            return list(sizes_of(val))
         v = self.values.get(arg)
-        if isinstance(v, Value):
-            return [int(d) for d in v.shape]
+        if isinstance(v, Value) and None not in v.shape:
+            return list(v.shape)
         raise Unsupported(f"no shape for {arg}")
 
-    def meta_numel(self, arg) -> int:
-        return int(np.prod(self.meta_shape(arg), dtype=np.int64))
+    def static_shape(self, arg) -> list[int]:
+        """``arg``'s sizes, which this lowering needs at compile time (``Unsupported`` otherwise)."""
+        shape = self.meta_shape(arg)
+        if not all(isinstance(d, int) for d in shape):
+            raise Unsupported(f"{getattr(arg, 'name', arg)}: its sizes {shape} are known only at run time, and "
+                              f"this lowering needs them when compiling")
+        return shape
+
+    def static_dim(self, arg, axis: int) -> int:
+        d = self.meta_shape(arg)[axis]
+        if not isinstance(d, int):
+            raise Unsupported(f"{getattr(arg, 'name', arg)}: its size {d} on axis {axis} is known only at run "
+                              f"time, and this lowering needs it when compiling")
+        return d
+
+    def reshape_operand(self, x: Value, src: Sequence, node: torch.fx.Node) -> Value:
+        """The shape operand of a Reshape of ``x`` (sizes ``src``, as ``meta_shape`` gives them) to
+        the sizes of ``node``'s result: a constant where the sizes known only at run time are those of
+        ``x`` at the same index (0: copy it) or one of them is new (-1: inferred); else built when the
+        model runs, each such size read off ``x``'s shape where ``x`` has it, else computed (``size``)."""
+        sizes = list(node.meta["val"].shape)
+        out = [size_of(d) for d in sizes]
+        if all(isinstance(d, int) for d in out):
+            return self.const(np.asarray(out, np.int64))
+        src = list(src)
+        entries = [d if isinstance(d, int) else 0 if i < len(src) and src[i] == d else -1 for i, d in enumerate(out)]
+        if entries.count(-1) <= 1 and 0 not in out:
+            return self.const(np.asarray(entries, np.int64))
+        pieces = []
+        for d, size in zip(out, sizes):
+            if isinstance(d, int):
+                pieces.append(self.const(np.asarray([d], np.int64)))
+            elif d in src:
+                pieces.append(self.add("Shape", [x], start=src.index(d), end=src.index(d) + 1))
+            else:
+                pieces.append(self.add("Unsqueeze", [self.size(size), self.const(np.asarray([0], np.int64))]))
+        return self.add("Concat", pieces, axis=0)
+
+    def shape_value(self, sizes: Sequence) -> Value:
+        """A shape argument (ints, and FX nodes of sizes known only at run time) as a 1-D int64 value."""
+        if not any(isinstance(d, torch.fx.Node) for d in sizes):
+            return self.const(np.asarray([int(d) for d in sizes], np.int64))
+        zero = self.const(np.asarray([0], np.int64))
+        return self.add("Concat", [self.add("Unsqueeze", [self.size(d), zero]) for d in sizes], axis=0)
+
+    def size(self, arg) -> Value:
+        """A size as a 0-d int64 value: a number as a constant; a size known only at run time (an FX
+        node whose result is a ``SymInt``) computed, when the model runs, from the shape of a graph
+        input that has its symbols."""
+        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+        if isinstance(val, bool) or not isinstance(val, (int, torch.SymInt)):
+            raise Unsupported(f"{arg} is not a size")
+        if isinstance(val, int) or not isinstance(size_of(val), str):
+            return self.const(np.asarray(size_of(val), np.int64))
+        node = val.node
+        return self._size_expr(node.shape_env.simplify(node.expr) if node.shape_env is not None else node.expr)
+
+    def _size_expr(self, expr) -> Value:
+        key = str(expr)  # (one value per size: reads of it share it)
+        if key not in self.sizes:
+            self.sizes[key] = self._new_size(expr)
+        return self.sizes[key]
+
+    def _new_size(self, expr) -> Value:
+        from torch.utils._sympy.functions import FloorDiv
+
+        if expr.is_Integer:
+            return self.const(np.asarray(int(expr), np.int64))
+        if expr.is_Symbol:
+            name = str(expr)
+            for v in self.graph.inputs:
+                if isinstance(v.type, TensorType) and name in v.shape:
+                    axis = list(v.shape).index(name)
+                    return self.add("Squeeze", [self.add("Shape", [v], start=axis, end=axis + 1),
+                                                self.const(np.asarray([0], np.int64))])
+            raise Unsupported(f"size {name}: no input of the partition has it")
+        if expr.is_Add or expr.is_Mul:
+            terms = [self._size_expr(a) for a in expr.args]
+            acc = terms[0]
+            for t in terms[1:]:
+                acc = self.add("Add" if expr.is_Add else "Mul", [acc, t])
+            return acc
+        if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+            base = self._size_expr(expr.base)
+            acc = base
+            for _ in range(int(expr.exp) - 1):
+                acc = self.add("Mul", [acc, base])
+            return acc
+        if isinstance(expr, FloorDiv):
+            return self.add("Div", [self._size_expr(expr.args[0]), self._size_expr(expr.args[1])])
+        raise Unsupported(f"size {expr}: an expression Kiln does not compute")
 
     def kiln_dtype(self, dt):
         if dt not in DTYPES:
@@ -77,6 +194,8 @@ class Lowerer:
         """The Kiln value of an FX node's result (numbers: ``typed``, in the type the op computes in)."""
         if isinstance(arg, torch.fx.Node):
             v = self.values[arg]
+            if v is SIZE:  # a size read as a number: a 0-d int64 value
+                return self.size(arg)
             if not isinstance(v, Value):
                 raise Unsupported(f"{arg.name} has several results")
             return v
@@ -127,9 +246,16 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], constants
     low = Lowerer(g)
     taken: list[int] = []
     pos = 0
-    for node in gm.graph.nodes:
+    # the placeholders first (a partition's may come between its nodes): every input is known before
+    # a lowering reads a size off one
+    nodes = sorted(gm.graph.nodes, key=lambda n: n.op != "placeholder")
+    for node in nodes:
         if node.op == "placeholder":
             ex = example_inputs[pos]
+            if isinstance(ex, torch.SymInt):  # a size: the tensors' shapes carry it
+                low.values[node] = SIZE
+                pos += 1
+                continue
             if not isinstance(ex, torch.Tensor):
                 raise ModelError(f"input {node.name} is a {type(ex).__name__}, not a tensor")
             if ex.dtype not in DTYPES:
@@ -137,7 +263,7 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], constants
             if pos in constants:
                 low.values[node] = g.add_constant(constants[pos].detach().cpu().numpy().copy(), name=node.name)
             else:
-                low.values[node] = g.add_input(node.name, TensorType(DTYPES[ex.dtype], tuple(int(d) for d in ex.shape)))
+                low.values[node] = g.add_input(node.name, TensorType(DTYPES[ex.dtype], sizes_of(ex)))
                 taken.append(pos)
             pos += 1
         elif node.op == "call_function":
@@ -148,7 +274,10 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], constants
             why = supported(node)
             if why:
                 raise Unsupported(why)
-            got = LOWERINGS[node.target](low, node)
+            try:
+                got = LOWERINGS[node.target](low, node)
+            except Unsupported as e:
+                raise Unsupported(f"{node.name} ({node.target}): {e}") from None
             low.values[node] = got
         elif node.op == "output":
             outs = node.args[0]
@@ -163,4 +292,4 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], constants
     return g, taken
 
 
-__all__ = ["Lowerer", "import_fx", "supported"]
+__all__ = ["Lowerer", "import_fx", "size_of", "sizes_of", "supported"]

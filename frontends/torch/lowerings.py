@@ -10,6 +10,8 @@ PyTorch keeps whole and Kiln has as one op (``gelu``, ``native_layer_norm``, ``_
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import torch
 
@@ -23,13 +25,25 @@ class Unsupported(Exception):
     """This node has no Kiln lowering (the message says why)."""
 
 
+#: what a size known only at run time lowers to (a ``SymInt`` placeholder, ``sym_size``, arithmetic
+#: on sizes): nothing. Lowerings read sizes from shapes (``importer.Lowerer.meta_shape``).
+SIZE = type("Size", (), {"__repr__": lambda self: "SIZE"})()
+
+
 def op(name: str, **attrs):
     return ops.lookup(name)(**attrs)
 
 
 def _ints(v, n=None):
-    v = [int(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+    v = [_int(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
     return v * n if n and len(v) == 1 else v
+
+
+def _int(x) -> int:
+    """An int argument; one known only at run time (an FX node: a size) is refused."""
+    if isinstance(x, (torch.fx.Node, torch.SymInt)):
+        raise Unsupported(f"argument {x} is known only at run time")
+    return int(x)
 
 
 def _rank(ctx, node_arg) -> int:
@@ -79,7 +93,7 @@ def _batch_norm(ctx, n):
 def _batch_norm_of(ctx, x, w, b, mean, var, eps):
     if mean is None or var is None:
         raise Unsupported("batch norm without running statistics")
-    c = ctx.meta_shape(x)[1]
+    c = ctx.static_dim(x, 1) if w is None or b is None else None
     scale = ctx.value(w) if w is not None else ctx.const(np.ones(c, np.float32))
     bias = ctx.value(b) if b is not None else ctx.const(np.zeros(c, np.float32))
     y = ctx.add_multi("BatchNormalization", [ctx.value(x), scale, bias, ctx.value(mean), ctx.value(var)], 1,
@@ -126,8 +140,8 @@ def _adaptive_avg_pool(ctx, n):
 
 
 def _view(ctx, n):
-    shape = [int(d) for d in ctx.meta_shape(n)]
-    return ctx.add("Reshape", [ctx.value(n.args[0]), ctx.const(np.asarray(shape, np.int64))])
+    x = ctx.value(n.args[0])
+    return ctx.add("Reshape", [x, ctx.reshape_operand(x, ctx.meta_shape(n.args[0]), n)])
 
 
 def _permute(ctx, n):
@@ -158,26 +172,31 @@ def _addmm(ctx, n):
 
 
 def _matmul(ctx, n):
-    a, b = ctx.value(n.args[0]), ctx.value(n.args[1])
     if n.target == aten.bmm.default:
-        a4, b4 = _unfolded(a), _unfolded(b)
-        if a4 is not None and b4 is not None and a4.shape[:-2] == b4.shape[:-2]:
+        xa, xb = _unfolded(ctx, n.args[0]), _unfolded(ctx, n.args[1])
+        if xa is not None and xb is not None and ctx.meta_shape(xa)[:-2] == ctx.meta_shape(xb)[:-2]:
             # matmul's decomposition folds the batch dims for bmm; multiplied unfolded, attention
             # reads as it does from ONNX (and fuses into one kernel), the result folded as before
-            y = ctx.add("MatMul", [a4, b4])
-            return ctx.add("Reshape", [y, ctx.const(np.asarray([int(d) for d in ctx.meta_shape(n)], np.int64))])
-    return ctx.add("MatMul", [a, b])
+            y = ctx.add("MatMul", [ctx.value(xa), ctx.value(xb)])
+            sizes = ctx.meta_shape(xa)[:-1] + ctx.meta_shape(xb)[-1:]
+            return ctx.add("Reshape", [y, ctx.reshape_operand(y, sizes, n)])
+    return ctx.add("MatMul", [ctx.value(n.args[0]), ctx.value(n.args[1])])
 
 
-def _unfolded(v):
-    """``x`` when ``v`` is a Reshape of ``x`` that folds leading dims of ``x`` (rank 4 or more) into
-    one and keeps the last two, else None."""
-    node = v.producer
-    if node is None or node.op.name != "Reshape":
+#: the ATen views that reshape
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
+
+
+def _unfolded(ctx, arg):
+    """``x`` when ``arg`` (an FX node) is a reshape of ``x`` that folds leading dims of ``x`` (rank 4
+    or more) into one and keeps the last two, else None. (A reshape keeps the number of elements:
+    with the last two sizes the same, the first is the product of the others, whether the sizes are
+    static or known only at run time.)"""
+    if not isinstance(arg, torch.fx.Node) or arg.target not in _RESHAPES:
         return None
-    x = node.inputs[0]
-    xs, vs = [int(d) for d in x.shape], [int(d) for d in v.shape]
-    if len(xs) < 4 or len(vs) != 3 or xs[-2:] != vs[-2:] or int(np.prod(xs[:-2])) != vs[0]:
+    x = arg.args[0]
+    xs, vs = ctx.meta_shape(x), ctx.meta_shape(arg)
+    if len(xs) < 4 or len(vs) != 3 or xs[-2:] != vs[-2:]:
         return None
     return x
 
@@ -186,8 +205,8 @@ def _layer_norm(ctx, n):
     x, shape, w, b, eps = n.args
     r = _rank(ctx, x)
     k = len(_ints(shape))
-    norm = ctx.meta_shape(x)[r - k:]
-    scale = ctx.value(w) if w is not None else ctx.const(np.ones(norm, np.float32))
+    scale = ctx.value(w) if w is not None else ctx.const(np.ones([ctx.static_dim(x, a) for a in range(r - k, r)],
+                                                                 np.float32))
     ins = [ctx.value(x), scale] + ([ctx.value(b)] if b is not None else [])
     return [ctx.add_multi("LayerNormalization", ins, 1, axis=r - k, epsilon=float(eps))[0], None, None]
 
@@ -248,16 +267,30 @@ def _hardtanh(ctx, n):
 
 
 def _expand(ctx, n):
-    shape = [int(d) for d in ctx.meta_shape(n)]
+    shape, src = ctx.meta_shape(n), ctx.meta_shape(n.args[0])
     x = ctx.value(n.args[0])
-    if [int(d) for d in x.shape] == shape:  # (matmul's decomposition expands its operands to their
-        return x                            # own shapes: an Expand there hid attention from fusion)
-    return ctx.add("Expand", [x, ctx.const(np.asarray(shape, np.int64))])
+    if src == shape:  # (matmul's decomposition expands its operands to their own shapes: an Expand
+        return x      # there hid attention from fusion)
+    lead = len(shape) - len(src)
+    sizes = list(n.meta["val"].shape)
+    new = []  # the positions of new sizes known only at run time (computed then)
+    for i, d in enumerate(shape):  # a size known only at run time: the input's (1 keeps it), or new
+        if not isinstance(d, int):
+            if i >= lead and src[i - lead] == d:
+                shape[i] = 1
+            else:
+                new.append(i)
+    if not new:
+        return ctx.add("Expand", [x, ctx.const(np.asarray(shape, np.int64))])
+    zero = ctx.const(np.asarray([0], np.int64))
+    pieces = [ctx.add("Unsqueeze", [ctx.size(sizes[i]), zero]) if i in new else ctx.const(np.asarray([d], np.int64))
+              for i, d in enumerate(shape)]
+    return ctx.add("Expand", [x, ctx.add("Concat", pieces, axis=0)])
 
 
 def _unsqueeze(ctx, n):
     x, d = n.args
-    return ctx.add("Unsqueeze", [ctx.value(x), ctx.const(np.asarray([int(d) % (_rank(ctx, x) + 1)], np.int64))])
+    return ctx.add("Unsqueeze", [ctx.value(x), ctx.const(np.asarray([_int(d) % (_rank(ctx, x) + 1)], np.int64))])
 
 
 def _squeeze(ctx, n):
@@ -272,7 +305,7 @@ def _squeeze(ctx, n):
 
 
 def _cat(ctx, n):
-    xs = [x for x in n.args[0] if ctx.meta_numel(x) > 0]
+    xs = [x for x in n.args[0] if 0 not in ctx.meta_shape(x)]
     dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
     return ctx.add("Concat", [ctx.value(x) for x in xs], axis=_axis(ctx, n, int(dim)))
 
@@ -280,20 +313,27 @@ def _cat(ctx, n):
 def _slice(ctx, n):
     args = list(n.args) + [None] * (5 - len(n.args))
     x, dim, start, end, step = args[:5]
-    dim = _axis(ctx, x, int(dim or 0))
+    dim = _axis(ctx, x, _int(dim or 0))
     size = ctx.meta_shape(x)[dim]
-    start = 0 if start is None else int(start)
-    end = size if end is None else min(int(end), size)
-    return ctx.add("Slice", [ctx.value(x), ctx.const(np.asarray([start], np.int64)),
-                             ctx.const(np.asarray([end], np.int64)), ctx.const(np.asarray([dim], np.int64)),
-                             ctx.const(np.asarray([int(step or 1)], np.int64))])
+    size = size if isinstance(size, int) else _END  # (Slice clamps the end to the size)
+
+    def bound(b, default):  # a 1-D operand (a size known only at run time: computed then)
+        if isinstance(b, torch.fx.Node):
+            return ctx.add("Unsqueeze", [ctx.size(b), ctx.const(np.asarray([0], np.int64))])
+        return ctx.const(np.asarray([default if b is None else min(_int(b), size)], np.int64))
+
+    return ctx.add("Slice", [ctx.value(x), bound(start, 0), bound(end, size), ctx.const(np.asarray([dim], np.int64)),
+                             ctx.const(np.asarray([_int(step or 1)], np.int64))])
+
+
+#: a slice's end past any size
+_END = 2 ** 62
 
 
 def _select(ctx, n):
     x, dim, index = n.args
-    dim = _axis(ctx, x, int(dim))
-    g = ctx.add("Gather", [ctx.value(x), ctx.const(np.asarray(int(index), np.int64))], axis=dim)
-    return g
+    dim = _axis(ctx, x, _int(dim))
+    return ctx.add("Gather", [ctx.value(x), ctx.const(np.asarray(_int(index), np.int64))], axis=dim)
 
 
 def _embedding(ctx, n):
@@ -338,7 +378,7 @@ def _identity(ctx, n):
 def _split(ctx, n):
     x, sizes = n.args[:2]
     dim = _axis(ctx, x, int(n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)))
-    total = ctx.meta_shape(x)[dim]
+    total = ctx.static_dim(x, dim)
     if isinstance(sizes, int):  # split.Tensor: chunks of ``sizes``
         sizes = [sizes] * (total // sizes) + ([total % sizes] if total % sizes else [])
     return list(ctx.add_multi("Split", [ctx.value(x), ctx.const(np.asarray(_ints(sizes), np.int64))],
@@ -357,20 +397,33 @@ def _const_of(ctx, n, array):
 
 def _arange(ctx, n):
     args = [a for a in n.args]
-    if any(isinstance(a, torch.fx.Node) for a in args):
-        raise Unsupported("arange with bounds known only at run time")
     start, end = (args[0], args[1]) if len(args) > 1 else (0, args[0])
     step = args[2] if len(args) > 2 else n.kwargs.get("step", 1)
-    return _const_of(ctx, n, np.arange(start, end, step))
+    if not any(isinstance(a, torch.fx.Node) for a in (start, end, step)):
+        return _const_of(ctx, n, np.arange(start, end, step))
+    # bounds known only at run time (sizes): a Range computed then
+    dt = ctx.kiln_dtype(ctx.result_dtype(n))
+    bounds = [ctx.size(a) if isinstance(a, torch.fx.Node) else ctx.const(np.asarray(a, np.int64))
+              for a in (start, end, step)]
+    if dt is not DType.i64:
+        bounds = [ctx.add("Cast", [b], to=dt) for b in bounds]
+    return ctx.add("Range", bounds)
 
 
 def _full(ctx, n):
     shape, value = n.args[:2]
-    return _const_of(ctx, n, np.full([int(d) for d in shape], value))
+    if not any(isinstance(d, torch.fx.Node) for d in shape):
+        return _const_of(ctx, n, np.full(_ints(shape), value))
+    # sizes known only at run time: the value expanded to them then
+    return ctx.add("Expand", [_const_of(ctx, n, np.asarray(value)), ctx.shape_value(shape)])
 
 
 def _full_like(ctx, n):
-    return _const_of(ctx, n, np.full(ctx.meta_shape(n.args[0]), n.args[1]))
+    shape = ctx.meta_shape(n.args[0])
+    if all(isinstance(d, int) for d in shape):
+        return _const_of(ctx, n, np.full(shape, n.args[1]))
+    # sizes known only at run time: the value expanded to the input's shape then
+    return ctx.add("Expand", [_const_of(ctx, n, np.asarray(n.args[1])), ctx.add("Shape", [ctx.value(n.args[0])])])
 
 
 def _scalar_tensor(ctx, n):
@@ -420,16 +473,27 @@ def _group_norm(ctx, n):
 
 
 def _upsample(mode):
+    """``upsample_*2d`` (sizes and scales as separate arguments) and their ``.vec`` forms (a list of
+    scales), as Resize to the result's sizes; batch and channels may be known only at run time (then
+    read off the input's shape), the spatial sizes may not."""
     def lower(ctx, n):
         x = n.args[0]
         align = bool(n.args[2]) if mode == "linear" and len(n.args) > 2 else False
-        scales = [a for a in n.args[3 if mode == "linear" else 2:] if a is not None]
+        scales = []
+        for a in n.args[3 if mode == "linear" else 2:]:
+            scales += a if isinstance(a, (list, tuple)) else [] if a is None else [a]
         ins, outs = ctx.meta_shape(x), ctx.meta_shape(n)
-        if scales and any(abs(float(sc) - o / i) > 1e-9 for sc, o, i in zip(scales, outs[2:], ins[2:])):
+        spatial = [ctx.static_dim(x, a) for a in range(2, len(ins))], [ctx.static_dim(n, a) for a in range(2, len(outs))]
+        if scales and any(abs(float(sc) - o / i) > 1e-9 for sc, o, i in zip(scales, spatial[1], spatial[0])):
             raise Unsupported("upsampling whose scale factors are not the size ratios")
         ctm = "align_corners" if align else "pytorch_half_pixel" if mode == "linear" else "asymmetric"
-        return ctx.add("Resize", [ctx.value(x), None, None, ctx.const(np.asarray(outs, np.int64))], mode=mode,
-                       coordinate_transformation_mode=ctm, nearest_mode="floor")
+        if all(isinstance(d, int) for d in outs):
+            sizes = ctx.const(np.asarray(outs, np.int64))
+        else:
+            sizes = ctx.add("Concat", [ctx.add("Shape", [ctx.value(x)], start=0, end=2),
+                                       ctx.const(np.asarray(spatial[1], np.int64))], axis=0)
+        return ctx.add("Resize", [ctx.value(x), None, None, sizes], mode=mode, coordinate_transformation_mode=ctm,
+                       nearest_mode="floor")
     return lower
 
 
@@ -440,6 +504,14 @@ def _index(ctx, n):
         raise Unsupported("advanced indexing with more than one index tensor")
     axis, idx = tensors[0]
     return ctx.add("Gather", [ctx.value(x), ctx.value(idx)], axis=axis)
+
+
+def _size(ctx, n):
+    return SIZE
+
+
+def _check(ctx, n):
+    return None
 
 
 LOWERINGS = {
@@ -493,6 +565,13 @@ LOWERINGS = {
                                                      [ctx.value(n.args[0])]),
     aten.native_group_norm.default: _group_norm, aten.upsample_bilinear2d.default: _upsample("linear"),
     aten.upsample_nearest2d.default: _upsample("nearest"), aten.index.Tensor: _index,
+    aten.upsample_bilinear2d.vec: _upsample("linear"), aten.upsample_nearest2d.vec: _upsample("nearest"),
+    # sizes known only at run time (dynamic shapes): nothing to lower (``SIZE``)
+    aten.sym_size.int: _size, operator.mul: _size, operator.add: _size, operator.sub: _size,
+    operator.floordiv: _size,
+    # checks torch.export puts in a program with dynamic shapes (of dtypes, of sizes): no value
+    aten._assert_tensor_metadata.default: _check, aten._assert_scalar.default: _check,
+    aten.sym_constrain_range_for_size.default: _check,
     # the copying forms of views (what functionalization may leave): the same values
     aten.view_copy.default: _view, aten.permute_copy.default: _permute, aten.slice_copy.Tensor: _slice,
     aten.select_copy.int: _select, aten.split_copy.Tensor: _split, aten.t_copy.default: _t,

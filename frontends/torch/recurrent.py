@@ -129,9 +129,8 @@ def _lower(kind: str):
                                  direction="bidirectional" if nd == 2 else "forward", **attrs)
             # Y [seq, directions, batch, hidden] -> [seq, batch, directions * hidden]
             y = ctx.add("Transpose", [outs[0]], perm=(0, 2, 1, 3))
-            shape = ctx.meta_shape(x)
-            seq, batch = (shape[1], shape[0]) if batch_first else (shape[0], shape[1])
-            cur = ctx.add("Reshape", [y, ctx.const(np.array([seq, batch, nd * hidden], np.int64))])
+            # (0: the sequence and batch sizes as they are, which may be known only at run time)
+            cur = ctx.add("Reshape", [y, ctx.const(np.array([0, 0, nd * hidden], np.int64))])
             for f, v in zip(finals, outs[1:]):
                 f.append(v)
         if batch_first:

@@ -112,9 +112,85 @@ def test_graph_breaks_and_new_shapes():
     m = Breaks().eval()
     with torch.no_grad():
         fast = torch.compile(m, backend="kiln")
-        for batch in (2, 3, 5, 1):  # dynamo makes the batch dynamic after the second: compiled per size
+        for batch in (2, 3, 5, 1):  # dynamo makes the batch dynamic after the second: symbolic from then on
             x = torch.randn(batch, 8)
             _close(fast(x), m(x))
+
+
+class Sizes(nn.Module):
+    """Sizes read in the model: a reshape by ``x.shape``, arange and a buffer sliced to the sequence
+    length, a slice to a floor division of a size, a tensor made of a size (``zeros(b, ...)``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.register_buffer("pos", torch.randn(1, 64, 8))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        y = self.proj(x) + self.pos[:, :t]
+        y = y + torch.arange(t, dtype=torch.float32).view(1, t, 1)
+        y = y.view(b * t, c)[: (b * t) // 2]
+        return torch.softmax(y, -1) + torch.zeros((b * t) // 2, c)
+
+
+def _counting(monkeypatch, obj, name):
+    calls = []
+    orig = getattr(obj, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return orig(*args, **kwargs)
+
+    monkeypatch.setattr(obj, name, counted)
+    return calls
+
+
+def test_dynamic_sizes_are_symbolic_in_kilns_ir(monkeypatch):
+    """``dynamic=True``: the graph is traced and imported once, with the batch and sequence sizes as
+    symbolic dimensions of Kiln's IR; native code is compiled per size on first use, and the
+    ``cache`` most recent sizes are kept."""
+    from compiler.specialize import PerSize
+
+    sources = []
+    init = PerSize.__init__
+    monkeypatch.setattr(PerSize, "__init__", lambda self, source, *a, **k: sources.append(source) or
+                        init(self, source, *a, **k))
+    traces = _counting(monkeypatch, kt, "_trace")
+    compiles = _counting(monkeypatch, PerSize, "_compile")
+    m = Sizes().eval()
+    with torch.no_grad():
+        fast = torch.compile(m, backend="kiln", dynamic=True, options={"cache": 2})
+        for b, t in ((2, 4), (3, 6), (2, 4), (4, 10), (3, 6)):  # (a size 1 dynamo would specialize)
+            x = torch.randn(b, t, 8)
+            _close(fast(x), m(x))
+    assert len(traces) == 1 and traces[0][2] is True  # traced once, with symbolic sizes
+    (dims,) = kt.last_report["symbolic"].values()
+    assert len(dims) == 2
+    (source,) = sources
+    assert [type(d) for d in source.inputs[0].shape] == [str, str, int]  # x: f32[s0, s1, 8]
+    # sizes (2, 4), (3, 6), (4, 10), then (3, 6) again: it was dropped from the cache of two
+    assert len(compiles) == 4
+    assert kt.last_report["partitions"][0]["kernels"] > 0 and kt.last_report["in_torch"] == {}
+
+
+def test_a_graph_whose_symbolic_trace_kiln_refuses_compiles_per_shape():
+    """Bilinear upsampling traced with symbolic sizes becomes advanced indexing, which Kiln does not
+    lower (traced with static sizes it stays one op, which Kiln has): with a dynamic batch the graph
+    is compiled per input shape instead, natively, and the report says why."""
+    class Up(nn.Module):
+        def forward(self, x):
+            return nn.functional.interpolate(x, scale_factor=2, mode="bilinear") * 2
+
+    m = Up().eval()
+    with torch.no_grad():
+        fast = torch.compile(m, backend="kiln", dynamic=True)
+        for b in (2, 3):
+            x = torch.randn(b, 3, 4, 4)
+            _close(fast(x), m(x))
+    why = kt.last_report["symbolic"]["per shape"]
+    assert why.startswith("partition fused_0: Unsupported: ")
+    assert len(kt.last_report["partitions"]) == 1 and kt.last_report["in_torch"] == {}
 
 
 @pytest.mark.slow

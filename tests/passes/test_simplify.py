@@ -239,6 +239,38 @@ def test_a_cast_to_its_own_type_disappears():
     assert refusals(g, "remove-identity") == ["the Cast changes the element type"]
 
 
+def test_a_slice_that_keeps_every_element_disappears():
+    """``x[:, :n]`` with ``n`` a size known only at run time (the PyTorch frontend's end past any
+    size), once the sizes are static: the Slice is x. A Slice that drops elements, a reversing one
+    and one of a symbolic shape stay, and say why."""
+    g = ir("""
+    graph @t(%x: f32[2,3], %s: f32[N,3]) -> (y: f32[2,3], z: f32[2,2], r: f32[2,3], w: f32[N,3]) {
+      %b = const i64[1] dense<[0]>
+      %e = const i64[1] dense<[4611686018427387904]>
+      %e2 = const i64[1] dense<[2]>
+      %a = const i64[1] dense<[1]>
+      %one = const i64[1] dense<[1]>
+      %rb = const i64[1] dense<[-1]>
+      %re = const i64[1] dense<[-4611686018427387904]>
+      %m = const i64[1] dense<[-1]>
+      %0 = Slice(%x, %b, %e, %a, %one) : f32[2,3]
+      %1 = Relu(%0) : f32[2,3]
+      %2 = Slice(%x, %b, %e2, %a) : f32[2,2]
+      %3 = Slice(%x, %rb, %re, %a, %m) : f32[2,3]
+      %4 = Slice(%s, %b, %e, %a) : f32[N,3]
+      return y=%1, z=%2, r=%3, w=%4
+    }""")
+    x, s = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32), np.ones((5, 3), np.float32)
+    before = interpret(g, {"x": x, "s": s})
+    assert run_pass(Canonicalize(), g)
+    assert g.op_counts() == {"Relu": 1, "Slice": 3} and g.nodes[0].inputs[0] is g.inputs[0]
+    after = interpret(g, {"x": x, "s": s})
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert sorted(refusals(g, "remove-identity")) == sorted([
+        "the Slice drops elements (or its shapes are not static)", "the Slice's steps are not all 1",
+        "the Slice drops elements (or its shapes are not static)"])
+
+
 def test_inference_dropout_with_its_mask_used():
     g = ir("""
     graph @t(%x: f32[2,3]) -> (y: f32[2,3], m: bool[2,3]) {

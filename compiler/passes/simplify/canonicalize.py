@@ -1,6 +1,7 @@
 """Canonicalization: declarative rewrite rules that bring the graph to one normal form.
 
-* Identity, a Cast to its input's own type and inference-mode Dropout disappear.
+* Identity, a Cast to its input's own type, a step-1 Slice that keeps every element and
+  inference-mode Dropout disappear.
 * Sum of n inputs becomes a chain of Adds.
 * Flatten / Squeeze / Unsqueeze with a static result become Reshape; chains of Reshapes collapse to
   one; a Reshape to its input's shape disappears.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.graph import Graph, Node, Value
+from ...ir.ops.base import known_ints
 from ...ir.types import DType
 from ..manager import Pass
 from ..rewrite import Rule, apply_rules, explain, only_use_is, op
@@ -40,15 +42,23 @@ def reshape_to(graph: Graph, x: Value, shape, before: Node, name: str | None = N
 
 
 class RemoveIdentity(Rule):
-    """Identity, and a Cast to the type its input already has (``x.float()`` of a float32 tensor, as
-    PyTorch exports it), are their input."""
+    """Identity, a Cast to the type its input already has (``x.float()`` of a float32 tensor, as
+    PyTorch exports it), and a step-1 Slice that keeps every element (``x[:, :n]`` where ``n`` is a
+    size known only at run time, once the sizes are static) are their input."""
 
     name = "remove-identity"
-    roots = ("Identity", "Cast")
+    roots = ("Identity", "Cast", "Slice")
 
     def check(self, node):
         if node.op.name == "Cast" and node.inputs[0].dtype != node.output.dtype:
             return "the Cast changes the element type"
+        if node.op.name == "Slice":
+            x = node.inputs[0]
+            if not (x.type.is_static and x.type == node.output.type):
+                return "the Slice drops elements (or its shapes are not static)"
+            steps = known_ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else [1]
+            if steps is None or any(st != 1 for st in steps):
+                return "the Slice's steps are not all 1"
         return None
 
     def rewrite(self, graph, node):
