@@ -371,6 +371,16 @@ def _to_copy(ctx, n):
     return ctx.add("Cast", [x], to=ctx.kiln_dtype(dt))
 
 
+def _copy(ctx, n):
+    """``copy(self, src)``, what functionalization makes of ``self.copy_(src)``: ``src`` in ``self``'s
+    type and shape."""
+    dst, src = n.args[:2]
+    v = ctx.typed(src, ctx.result_dtype(n))
+    if ctx.meta_shape(src) != ctx.meta_shape(dst):
+        v = ctx.add("Expand", [v, ctx.add("Shape", [ctx.value(dst)])])
+    return v
+
+
 def _identity(ctx, n):
     return ctx.value(n.args[0])
 
@@ -547,7 +557,7 @@ LOWERINGS = {
     aten.cat.default: _cat, aten.slice.Tensor: _slice, aten.select.int: _select,
     aten.embedding.default: _embedding, aten.constant_pad_nd.default: _pad, aten.where.self: _where,
     aten._to_copy.default: _to_copy, aten.clone.default: _identity, aten.alias.default: _identity,
-    aten.detach.default: _identity, aten.lift_fresh_copy.default: _identity,
+    aten.detach.default: _identity, aten.lift_fresh_copy.default: _identity, aten.copy.default: _copy,
     aten.split_with_sizes.default: _split, aten.split.Tensor: _split,
     aten.arange.start_step: _arange, aten.arange.default: _arange, aten.arange.start: _arange,
     aten.full.default: _full, aten.full_like.default: _full_like, aten.scalar_tensor.default: _scalar_tensor,

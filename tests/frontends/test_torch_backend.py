@@ -174,6 +174,21 @@ def test_dynamic_sizes_are_symbolic_in_kilns_ir(monkeypatch):
     assert kt.last_report["partitions"][0]["kernels"] > 0 and kt.last_report["in_torch"] == {}
 
 
+def test_a_batch_marked_dynamic_keeps_every_layer_native():
+    """``mark_dynamic`` on the batch of EfficientNet-B0: one native partition (the symbolic trace's
+    functionalized in-place ops, ``copy``, lowered), the batch symbolic, right at three sizes."""
+    m, feeds, _ = archs.build("efficientnet_b0", 2)
+    fast = torch.compile(m, backend="kiln")
+    for b in (2, 3, 5):
+        x = torch.randn(b, *next(iter(feeds.values())).shape[1:])
+        torch._dynamo.mark_dynamic(x, 0)
+        with torch.no_grad():
+            _close(fast(x), m(x), tol=1e-4)
+    assert len(kt.last_report["partitions"]) == 1 and kt.last_report["in_torch"] == {}
+    (dims,) = kt.last_report["symbolic"].values()
+    assert len(dims) == 1  # the batch
+
+
 def test_a_graph_whose_symbolic_trace_kiln_refuses_compiles_per_shape():
     """Bilinear upsampling traced with symbolic sizes becomes advanced indexing, which Kiln does not
     lower (traced with static sizes it stays one op, which Kiln has): with a dynamic batch the graph

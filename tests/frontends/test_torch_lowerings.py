@@ -68,6 +68,8 @@ CASES = {
     "ne_ge_logical": (lambda a: torch.where(torch.logical_and(a >= 0, a != 1) | torch.logical_or(a > 2, a < -2),
                                             a, -a), [t(3, 4)]),
     "squeeze_transpose": (lambda x: x.transpose(0, 1).squeeze(1) * 2, [t(2, 1, 3)]),
+    # what functionalization makes of x.copy_(i): i broadcast to x's shape, in x's type
+    "copy": (lambda a, i: torch.ops.aten.copy.default(a, i) + a, [t(3, 4), torch.arange(4)]),
 }
 
 # table entries the cases here do not reach: scalar_tensor appears in dynamo's graphs (GPT-2 in
