@@ -46,6 +46,7 @@ input signatures kept for a graph compiled per shape).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from typing import Any, Sequence
@@ -207,12 +208,19 @@ def _has_symbolic_sizes(gm) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=1)
+def _decompositions() -> dict:
+    """``core_aten_decompositions()`` (a new table of some 600 entries each call: made once)."""
+    from torch._decomp import core_aten_decompositions
+
+    return core_aten_decompositions()
+
+
 def _trace(gm, example_inputs, symbolic: bool):
     """The graph traced to core ATen ops, with each node's result (a fake tensor) in ``meta["val"]``,
     and the example inputs the trace used: the real ones, or with ``symbolic`` dynamo's fake ones, so
     that sizes dynamo made symbolic stay symbolic."""
     import torch
-    from torch._decomp import core_aten_decompositions
     from torch._dispatch.python import enable_python_dispatcher
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -223,7 +231,7 @@ def _trace(gm, example_inputs, symbolic: bool):
     keep_recurrent(gm)  # nn.LSTM/GRU/RNN as one op each (make_fx would unroll them step by step)
     # functionalized: in-place ops (relu_, add_) become their pure forms, so the import stays SSA
     fn = torch.func.functionalize(gm, remove="mutations")
-    table = core_aten_decompositions()
+    table = _decompositions()
     with torch.no_grad():
         if symbolic:
             fakes = [n.meta["example_value"] for n in gm.graph.nodes if n.op == "placeholder"]
@@ -247,8 +255,10 @@ def _trace(gm, example_inputs, symbolic: bool):
             examples = example_inputs
         aten_gm.graph.eliminate_dead_code()  # (e.g. a max pool's unused indices)
         aten_gm.recompile()
-        if not symbolic:  # static shapes and dtypes in node.meta["val"] (constants the trace captured are real)
-            FakeTensorProp(aten_gm, mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
+        # every node's result (a fake tensor: shape and dtype) in node.meta["val"]: make_fx records
+        # them; propagated here only where a node has none
+        if any(n.op == "call_function" and "val" not in n.meta for n in aten_gm.graph.nodes):
+            FakeTensorProp(aten_gm, mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(*examples)
     return aten_gm, examples
 
 
