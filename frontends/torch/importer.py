@@ -78,6 +78,7 @@ class Lowerer:
         self.graph = graph
         self.values: dict[Any, Any] = {}
         self.sizes: dict[str, Value] = {}  # sizes known only at run time, computed (``size``)
+        self.symints: dict[Any, Any] = {}  # size placeholders -> their SymInt (a partition's have no meta)
 
     # -- what lowerings use ----------------------------------------------------------------------
     def meta_shape(self, arg) -> list[int | str]:
@@ -114,9 +115,11 @@ class Lowerer:
         out = [size_of(d) for d in sizes]
         if all(isinstance(d, int) for d in out):
             return self.const(np.asarray(out, np.int64))
+        if 0 in out:  # (a 0 in the operand copies the input's size)
+            raise Unsupported(f"a reshape to {out}: a zero size beside sizes known only at run time")
         src = list(src)
         entries = [d if isinstance(d, int) else 0 if i < len(src) and src[i] == d else -1 for i, d in enumerate(out)]
-        if entries.count(-1) <= 1 and 0 not in out:
+        if entries.count(-1) <= 1:
             return self.const(np.asarray(entries, np.int64))
         pieces = []
         for d, size in zip(out, sizes):
@@ -139,7 +142,7 @@ class Lowerer:
         """A size as a 0-d int64 value: a number as a constant; a size known only at run time (an FX
         node whose result is a ``SymInt``) computed, when the model runs, from the shape of a graph
         input that has its symbols."""
-        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+        val = arg.meta.get("val", self.symints.get(arg)) if isinstance(arg, torch.fx.Node) else arg
         if isinstance(val, bool) or not isinstance(val, (int, torch.SymInt)):
             raise Unsupported(f"{arg} is not a size")
         if isinstance(val, int) or not isinstance(size_of(val), str):
@@ -253,7 +256,7 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], constants
         if node.op == "placeholder":
             ex = example_inputs[pos]
             if isinstance(ex, torch.SymInt):  # a size: the tensors' shapes carry it
-                low.values[node] = SIZE
+                low.values[node], low.symints[node] = SIZE, ex
                 pos += 1
                 continue
             if not isinstance(ex, torch.Tensor):

@@ -413,10 +413,8 @@ def _arange(ctx, n):
         return _const_of(ctx, n, np.arange(start, end, step))
     # bounds known only at run time (sizes): a Range computed then
     dt = ctx.kiln_dtype(ctx.result_dtype(n))
-    bounds = [ctx.size(a) if isinstance(a, torch.fx.Node) else ctx.const(np.asarray(a, np.int64))
-              for a in (start, end, step)]
-    if dt is not DType.i64:
-        bounds = [ctx.add("Cast", [b], to=dt) for b in bounds]
+    bounds = [(ctx.size(a) if dt is DType.i64 else ctx.add("Cast", [ctx.size(a)], to=dt))
+              if isinstance(a, torch.fx.Node) else ctx.const(np.asarray(a, dt.np)) for a in (start, end, step)]
     return ctx.add("Range", bounds)
 
 

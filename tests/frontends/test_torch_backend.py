@@ -129,7 +129,7 @@ class Sizes(nn.Module):
     def forward(self, x):
         b, t, c = x.shape
         y = self.proj(x) + self.pos[:, :t]
-        y = y + torch.arange(t, dtype=torch.float32).view(1, t, 1)
+        y = y + torch.arange(t, dtype=torch.float32).view(1, t, 1) + torch.arange(0.5, t).view(1, t, 1)
         y = y.view(b * t, c)[: (b * t) // 2]
         return torch.softmax(y, -1) + torch.zeros((b * t) // 2, c)
 
