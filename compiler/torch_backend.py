@@ -12,7 +12,8 @@ What the backend does with each graph dynamo hands it (``kiln_backend``):
    ``..._buffers_...``) are frozen: they become constants of the compiled model (inference only; a
    changed weight needs a new ``torch.compile``);
 2. the graph is traced to core ATen ops (``make_fx`` with ``core_aten_decompositions``; PyTorch keeps
-   ``gelu``, ``native_layer_norm`` and ``_softmax`` whole, which Kiln has as ops);
+   ``gelu``, ``native_layer_norm`` and ``_softmax`` whole, which Kiln has as ops, and the table here
+   keeps 2-D upsampling whole: ``_decompositions``);
 3. it is partitioned (``CapabilityBasedPartitioner``): the nodes with a Kiln lowering
    (``lowerings.LOWERINGS``) in maximal groups, each imported into Kiln's IR (``importer.py``),
    compiled by ``compiler.compile`` (for the inputs' shapes, or per size: below) and run natively; the other nodes
@@ -210,10 +211,28 @@ def _has_symbolic_sizes(gm) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _decompositions() -> dict:
-    """``core_aten_decompositions()`` (a new table of some 600 entries each call: made once)."""
+    """``core_aten_decompositions()`` (a new table of some 600 entries each call: made once), with
+    nearest and bilinear 2-D upsampling kept whole (Kiln has them as Resize; decomposed, they are
+    advanced indexing with several index tensors, which it does not lower): their ``.vec`` forms
+    (scale factors) become the ``.default`` ones (output sizes)."""
+    import torch
     from torch._decomp import core_aten_decompositions
+    from torch._decomp.decompositions import get_scale_value, upsample_compute_output_size
 
-    return core_aten_decompositions()
+    aten = torch.ops.aten
+
+    def sized(op):
+        def decompose(x, output_size, *args):  # (bilinear: align_corners, scale_factors; nearest: scale_factors)
+            factors = args[-1]
+            size = upsample_compute_output_size(x.size(), output_size, factors)
+            return op(x, size, *args[:-1], *[get_scale_value(factors, i) for i in range(len(size))])
+        return decompose
+
+    table = dict(core_aten_decompositions())
+    table.pop(aten.upsample_nearest2d.default, None)
+    table[aten.upsample_nearest2d.vec] = sized(aten.upsample_nearest2d.default)
+    table[aten.upsample_bilinear2d.vec] = sized(aten.upsample_bilinear2d.default)
+    return table
 
 
 def _trace(gm, example_inputs, symbolic: bool):

@@ -174,6 +174,27 @@ def test_dynamic_sizes_are_symbolic_in_kilns_ir(monkeypatch):
     assert kt.last_report["partitions"][0]["kernels"] > 0 and kt.last_report["in_torch"] == {}
 
 
+def test_upsampling_is_kept_whole_and_native():
+    """Nearest and bilinear upsampling, by scale factor and by size: kept whole (the decomposition
+    table keeps them; decomposed, nearest was advanced indexing, which left the graph in PyTorch)."""
+    class Up(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return (nn.functional.interpolate(y, scale_factor=2, mode="nearest")
+                    + nn.functional.interpolate(y, size=(8, 8), mode="bilinear") + nn.functional.interpolate(y, size=(8, 8)))
+
+    m = Up().eval()
+    x = torch.randn(2, 3, 4, 4)
+    with torch.no_grad():
+        _close(torch.compile(m, backend="kiln")(x), m(x))
+    (part,) = kt.last_report["partitions"]
+    assert {"upsample_nearest2d", "upsample_bilinear2d"} <= set(part["ops"]) and kt.last_report["in_torch"] == {}
+
+
 def test_a_batch_marked_dynamic_keeps_every_layer_native():
     """``mark_dynamic`` on the batch of EfficientNet-B0: one native partition (the symbolic trace's
     functionalized in-place ops, ``copy``, lowered), the batch symbolic, right at three sizes."""
