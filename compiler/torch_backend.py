@@ -249,12 +249,13 @@ def _trace(gm, example_inputs, symbolic: bool):
 
     keep_recurrent(gm)  # nn.LSTM/GRU/RNN as one op each (make_fx would unroll them step by step)
     # functionalized: in-place ops (relu_, add_) become their pure forms, so the import stays SSA
-    fn = torch.func.functionalize(gm, remove="mutations")
     table = _decompositions()
     with torch.no_grad():
         if symbolic:
-            fakes = [n.meta["example_value"] for n in gm.graph.nodes if n.op == "placeholder"]
-            mode = next(f.fake_mode for f in fakes if isinstance(f, torch.Tensor))
+            fakes = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+            mode = next((f.fake_mode for f in fakes if isinstance(f, torch.Tensor)), None)
+            if mode is None or mode.shape_env is None or any(f is None for f in fakes):
+                raise _NotSymbolic("dynamo's fake inputs or their sizes are missing")
             # a guard now (a decomposition that branches on a size, or fixes it) would hold for this
             # size only, and dynamo has made its guards already: refused, so nothing size-dependent
             # is baked into the trace
@@ -270,6 +271,7 @@ def _trace(gm, example_inputs, symbolic: bool):
                                    f"{str(e).splitlines()[0] if str(e) else ''}") from e
             examples = fakes
         else:
+            fn = torch.func.functionalize(gm, remove="mutations")
             aten_gm = make_fx(fn, decomposition_table=table, tracing_mode="real")(*example_inputs)
             examples = example_inputs
         aten_gm.graph.eliminate_dead_code()  # (e.g. a max pool's unused indices)
@@ -322,16 +324,14 @@ def _compile(gm, example_inputs, opts: dict, symbolic: bool = False):
         try:
             graph, taken = import_fx(sub, examples, consts, name=node.target)
             dims = symbolic_dims(graph)
-            if dims:
-                # native code per size, compiled when a size is first run (a clone: the first
-                # compile must not change the graph the later ones start from)
-                exe = PerSize(graph, dict(opt_level=opt_level, nthreads=nthreads, quantize=opts.get("quantize")),
-                              cache=int(opts.get("cache", DEFAULT_CACHE)))
-                exe.specialized(_sizes_now(graph, taken, examples))  # this call's, compiled now
-                sizes[node.target] = sorted(dims)
-            else:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if dims:  # native code per size, compiled when a size is first run
+                    exe = PerSize(graph, dict(opt_level=opt_level, nthreads=nthreads, quantize=opts.get("quantize")),
+                                  cache=int(opts.get("cache", DEFAULT_CACHE)))
+                    exe.specialized(_sizes_now(graph, taken, examples))  # this call's, compiled now
+                    sizes[node.target] = sorted(dims)
+                else:
                     exe = kiln_compile(graph, opt_level, nthreads=nthreads, quantize=opts.get("quantize"))
         except Exception as e:  # a partition Kiln cannot take after all stays in PyTorch
             if symbolic:
