@@ -240,6 +240,25 @@ def test_real_architectures(name):
     assert len(kt.last_report["partitions"]) == 1 and kt.last_report["in_torch"] == {}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "bert", "convnext", "lstm"])
+def test_real_architectures_with_dynamic_shapes(name, monkeypatch):
+    """``dynamic=True``: every size symbolic (GPT-2: arange and the mask sliced to the sequence;
+    BERT: attention's folded batch rebuilt from two symbolic sizes; ConvNeXt: a size squared; LSTM:
+    initial states of a symbolic batch), one native partition, right at two batch sizes with one trace."""
+    traces = _counting(monkeypatch, kt, "_trace")
+    m, feeds, _ = archs.build(name, 2)
+    fast = torch.compile(m, backend="kiln", dynamic=True)
+    for batch in (2, 3):
+        _, feeds_b, _ = archs.build(name, batch)
+        args = [torch.from_numpy(v) for v in feeds_b.values()]
+        with torch.no_grad():
+            _close(fast(*args), m(*args), tol=1e-4)
+    assert len(kt.last_report["partitions"]) == 1 and kt.last_report["in_torch"] == {}
+    assert "per shape" not in kt.last_report["symbolic"] and kt.last_report["symbolic"]
+    assert [t[2] for t in traces] == [True]
+
+
 def test_training_runs_in_pytorch_with_a_warning():
     m = nn.Linear(4, 2)
     x = torch.randn(3, 4)
