@@ -80,7 +80,10 @@ def test_reduce_sum_old_opset_becomes_axes_input():
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float64])
 def test_reduce_sum_max_other_types(dtype):
-    x = RNG.integers(0, 50, (4, 6)).astype(dtype)
+    # (a generator of its own: the shared one's draws depend on which tests ran before in the worker;
+    # below 30, the product of a row of six fits int32: an overflowing one had ONNX Runtime saturate
+    # where Kiln wraps, as NumPy does, and failed the test on one draw in CI)
+    x = np.random.default_rng(82).integers(0, 30, (4, 6)).astype(dtype)
     for op_type in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"):
         axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
         _vs_ort(_model(op_type, [("x", x)], {"keepdims": 0}, 18, [axes]), {"x": x}, rtol=0, atol=0)
