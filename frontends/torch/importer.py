@@ -132,11 +132,15 @@ class Lowerer:
         return self.add("Concat", pieces, axis=0)
 
     def shape_value(self, sizes: Sequence) -> Value:
-        """A shape argument (ints, and FX nodes of sizes known only at run time) as a 1-D int64 value."""
-        if not any(isinstance(d, torch.fx.Node) for d in sizes):
-            return self.const(np.asarray([int(d) for d in sizes], np.int64))
+        """A shape (ints, and sizes known only at run time: FX nodes or ``SymInt``s) as a 1-D int64
+        value: a constant when every size is static, else a Concat computed when the model runs."""
+        static = [d if isinstance(d, int) else size_of(d) if isinstance(d, torch.SymInt) else None for d in sizes]
+        if all(isinstance(d, int) for d in static):
+            return self.const(np.asarray(static, np.int64))
         zero = self.const(np.asarray([0], np.int64))
-        return self.add("Concat", [self.add("Unsqueeze", [self.size(d), zero]) for d in sizes], axis=0)
+        return self.add("Concat", [self.const(np.asarray([d], np.int64)) if isinstance(d, int)
+                                   else self.add("Unsqueeze", [self.size(size), zero])
+                                   for d, size in zip(static, sizes)], axis=0)
 
     def size(self, arg) -> Value:
         """A size as a 0-d int64 value: a number as a constant; a size known only at run time (an FX

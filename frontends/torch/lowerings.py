@@ -273,19 +273,10 @@ def _expand(ctx, n):
         return x      # there hid attention from fusion)
     lead = len(shape) - len(src)
     sizes = list(n.meta["val"].shape)
-    new = []  # the positions of new sizes known only at run time (computed then)
     for i, d in enumerate(shape):  # a size known only at run time: the input's (1 keeps it), or new
-        if not isinstance(d, int):
-            if i >= lead and src[i - lead] == d:
-                shape[i] = 1
-            else:
-                new.append(i)
-    if not new:
-        return ctx.add("Expand", [x, ctx.const(np.asarray(shape, np.int64))])
-    zero = ctx.const(np.asarray([0], np.int64))
-    pieces = [ctx.add("Unsqueeze", [ctx.size(sizes[i]), zero]) if i in new else ctx.const(np.asarray([d], np.int64))
-              for i, d in enumerate(shape)]
-    return ctx.add("Expand", [x, ctx.add("Concat", pieces, axis=0)])
+        if not isinstance(d, int):  # (computed when the model runs)
+            shape[i] = 1 if i >= lead and src[i - lead] == d else sizes[i]
+    return ctx.add("Expand", [x, ctx.shape_value(shape)])
 
 
 def _unsqueeze(ctx, n):
@@ -491,15 +482,16 @@ def _upsample(mode):
         for a in n.args[3 if mode == "linear" else 2:]:
             scales += a if isinstance(a, (list, tuple)) else [] if a is None else [a]
         ins, outs = ctx.meta_shape(x), ctx.meta_shape(n)
-        spatial = [ctx.static_dim(x, a) for a in range(2, len(ins))], [ctx.static_dim(n, a) for a in range(2, len(outs))]
-        if scales and any(abs(float(sc) - o / i) > 1e-9 for sc, o, i in zip(scales, spatial[1], spatial[0])):
+        ins_hw = [ctx.static_dim(x, a) for a in range(2, len(ins))]
+        outs_hw = [ctx.static_dim(n, a) for a in range(2, len(outs))]
+        if scales and any(abs(float(sc) - o / i) > 1e-9 for sc, o, i in zip(scales, outs_hw, ins_hw)):
             raise Unsupported("upsampling whose scale factors are not the size ratios")
         ctm = "align_corners" if align else "pytorch_half_pixel" if mode == "linear" else "asymmetric"
         if all(isinstance(d, int) for d in outs):
             sizes = ctx.const(np.asarray(outs, np.int64))
         else:
             sizes = ctx.add("Concat", [ctx.add("Shape", [ctx.value(x)], start=0, end=2),
-                                       ctx.const(np.asarray(spatial[1], np.int64))], axis=0)
+                                       ctx.const(np.asarray(outs_hw, np.int64))], axis=0)
         return ctx.add("Resize", [ctx.value(x), None, None, sizes], mode=mode, coordinate_transformation_mode=ctm,
                        nearest_mode="floor")
     return lower

@@ -244,7 +244,8 @@ def test_a_slice_that_keeps_every_element_disappears():
     size), once the sizes are static: the Slice is x. A Slice that drops elements, a reversing one
     and one of a symbolic shape stay, and say why."""
     g = ir("""
-    graph @t(%x: f32[2,3], %s: f32[N,3]) -> (y: f32[2,3], z: f32[2,2], r: f32[2,3], w: f32[N,3]) {
+    graph @t(%x: f32[2,3], %s: f32[N,3], %v: f32[0,1]) -> (y: f32[2,3], z: f32[2,2], r: f32[2,3], w: f32[N,3],
+                                                        e: f32[0,1]) {
       %b = const i64[1] dense<[0]>
       %e = const i64[1] dense<[4611686018427387904]>
       %e2 = const i64[1] dense<[2]>
@@ -258,13 +259,16 @@ def test_a_slice_that_keeps_every_element_disappears():
       %2 = Slice(%x, %b, %e2, %a) : f32[2,2]
       %3 = Slice(%x, %rb, %re, %a, %m) : f32[2,3]
       %4 = Slice(%s, %b, %e, %a) : f32[N,3]
-      return y=%1, z=%2, r=%3, w=%4
+      %5 = Slice(%v, %b, %e, %a) : f32[0,1]
+      return y=%1, z=%2, r=%3, w=%4, e=%5
     }""")
     x, s = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32), np.ones((5, 3), np.float32)
-    before = interpret(g, {"x": x, "s": s})
+    feeds = {"x": x, "s": s, "v": np.zeros((0, 1), np.float32)}  # (a size-0 and a size-1 axis: kept whole)
+    before = interpret(g, feeds)
     assert run_pass(Canonicalize(), g)
     assert g.op_counts() == {"Relu": 1, "Slice": 3} and g.nodes[0].inputs[0] is g.inputs[0]
-    after = interpret(g, {"x": x, "s": s})
+    assert g.outputs[4] is g.inputs[2]
+    after = interpret(g, feeds)
     assert all(np.array_equal(before[k], after[k]) for k in before)
     assert sorted(refusals(g, "remove-identity")) == sorted([
         "the Slice drops elements (or its shapes are not static)", "the Slice's steps are not all 1",
