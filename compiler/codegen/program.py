@@ -7,7 +7,7 @@
    reason why);
 2. ``MemoryPlan`` (``places.py``): the values that share a buffer (views, concat pieces), live
    ranges (``ir/liveness.py``, as memory-aware scheduling models them) and in-place results;
-3. ``emit_kernels``: one LLVM function per distinct kernel;
+3. ``emit_kernels`` (``sharing.py``): one LLVM function per distinct kernel;
 4. ``MemoryPlan`` again: every value native code touches gets a place: a graph input (the caller's
    array), a weight (the artifact's read-only weights, memory-mapped at load) or the arena (one block
    of scratch memory per concurrent caller, offsets planned here); values only fallback steps see
@@ -24,7 +24,6 @@ step list with every value's place, which ``compiler.runtime`` saves in an artif
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -33,12 +32,12 @@ from llvmlite import ir
 
 from ..ir.graph import Graph, Node, Value
 from .gemm.config import model_config
-from .kernels import KernelBuilder, KernelGroup, Services, lowering_for
+from .kernels import KernelGroup, Services, lowering_for
 from .kernels.base import ALIGN, I32, I64, PTR, VOID, c64
 from .llvm.elementwise import new_module
 from .llvm.target import Target
-from .llvm.toolchain import CodegenError
 from .places import MemoryPlan, Place, align
+from .sharing import emit_kernels
 from .plan import Buffer
 
 
@@ -206,37 +205,6 @@ def choose_lowerings(graph: Graph, fallback: bool = True) -> tuple[list[Step], d
     return steps, lowerings
 
 
-def emit_kernels(steps: list[Step], lowerings: dict[int, object], services: Services,
-                 verify_shared: bool = False) -> None:
-    """One LLVM function per distinct kernel: a step equal to an earlier one (``kernel_key``) calls
-    its function with its own slots, so a chain of 20,000 Relu-like nodes needs a handful of
-    functions, not 20,000. Sets each native step's ``kernel``, ``slots``, ``scratch_bytes``, ``notes``."""
-    shared: dict = {}    # kernel key -> (the step that made the function, id(value) -> canonical index)
-    digests: dict = {}
-    for st in steps:
-        if not st.native or st.alias:
-            continue
-        low = lowerings[st.index]
-        key, canon = kernel_key(st.group, low, st.in_place, digests)
-        if key is not None and key in shared:
-            first, index = shared[key]
-            slots = _map_slots(first.slots, index, canon)
-            if slots is not None:
-                if verify_shared:
-                    _verify_shared(services, first, st, low, slots)
-                st.kernel, st.slots, st.scratch_bytes = first.kernel, slots, first.scratch_bytes
-                st.notes = list(first.notes)
-                continue
-        name = f"k{st.index}_{'_'.join(st.group.ops)}"
-        k = KernelBuilder(services, name, st.group)
-        k.in_place = dict(st.in_place)
-        low.emit(k, st.group)
-        k.finish()
-        st.kernel, st.slots, st.scratch_bytes, st.notes = name, k.slots, k.scratch_bytes, k.notes
-        if key is not None:
-            shared[key] = (st, {id(v): i for i, v in enumerate(canon)})
-
-
 def native_segments(steps: list[Step]) -> list[list[int]]:
     """Maximal runs of native steps (step indices), each one function."""
     segments: list[list[int]] = [[]]
@@ -248,131 +216,6 @@ def native_segments(steps: list[Step]) -> list[list[int]]:
     if not segments[-1] and len(segments) > 1:
         segments.pop()
     return segments
-
-
-#: lowering -> the most elements a constant may hold for its contents to shape the code; a larger
-#: constant is only read through its pointer at run time, so kernels that differ in such constants
-#: alone share one function. Elementwise compiles in scalar constants only (``inlined`` in
-#: ``kernels/elementwise.py``); ``tests/passes/test_large_graphs.py`` checks it. Lowerings not listed
-#: share a function only where every constant is equal.
-CONTENTS_FREE_ABOVE = {"Elementwise": 1}
-
-class _NoKey(Exception):
-    pass
-
-
-def _digest(arr, cache: dict) -> tuple:
-    """(dtype, shape, content hash) of a constant or known array (cached by identity)."""
-    got = cache.get(id(arr))
-    if got is None:
-        a = np.asarray(arr)
-        if a.dtype == object:
-            raise _NoKey
-        data = np.ascontiguousarray(a).tobytes()
-        got = (a.dtype.str, a.shape, data if len(data) <= 64 else hashlib.blake2b(data, digest_size=20).digest())
-        cache[id(arr)] = (got, arr)  # keep the array alive: its id must not be reused while cached
-        return got
-    return got[0]
-
-
-def kernel_key(group: KernelGroup, lowering, in_place: dict, cache: dict | None = None) -> tuple:
-    """(a key that is equal for two groups exactly when a lowering emits the same function for them,
-    the group's values in the key's order), or (None, None) when the group holds something the key
-    cannot describe.
-
-    A lowering sees only its group: the nodes (op and attributes), the values they read and write
-    (types, constant and known contents, which node makes each, which read it inside the group and
-    whether anything outside does), the group's inputs and results and the graph values they stand
-    for, and the in-place pairs. The key holds all of it except identities and names (and the
-    contents of constants a lowering only reads through pointers: ``CONTENTS_FREE_ABOVE``), with
-    values numbered in the order met; slots of the first function then map to the other group's
-    values by that number (``_map_slots``). ``build_program(verify_shared=True)`` checks the claim on any model."""
-    cache = {} if cache is None else cache
-    limit = CONTENTS_FREE_ABOVE.get(type(lowering).__name__)
-    nodes = group.nodes
-    at = {id(n): i for i, n in enumerate(nodes)}
-    inside: dict[int, list] = {}
-    for i, n in enumerate(nodes):
-        for j, v in enumerate(n.inputs):
-            if v is not None:
-                inside.setdefault(id(v), []).append((i, j))
-    index: dict[int, int] = {}
-    values: list[Value] = []
-    desc: list = []
-
-    def ref(v: Value | None):
-        if v is None:
-            return None
-        i = index.get(id(v))
-        if i is None:
-            i = index[id(v)] = len(values)
-            values.append(v)
-            uses = inside.get(id(v), ())
-            p = v.producer
-            c = v.const
-            if c is None:
-                contents = None
-            elif limit is not None and c.size > limit:
-                contents = ("pointer", c.dtype.str, c.shape)
-            else:
-                contents = _digest(c, cache)
-            known = None if v.known is None or c is not None or limit is not None else _digest(v.known, cache)
-            desc.append((v.type, contents, known,
-                         (at[id(p)], v.index) if p is not None and id(p) in at else None,
-                         tuple(uses), len(v.uses) > len(uses)))
-        return i
-
-    try:
-        body = tuple((n.op.key(), tuple(ref(v) for v in n.inputs), tuple(ref(v) for v in n.outputs))
-                     for n in nodes)
-        ins = tuple(ref(v) for v in group.inputs)
-        outs = tuple(ref(v) for v in group.outputs)
-        outer = tuple(ref(group.outer_of(v)) for v in group.inputs + group.outputs)
-        key = (type(lowering).__name__, tuple(sorted(in_place.items())), body, ins, outs, outer, tuple(desc))
-        hash(key)
-    except (_NoKey, TypeError):
-        return None, None
-    return key, values
-
-
-def _verify_shared(services: Services, first: Step, st: Step, low, slots) -> None:
-    """(``verify_shared``) Emit both steps' kernels under one name into modules of their own and
-    check that the texts, the slots and the scratch are the same."""
-    def emit(step: Step):
-        module = new_module("check", services.target)
-        k = KernelBuilder(Services(module, services.target, services.gemm_cfg), "kernel", step.group)
-        k.in_place = dict(step.in_place)
-        low.emit(k, step.group)
-        k.finish()
-        return str(module), k
-
-    text_a, ka = emit(first)
-    text_b, kb = emit(st)
-    same_slots = len(kb.slots) == len(slots) and all(
-        a.kind == b.kind and a.value is b.value and a.offset == b.offset and
-        (a.array is None) == (b.array is None) and (a.array is None or np.array_equal(a.array, b.array))
-        for a, b in zip(kb.slots, slots))
-    if text_a != text_b or not same_slots or ka.scratch_bytes != kb.scratch_bytes:
-        what = "code" if text_a != text_b else "slots" if not same_slots else "scratch"
-        raise CodegenError(f"{st.group.describe()} (step {st.index}) would share the function of step {first.index}, "
-                           f"but its {what} differs: kernel_key misses something the lowering {st.lowering} reads")
-
-
-def _map_slots(slots, index: dict[int, int], canon: list[Value]):
-    """The slots of a kernel for another group with the same key: each value slot takes the value with
-    the same canonical number; weights (made from equal constants), scratch and status are the same."""
-    from .kernels.base import Slot
-
-    out = []
-    for sl in slots:
-        if sl.kind == "value":
-            i = index.get(id(sl.value))
-            if i is None:
-                return None
-            out.append(Slot("value", value=canon[i]))
-        else:
-            out.append(Slot(sl.kind, array=sl.array, offset=sl.offset))
-    return out
 
 
 def _has_subgraph(group: KernelGroup) -> bool:
