@@ -9,7 +9,8 @@ import pytest
 
 from compiler.codegen.llvm.target import ISA_FEATURES, host_target, target_for
 from compiler.codegen.llvm.toolchain import (CodegenError, assembly, build_library, compile_ir, find_cc,
-                                             link_shared, load_library, optimized_ir, parse_module)
+                                             link_shared, load_library, merge_functions, optimized_ir,
+                                             parse_module)
 from compiler.errors import KilnError
 
 #: out[i] = a[i] * b[i] + c (a plain loop LLVM must vectorize)
@@ -116,6 +117,33 @@ def test_loop_vectorizes():
     assert "vector.body" in text
     # opt level 0 leaves the scalar loop alone
     assert "x float>" not in optimized_ir(saxpy(), opt_level=0)
+
+
+def test_identical_functions_merge_before_optimizing(tmp_path):
+    """Two internal functions of the same code become one (calls go to the one left); one that
+    differs in a constant stays; the results are each call's own."""
+    helpers = "".join(saxpy(name, c).replace("define void", "define internal void")
+                      for name, c in (("h_a", "1.0"), ("h_b", "1.0"), ("h_c", "2.0")))
+    run = """
+define void @run(ptr %a, ptr %b, ptr %o1, ptr %o2, ptr %o3, i64 %n) {
+entry:
+  call void @h_a(ptr %a, ptr %b, ptr %o1, i64 %n)
+  call void @h_b(ptr %a, ptr %b, ptr %o2, i64 %n)
+  call void @h_c(ptr %a, ptr %b, ptr %o3, i64 %n)
+  ret void
+}
+"""
+    m = parse_module(helpers + run)
+    merge_functions(m, host_target())
+    defined = {f.name for f in m.functions if not f.is_declaration}
+    assert "run" in defined and "h_c" in defined and len(defined & {"h_a", "h_b"}) == 1
+    lib = load_library(link_shared([compile_ir(helpers + run)], tmp_path / "libmerged.so"))
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal(37).astype(np.float32), rng.standard_normal(37).astype(np.float32)
+    outs = [np.zeros(37, np.float32) for _ in range(3)]
+    _call(lib, "run", a, b, *outs, n=37)
+    for out, c in zip(outs, (1, 1, 2)):
+        np.testing.assert_array_equal(out, a * b + np.float32(c))
 
 
 def test_parse_module_sets_the_target():

@@ -4,8 +4,9 @@ The steps, each a plain function:
 
 * ``parse_module(text)``: parse and verify; a ``CodegenError`` quotes LLVM's message and the IR lines
   it is about.
-* ``optimize(module, target)``: LLVM's default ``O3`` pipeline (new pass manager), loop and SLP
-  vectorization and unrolling on, tuned for the target CPU.
+* ``optimize(module, target)``: identical functions merged (``merge_functions``), then LLVM's default
+  ``O3`` pipeline (new pass manager), loop and SLP vectorization and unrolling on, tuned for the
+  target CPU.
 * ``compile_ir(text, target) -> bytes``: the above, the rewrites of ``workarounds`` (known LLVM
   code-generator bugs), and code emission: an ELF object file.
 * ``link_shared(objects, path)``: the system C compiler driver (``cc -shared``) links objects into a
@@ -105,10 +106,12 @@ def parse_module(text: str, target: Target | None = None) -> llvm.ModuleRef:
 # ---------------------------------------------------------------------------------------------
 
 def optimize(module: llvm.ModuleRef, target: Target | None = None, opt_level: int = 3) -> None:
-    """Run LLVM's default per-module pipeline at ``opt_level`` (0..3), vectorizers on, in place."""
+    """Merge identical functions (``merge_functions``), then run LLVM's default per-module pipeline at
+    ``opt_level`` (0..3), vectorizers on, in place."""
     target = target or host_target()
     if not 0 <= opt_level <= 3:
         raise ValueError(f"opt_level must be 0..3, got {opt_level}")
+    merge_functions(module, target)
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     pto.loop_vectorization = opt_level >= 2
     pto.slp_vectorization = opt_level >= 2
@@ -116,6 +119,21 @@ def optimize(module: llvm.ModuleRef, target: Target | None = None, opt_level: in
     pto.loop_interleaving = opt_level >= 2
     pb = llvm.create_pass_builder(target.target_machine(), pto)
     pb.getModulePassManager().run(module, pb)
+
+
+def merge_functions(module: llvm.ModuleRef, target: Target) -> None:
+    """LLVM's MergeFunctions on the module as generated: functions that are the same code become one.
+
+    Kernels share whole functions already (``codegen/sharing.py``), but the helpers a kernel makes
+    for itself (a GEMM's B packer and epilogue rows, named after the kernel) are often the same
+    code in kernels that differ elsewhere: DenseNet's 58 prologue convolutions differ in their
+    input channels, their 58 packers and 59 epilogues are 7 and 5 distinct functions. Merging before
+    the optimizer is what saves the time (DenseNet-121's module: 5.3 -> 2.0 s in one process; the
+    pass itself 0.02 s)."""
+    pb = llvm.create_pass_builder(target.target_machine(), llvm.create_pipeline_tuning_options(speed_level=0))
+    mpm = llvm.create_new_module_pass_manager()
+    mpm.add_merge_functions_pass()
+    mpm.run(module, pb)
 
 
 def _compiled(module_text: str, target: Target | None, opt_level: int) -> tuple[llvm.ModuleRef, Target]:
