@@ -13,8 +13,8 @@ from compiler.codegen.gemm import (
     find_openblas,
 )
 from compiler.codegen.gemm.build import _init_llvm, compile_object
-from compiler.codegen.gemm.config import host_isa
-from compiler.codegen.gemm.kernel import pack_a_numpy, pack_b_numpy
+from compiler.codegen.gemm.config import PRESETS, host_isa
+from compiler.codegen.gemm.kernel import pack_a_numpy, pack_b_numpy, sgemm_type
 
 from ..threads import run_threads
 
@@ -324,3 +324,10 @@ def test_with_the_llvm_toolchain(tmp_path):
     lib = GemmLib(str(path), cfg)
     a, b = rand(70, 90), rand(90, 50)
     check(lib.gemm(a, b, nthreads=2), ref(a, b), 90)
+
+
+def test_the_declared_entry_type_is_the_emitted_one():
+    """Kernels declare ``kiln_sgemm`` with ``sgemm_type()`` (no GEMM emitted to learn it): it must be
+    the type of the entry every preset emits."""
+    for cfg in PRESETS.values():
+        assert str(emit_gemm(ir.Module("g"), cfg).function_type) == str(sgemm_type())

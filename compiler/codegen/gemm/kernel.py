@@ -668,6 +668,11 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         return main
 
 
+def sgemm_type() -> ir.FunctionType:
+    """The LLVM type of the entry ``emit_gemm`` defines (``int32 kiln_sgemm(ta, tb, M, N, K, ...)``)."""
+    return ir.FunctionType(I32, [t for t, _ in _GemmEmitter.ARGS])
+
+
 def emit_gemm(module: ir.Module, cfg: GemmConfig, prefix: str = "kiln_sgemm") -> ir.Function:
     """Add Kiln's sgemm (entry ``prefix`` and ``prefix_pack_*``) to ``module``; returns the entry."""
     return _GemmEmitter(module, cfg, prefix).emit()

@@ -211,11 +211,11 @@ class Services:
 
 @functools.lru_cache(maxsize=1)
 def _sgemm_type() -> ir.FunctionType:
-    """The entry's LLVM type, as ``emit_gemm`` defines it (emitted into a scratch module once)."""
-    from ..gemm.config import PRESETS
-    from ..gemm.kernel import emit_gemm
+    """The entry's LLVM type, from the argument list ``emit_gemm`` defines it with (emitting the GEMM
+    to read its type took 0.3 s of every process's first compile)."""
+    from ..gemm.kernel import sgemm_type
 
-    return emit_gemm(ir.Module("signature"), PRESETS["sse"]).function_type
+    return sgemm_type()
 
 
 def _body_function(module: ir.Module, name: str, extra: list[tuple[ir.Type, str]]) -> ir.Function:
