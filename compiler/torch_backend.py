@@ -241,6 +241,7 @@ def _trace(gm, example_inputs, symbolic: bool):
     that sizes dynamo made symbolic stay symbolic."""
     import torch
     from torch._dispatch.python import enable_python_dispatcher
+    from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
@@ -272,7 +273,10 @@ def _trace(gm, example_inputs, symbolic: bool):
             examples = fakes
         else:
             fn = torch.func.functionalize(gm, remove="mutations")
-            aten_gm = make_fx(fn, decomposition_table=table, tracing_mode="real")(*example_inputs)
+            # one fake mode for the values make_fx records (without it, a new one per value, each
+            # taking a Python stack trace: 0.15 s of BERT-style's trace)
+            with tracing(TracingContext(FakeTensorMode(allow_non_fake_inputs=True))):
+                aten_gm = make_fx(fn, decomposition_table=table, tracing_mode="real")(*example_inputs)
             examples = example_inputs
         aten_gm.graph.eliminate_dead_code()  # (e.g. a max pool's unused indices)
         aten_gm.recompile()
