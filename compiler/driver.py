@@ -9,11 +9,15 @@ loads it back, so a compiled model and a loaded one run exactly the same code.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import gc
 import os
 import tempfile
+import threading
 import time
 import sys
 import warnings
+from contextlib import contextmanager
 from typing import Any, Mapping, Sequence
 
 
@@ -33,6 +37,45 @@ class FallbackWarning(UserWarning):
     """Some nodes have no native code and run in the reference interpreter."""
 
 
+#: Python's cyclic garbage collector runs a young collection every this many allocations while a
+#: compile runs (700 by default): building a program makes millions of llvmlite objects, and the
+#: collections that scanned them took a third of code generation (Inception-v1: 1.00 -> 0.74 s).
+#: Garbage is still collected, in fewer, larger steps.
+COMPILE_GC_THRESHOLD = 100_000
+
+_gc_lock = threading.Lock()
+_gc_compiles = 0
+_gc_saved: tuple = ()
+
+
+@contextmanager
+def _fewer_collections():
+    """``COMPILE_GC_THRESHOLD`` while any compile runs (the setting is the process's: the first compile
+    to start raises it, the last to end puts back what it was)."""
+    global _gc_compiles, _gc_saved
+    with _gc_lock:
+        if _gc_compiles == 0:
+            _gc_saved = gc.get_threshold()
+            gc.set_threshold(max(_gc_saved[0], COMPILE_GC_THRESHOLD), *_gc_saved[1:])
+        _gc_compiles += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_compiles -= 1
+            if _gc_compiles == 0:
+                gc.set_threshold(*_gc_saved)
+
+
+def _with_fewer_collections(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _fewer_collections():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+@_with_fewer_collections
 def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
             output: str | os.PathLike | None = None, target: Target | str | None = None, fallback: bool = True,
             nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),

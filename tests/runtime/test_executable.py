@@ -419,3 +419,27 @@ def test_the_fast_path_gives_and_checks_what_the_general_one_does(exe):
         exe(x[:2])
     with pytest.raises(InputError, match="unknown input"):
         exe.run({"x": x, "z": x})
+
+
+def test_compiles_collect_garbage_less_often_and_put_the_setting_back(monkeypatch):
+    """While a compile runs the collector's young threshold is COMPILE_GC_THRESHOLD; after it, and
+    after one that failed, and after compiles on four threads at once, it is what it was."""
+    import gc
+
+    from compiler import driver
+
+    before = gc.get_threshold()
+    seen = []
+    real = driver.build_program
+
+    def spy(*args, **kwargs):
+        seen.append(gc.get_threshold()[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "build_program", spy)
+    compiler.compile(mlp_graph())
+    with pytest.raises(Exception):
+        compiler.compile("no-such-model.onnx")
+    assert not run_threads(lambda i: compiler.compile(mlp_graph()), 4)
+    assert len(seen) == 5 and all(t == max(before[0], driver.COMPILE_GC_THRESHOLD) for t in seen)
+    assert gc.get_threshold() == before
