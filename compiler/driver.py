@@ -49,7 +49,7 @@ _gc_saved: tuple = ()
 
 
 @contextmanager
-def _fewer_collections():
+def fewer_collections():
     """``COMPILE_GC_THRESHOLD`` while any compile runs (the setting is the process's: the first compile
     to start raises it, the last to end puts back what it was)."""
     global _gc_compiles, _gc_saved
@@ -67,15 +67,15 @@ def _fewer_collections():
                 gc.set_threshold(*_gc_saved)
 
 
-def _with_fewer_collections(fn):
+def _withfewer_collections(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with _fewer_collections():
+        with fewer_collections():
             return fn(*args, **kwargs)
     return wrapper
 
 
-@_with_fewer_collections
+@_withfewer_collections
 def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
             output: str | os.PathLike | None = None, target: Target | str | None = None, fallback: bool = True,
             nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),

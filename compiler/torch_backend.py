@@ -288,6 +288,13 @@ def _trace(gm, example_inputs, symbolic: bool):
 
 
 def _compile(gm, example_inputs, opts: dict, symbolic: bool = False):
+    from .driver import fewer_collections
+
+    with fewer_collections():  # (the trace and the import too: see driver.COMPILE_GC_THRESHOLD)
+        return _compile_graph(gm, example_inputs, opts, symbolic)
+
+
+def _compile_graph(gm, example_inputs, opts: dict, symbolic: bool = False):
     """The graph for these inputs: traced to ATen, partitioned, each supported part compiled by Kiln.
     With ``symbolic``, for every size (raises ``_NotSymbolic`` where a partition cannot take that)."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
