@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import InputError, ModelError
+from .errors import InputError, KilnError, ModelError
 from .runtime.artifact import ArtifactError
 from .ir.graph import Graph
 from .ir.types import TensorType
@@ -69,6 +69,11 @@ def check_max_dims(max_dims: Mapping[str, int], dims: Mapping[str, Any]) -> dict
     return out
 
 
+class SizeCompileError(KilnError):
+    """Compiling the graph for one size failed (the message names the sizes and the reason): the
+    caller may run that size elsewhere. The failure is remembered, so a size is tried once."""
+
+
 class PerSize:
     """Native code per size for a graph with symbolic input dimensions: ``run``/``__call__`` bind the
     sizes, compile the graph specialized to them on first use and keep the ``cache`` most recently
@@ -85,6 +90,7 @@ class PerSize:
             raise ValueError(f"the specialization cache holds at least one executable, got {cache}")
         self.cache_size = int(cache)
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
+        self._failed: OrderedDict[tuple, str] = OrderedDict()  # sizes that did not compile -> why
         self._lock = threading.Lock()
         self._inputs = {v.name: v for v in source.inputs}
         self._input_names = [v.name for v in source.inputs]
@@ -151,7 +157,16 @@ class PerSize:
             if exe is not None:
                 self._cache.move_to_end(key)
                 return exe
-            exe = self._compile(dict(key))
+            why = self._failed.get(key)
+            if why is None:
+                try:
+                    exe = self._compile(dict(key))
+                except (KilnError, MemoryError) as e:  # (an InputError here is the graph's, not the caller's)
+                    why = self._failed[key] = f"{type(e).__name__}: {e}"
+                    while len(self._failed) > self.cache_size:
+                        self._failed.popitem(last=False)
+            if why is not None:
+                raise SizeCompileError(f"{self._label()}: compiling for {dict(key)} failed: {why}")
             self._cache[key] = exe
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
@@ -283,5 +298,5 @@ def is_specializing(manifest) -> bool:
     return RECORD in manifest.files and SOURCE in manifest.files
 
 
-__all__ = ["DEFAULT_CACHE", "PerSize", "Specializing", "check_max_dims", "is_specializing", "load_specializing",
+__all__ = ["DEFAULT_CACHE", "PerSize", "SizeCompileError", "Specializing", "check_max_dims", "is_specializing", "load_specializing",
            "symbolic_dims"]

@@ -94,17 +94,29 @@ def _frozen(gm, example_inputs) -> dict[int, Any]:
 
 class _KilnPart:
     """A partition compiled by Kiln, called with the partition's non-constant inputs (``exe``: an
-    executable, or a ``PerSize`` one where the partition has sizes known only at run time)."""
+    executable, or a ``PerSize`` one where the partition has sizes known only at run time; then
+    ``in_torch``, the partition's ATen graph, runs the sizes Kiln fails to compile)."""
 
-    def __init__(self, exe, taken: Sequence[int], single: bool):
-        self.exe, self.taken, self.single = exe, list(taken), single
+    def __init__(self, exe, taken: Sequence[int], single: bool, in_torch=None):
+        self.exe, self.taken, self.single, self.in_torch = exe, list(taken), single, in_torch
+        self.warned: set[str] = set()
         self.names = exe.input_names
 
     def __call__(self, *args):
         from torch import from_numpy
 
+        from .specialize import SizeCompileError
+
         # positional (the executable's fast path checks each array's type, shape and layout)
-        outs = self.exe(*[_array(args[i]) for i in self.taken])
+        try:
+            outs = self.exe(*[_array(args[i]) for i in self.taken])
+        except SizeCompileError as e:
+            if self.in_torch is None:
+                raise
+            if str(e) not in self.warned:
+                self.warned.add(str(e))
+                log.warning("kiln: this size runs in PyTorch: %s", e)
+            return self.in_torch(*args)
         if len(self.exe.output_names) == 1:
             res = (from_numpy(outs),)
         else:
@@ -352,7 +364,7 @@ def _compile_graph(gm, example_inputs, opts: dict, symbolic: bool = False):
             continue
         out = [n for n in sub.graph.nodes if n.op == "output"][0].args[0]
         single = not isinstance(out, (list, tuple))
-        setattr(parts, node.target, _Module(_KilnPart(exe, taken, single)))
+        setattr(parts, node.target, _Module(_KilnPart(exe, taken, single, sub if isinstance(exe, PerSize) else None)))
         ops = sorted({_op_name(n.target) for n in sub.graph.nodes if n.op == "call_function"})
         first = exe.specializations[-1][1] if isinstance(exe, PerSize) else exe  # (this call's size)
         report.append({"partition": node.target, "nodes": sum(1 for n in sub.graph.nodes if n.op == "call_function"),
@@ -397,16 +409,11 @@ def _direct(parts, position):
     if any(i not in picks or (picks[i] is None) != part.single for i in items):
         return None
     where = [position[a] for a in call.args]
-    taken = [where[i] for i in part.taken]
     container = type(out) if isinstance(out, (list, tuple)) else None
     spec = [picks[i] for i in items]
-    n = len(call.args)
 
     def run(*args):
-        part_args = [None] * n  # (the frozen ones are constants of the part: not read)
-        for j, p in zip(part.taken, taken):
-            part_args[j] = args[p]
-        res = part(*part_args)
+        res = part(*[args[p] for p in where])  # (the frozen ones only read by PyTorch, if a size runs there)
         got = [res if k is None else res[k] for k in spec]
         return container(got) if container is not None else got[0]
 

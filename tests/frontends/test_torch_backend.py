@@ -174,6 +174,42 @@ def test_dynamic_sizes_are_symbolic_in_kilns_ir(monkeypatch):
     assert kt.last_report["partitions"][0]["kernels"] > 0 and kt.last_report["in_torch"] == {}
 
 
+@pytest.mark.parametrize("model", ["sizes", "cumsum"])
+def test_a_size_kiln_fails_to_compile_runs_in_pytorch(model, monkeypatch):
+    """A later size whose compile fails (here: made to fail for batch 3) runs in PyTorch, with a
+    warning naming the sizes and the reason, once; the failure is remembered (not compiled again),
+    and the other sizes stay native. Both ways a symbolic graph is called: straight (Sizes: one
+    partition of the graph's inputs) and through the FX module (two partitions around a cumsum)."""
+    from compiler.errors import LimitError
+    from compiler.specialize import PerSize
+
+    tried = []
+    real = PerSize._compile
+
+    def compile_(self, sizes):
+        tried.append(dict(sizes))
+        if 3 in sizes.values():
+            raise LimitError("made to fail for this test")
+        return real(self, sizes)
+
+    monkeypatch.setattr(PerSize, "_compile", compile_)
+    warned = []
+    monkeypatch.setattr(kt.log, "warning", lambda msg, *args: warned.append(msg % args))
+    m = (Sizes() if model == "sizes" else WithCumsum()).eval()
+    shape = (lambda b: (b, 4, 8)) if model == "sizes" else (lambda b: (b, 8))
+    with torch.no_grad():
+        fast = torch.compile(m, backend="kiln", dynamic=True)
+        for b in (2, 3, 3, 4, 2):
+            x = torch.randn(*shape(b))
+            _close(fast(x), m(x))
+    parts = 1 if model == "sizes" else 2
+    assert kt.last_report["direct"] is (parts == 1) and len(kt.last_report["partitions"]) == parts
+    assert "per shape" not in kt.last_report["symbolic"]
+    # per partition: 2, 3 (failed, tried once), 4
+    assert sum(3 in t.values() for t in tried) == parts and len(tried) == 3 * parts
+    assert len(warned) == parts and all("runs in PyTorch" in w and "made to fail" in w for w in warned)
+
+
 def test_upsampling_is_kept_whole_and_native():
     """Nearest and bilinear upsampling, by scale factor and by size: kept whole (the decomposition
     table keeps them; decomposed, nearest was advanced indexing, which left the graph in PyTorch)."""
