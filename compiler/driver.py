@@ -85,7 +85,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
             max_dims: Mapping[str, int] | None = None, specialize_cache: int | None = None,
             devices: Any = None, device_memory: Mapping[str, int] | None = None, parallel: str = "auto",
             microbatch: int | None = None, cache: Any = False, record: Any = None,
-            progress: bool = False) -> Executable:
+            progress: bool = False, kernel_cache: bool = True) -> Executable:
     """Compile ``model`` (an ONNX path or ModelProto, ``light:NAME``, a ``.kir`` file or a Graph) for
     this CPU (or ``target``: a ``Target``, an LLVM CPU name, or "cuda" for an NVIDIA GPU through
     numba.cuda, docs/cuda.md) and return it loaded.
@@ -120,6 +120,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
 
     ``cache=True`` (or a directory) keeps the artifact in the compile cache and loads it when the same
     model is compiled with the same options again (``cache.py``; ``kiln run MODEL`` does by default).
+    Independently, ``kernel_cache`` (on by default) reads the parts of the LLVM module compiled before,
+    by any model, from the object cache instead of compiling them (``codegen/llvm/objects.py``).
 
     ``record`` (a ``profiling.CompileRecord``) receives what the compile did: the pass records, the IR
     after each pass that changed it, the final graph and its program (the HTML report of ``kiln
@@ -152,7 +154,8 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
                               fallback=fallback, nthreads=nthreads, verify=verify, disabled_passes=disabled_passes,
                               timings=timings, profile=profile, memory_limit=memory_limit, model_name=model_name,
                               input_values=input_values, quantize=quantize, specialize=specialize,
-                              max_dims=max_dims, specialize_cache=specialize_cache, progress=progress)
+                              max_dims=max_dims, specialize_cache=specialize_cache, progress=progress,
+                              kernel_cache=kernel_cache)
             elif timings is not None:
                 timings.update(cached=time.perf_counter() - t0, total=time.perf_counter() - t0)
             if output is not None:
@@ -239,7 +242,7 @@ def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[
     name = model_name or (model if isinstance(model, str) else getattr(graph, "name", "model"))
     times = {"load": t1 - t0, "passes": t2 - t1, "codegen": t3 - t2}
     exe = write_artifact(prog, dest, target, model_name=str(name), opt_level=opt_level, times=times,
-                         nthreads=nthreads)
+                         nthreads=nthreads, kernel_cache=kernel_cache)
     t4 = time.perf_counter()
     exe._owner = owner
     quantize = next((p for p in passes if p.name == "quantize"), None)
@@ -394,9 +397,11 @@ def _read(dest: str) -> Manifest:
 
 
 def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "model", opt_level: int = 2,
-                   times: Mapping[str, float] | None = None, nthreads: int | None = None) -> Executable:
+                   times: Mapping[str, float] | None = None, nthreads: int | None = None,
+                   kernel_cache: bool = True) -> Executable:
     """Compile ``prog``'s LLVM IR and write the artifact directory ``dest`` (atomically); returns it
-    loaded. It is loaded from the staging directory, before the swap: another process writing the
+    loaded. With ``kernel_cache``, parts of the module compiled before are read from the object
+    cache (``codegen/llvm/objects.py``). It is loaded from the staging directory, before the swap: another process writing the
     same path at once cannot hand this one its model (the loaded artifact keeps nothing open there)."""
     from .codegen.llvm import toolchain
 
@@ -405,7 +410,9 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
         t0 = time.perf_counter()
         manifest = manifest_of(prog, target, model_name, opt_level, dict(times or {}), prog.profiled)
         if any(st.native and not st.alias for st in prog.steps):
-            objects = [*toolchain.compile_parts(prog.llvm_ir, target),
+            from .codegen.llvm import objects as kept
+
+            objects = [*toolchain.compile_parts(prog.llvm_ir, target, cache_dir=kept.cache_dir() if kernel_cache else None),
                        toolchain.data_object(LAYOUT_SYMBOL, native_layout(manifest), target)]
             if prog.uses_gemm:
                 from .codegen.gemm.build import gemm_object

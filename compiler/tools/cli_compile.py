@@ -145,7 +145,8 @@ def add_commands(sub, parse_shape, parse_input, epilog: str) -> None:
     r.add_argument("--threads", type=int, default=None, help="threads for native code (default: all CPUs)")
     r.add_argument("--no-cache", action="store_true",
                    help="compile MODEL afresh (default: reuse the artifact of an earlier `kiln run` of the same "
-                        "model bytes, options, CPU and Kiln sources, from ~/.cache/kiln/artifacts)")
+                        "model bytes, options, CPU and Kiln sources, from ~/.cache/kiln/artifacts, and the "
+                        "object code of parts compiled before, from ~/.cache/kiln/objects)")
     r.add_argument("--cluster", metavar="ray|ray://HOST:PORT", default=None,
                    help="run a multi-device artifact's parts as Ray actors: 'ray' joins RAY_ADDRESS's cluster or "
                         "starts a local one, ray://HOST:PORT a remote one (needs pip install 'kiln[distributed]'; "
@@ -400,7 +401,7 @@ def cmd_run(args) -> int:
             else:
                 model, feeds, shapes = model_feeds(args.model, args.input_shape, given, args.seed)
                 exe = compile(model, args.opt_level, shapes, nthreads=args.threads, model_name=args.model,
-                              cache=not args.no_cache)
+                              cache=not args.no_cache, kernel_cache=not args.no_cache)
         outs = exe.run(feeds)
     for name, arr in outs.items():
         print(describe_array(name, arr))

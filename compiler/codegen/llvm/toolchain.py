@@ -163,26 +163,42 @@ SPLIT_MIN_CHARS = 100_000
 
 
 def compile_parts(module_text: str, target: Target | None = None, opt_level: int = 3,
-                  workers: int | None = None) -> list[bytes]:
+                  workers: int | None = None, cache_dir: str | None = None) -> list[bytes]:
     """``compile_ir`` of a large module as several object files made side by side: the module split
-    into ``workers`` parts (default: the CPUs this process may use, at most 4; ``split.py``), part 0
-    compiled here while worker processes compile the others. A module under ``SPLIT_MIN_CHARS``, one
-    that does not split, or a single CPU: one object, as ``compile_ir``. A worker that fails has its
-    part compiled here (an error in the part is then raised as ``compile_ir`` raises it)."""
+    into ``workers`` parts (default: the CPUs this process may use, at most 4; ``split.py``), the
+    first part to compile compiled here while worker processes compile the others. A module under
+    ``SPLIT_MIN_CHARS``, one that does not split, or a single CPU: one object, as ``compile_ir``. A
+    worker that fails has its part compiled here (an error in the part is then raised as
+    ``compile_ir`` raises it). With ``cache_dir`` (``objects.py``) a part compiled before is read
+    from there, and each part compiled now is kept there."""
+    from . import objects
     from .split import split_module
 
     target = target or host_target()
     if workers is None:
         workers = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     parts = split_module(module_text, workers) if workers > 1 and len(module_text) >= SPLIT_MIN_CHARS else None
-    if parts is None:
-        return [compile_ir(module_text, target, opt_level)]
+    parts = parts or [module_text]
+    keys = [objects.object_key(text, target, opt_level) for text in parts] if cache_dir else [None] * len(parts)
+    found = [objects.lookup(cache_dir, key) if key else None for key in keys]
+    todo = [i for i, obj in enumerate(found) if obj is None]
+    for i, obj in zip(todo, _compile_side_by_side([parts[i] for i in todo], target, opt_level)):
+        found[i] = obj
+        if keys[i]:
+            objects.store(cache_dir, keys[i], obj)
+    return found
+
+
+def _compile_side_by_side(texts: list[str], target: Target, opt_level: int) -> list[bytes]:
+    """Each module of ``texts`` compiled: the first here, the others in worker processes at once."""
+    if len(texts) <= 1:
+        return [compile_ir(t, target, opt_level) for t in texts]
     spec = json.dumps({"triple": target.triple, "cpu": target.cpu, "features": target.features,
                        "isa": sorted(target.isa), "target_opt": target.opt_level, "opt_level": opt_level})
     root = str(Path(__file__).resolve().parents[3])  # the directory holding the compiler package
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     procs = []
-    for text in parts[1:]:
+    for text in texts[1:]:
         try:
             # (its error, if any, is raised again by compiling the part here)
             proc = subprocess.Popen([sys.executable, "-m", "compiler.codegen.llvm.worker"], stdin=subprocess.PIPE,
@@ -197,7 +213,7 @@ def compile_parts(module_text: str, target: Target | None = None, opt_level: int
             t.start()
             feeders.append(t)
     try:
-        objects = [compile_ir(parts[0], target, opt_level)]
+        objects = [compile_ir(texts[0], target, opt_level)]
     except BaseException:  # (an error in the module: the workers' results are not wanted)
         for proc, _ in procs:
             if proc is not None:
