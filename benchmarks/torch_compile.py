@@ -2,12 +2,13 @@
 threads, in one run: first-call (compile) time and median latency per model.
 
     python benchmarks/torch_compile.py [--models mlp,bert,resnet18,gpt2] [--threads 2] [--runs 50]
-        [--no-inductor] [--inductor-cache] [--json FILE]
+        [--no-inductor] [--inductor-cache] [--kiln-cache] [--json FILE]
 
 Models: the zoo's MLP (batch 1), BERT-style (seq 128) and MobileNetV2 (224), and the real-architecture
 suite's models (``compiler/tools/archs``, batch 1). Every compiled result is checked against eager.
 Compile time is the first call's (dynamo, the backend's tracing and compile), with both backends'
-modules imported before and inductor's on-disk caches off (``--inductor-cache`` keeps them).
+modules imported before and both backends' on-disk caches off (``--inductor-cache`` keeps inductor's,
+``--kiln-cache`` Kiln's object cache).
 """
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--inductor-cache", action="store_true",
                     help="let inductor use its on-disk caches (warm: its compile time is then a cache hit's)")
+    ap.add_argument("--kiln-cache", action="store_true",
+                    help="let Kiln read object code compiled before (default: off, a cold compile, as inductor's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     import torch
@@ -89,7 +92,7 @@ def main(argv=None) -> int:
             row["eager_ms"] = _time(lambda: m(*xs), args.runs) * 1e3
             for backend in ["kiln"] + ([] if args.no_inductor else ["inductor"]):
                 torch._dynamo.reset()
-                opts = {"nthreads": args.threads} if backend == "kiln" else None
+                opts = {"nthreads": args.threads, "kernel_cache": args.kiln_cache} if backend == "kiln" else None
                 f = torch.compile(m, backend=backend, options=opts)
                 t0 = time.perf_counter()
                 got = f(*xs)

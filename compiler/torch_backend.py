@@ -142,10 +142,10 @@ def kiln_backend(gm, example_inputs, options: dict | None = None, **kwargs):
     import torch
 
     opts = dict(options or {}, **kwargs)
-    unknown = set(opts) - {"opt_level", "nthreads", "quantize", "cache"}
+    unknown = set(opts) - {"opt_level", "nthreads", "quantize", "cache", "kernel_cache"}
     if unknown:
         raise ValueError(f"unknown kiln backend option(s) {sorted(unknown)}; options: opt_level, nthreads, quantize, "
-                         f"cache")
+                         f"cache, kernel_cache")
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
         msg = ("kiln: this graph needs gradients (grad mode on, an input or parameter requires grad); Kiln "
                "compiles inference only, so it runs in PyTorch. Call the model under torch.no_grad() or "
@@ -335,6 +335,7 @@ def _compile_graph(gm, example_inputs, opts: dict, symbolic: bool = False):
     placeholders = [n for n in parts.graph.nodes if n.op == "placeholder"]
     position = {n: i for i, n in enumerate(placeholders)}
     opt_level, nthreads = int(opts.get("opt_level", 2)), opts.get("nthreads")
+    kernel_cache = bool(opts.get("kernel_cache", True))
     report, sizes = [], {}
     for node in list(parts.graph.nodes):
         if node.op != "call_module":
@@ -350,12 +351,14 @@ def _compile_graph(gm, example_inputs, opts: dict, symbolic: bool = False):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 if dims:  # native code per size, compiled when a size is first run
-                    exe = PerSize(graph, dict(opt_level=opt_level, nthreads=nthreads, quantize=opts.get("quantize")),
+                    exe = PerSize(graph, dict(opt_level=opt_level, nthreads=nthreads, quantize=opts.get("quantize"),
+                                              kernel_cache=kernel_cache),
                                   cache=int(opts.get("cache", DEFAULT_CACHE)))
                     exe.specialized(_sizes_now(graph, taken, examples))  # this call's, compiled now
                     sizes[node.target] = sorted(dims)
                 else:
-                    exe = kiln_compile(graph, opt_level, nthreads=nthreads, quantize=opts.get("quantize"))
+                    exe = kiln_compile(graph, opt_level, nthreads=nthreads, quantize=opts.get("quantize"),
+                                       kernel_cache=kernel_cache)
         except Exception as e:  # a partition Kiln cannot take after all stays in PyTorch
             if symbolic:
                 raise _NotSymbolic(f"partition {node.target}: {type(e).__name__}: {e}") from e

@@ -312,6 +312,20 @@ def test_unknown_options_are_refused():
             torch.compile(nn.Linear(2, 2), backend="kiln", options={"fast": True})(torch.randn(1, 2))
 
 
+@pytest.mark.parametrize("kernel_cache", [True, False])
+def test_the_kernel_cache_option_reaches_the_compile(kernel_cache, monkeypatch):
+    from compiler import driver
+
+    seen = []
+    real = driver.compile
+    monkeypatch.setattr(driver, "compile", lambda *a, **k: seen.append(k.get("kernel_cache")) or real(*a, **k))
+    m = CNN().eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        _close(torch.compile(m, backend="kiln", options={"kernel_cache": kernel_cache})(x), m(x))
+    assert seen == [kernel_cache]
+
+
 def test_the_entry_point_in_a_fresh_process():
     import subprocess
     import sys
