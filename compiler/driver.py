@@ -9,7 +9,6 @@ loads it back, so a compiled model and a loaded one run exactly the same code.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gc
 import os
 import tempfile
@@ -67,15 +66,7 @@ def fewer_collections():
                 gc.set_threshold(*_gc_saved)
 
 
-def _withfewer_collections(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with fewer_collections():
-            return fn(*args, **kwargs)
-    return wrapper
-
-
-@_withfewer_collections
+@fewer_collections()
 def compile(model: Any, opt_level: int = 2, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
             output: str | os.PathLike | None = None, target: Target | str | None = None, fallback: bool = True,
             nthreads: int | None = None, verify: bool = False, disabled_passes: Sequence[str] = (),
@@ -401,8 +392,9 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
                    kernel_cache: bool = True) -> Executable:
     """Compile ``prog``'s LLVM IR and write the artifact directory ``dest`` (atomically); returns it
     loaded. With ``kernel_cache``, parts of the module compiled before are read from the object
-    cache (``codegen/llvm/objects.py``). It is loaded from the staging directory, before the swap: another process writing the
-    same path at once cannot hand this one its model (the loaded artifact keeps nothing open there)."""
+    cache (``codegen/llvm/objects.py``). It is loaded from the staging directory, before the swap:
+    another process writing the same path at once cannot hand this one its model (the loaded artifact
+    keeps nothing open there)."""
     from .codegen.llvm import toolchain
 
     graph = prog.graph
@@ -412,7 +404,8 @@ def write_artifact(prog: Program, dest: str, target: Target, model_name: str = "
         if any(st.native and not st.alias for st in prog.steps):
             from .codegen.llvm import objects as kept
 
-            objects = [*toolchain.compile_parts(prog.llvm_ir, target, cache_dir=kept.cache_dir() if kernel_cache else None),
+            cache_dir = kept.cache_dir() if kernel_cache else None
+            objects = [*toolchain.compile_parts(prog.llvm_ir, target, cache_dir=cache_dir),
                        toolchain.data_object(LAYOUT_SYMBOL, native_layout(manifest), target)]
             if prog.uses_gemm:
                 from .codegen.gemm.build import gemm_object

@@ -298,5 +298,5 @@ def is_specializing(manifest) -> bool:
     return RECORD in manifest.files and SOURCE in manifest.files
 
 
-__all__ = ["DEFAULT_CACHE", "PerSize", "SizeCompileError", "Specializing", "check_max_dims", "is_specializing", "load_specializing",
-           "symbolic_dims"]
+__all__ = ["DEFAULT_CACHE", "PerSize", "SizeCompileError", "Specializing", "check_max_dims", "is_specializing",
+           "load_specializing", "symbolic_dims"]

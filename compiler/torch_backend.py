@@ -97,8 +97,11 @@ class _KilnPart:
     executable, or a ``PerSize`` one where the partition has sizes known only at run time; then
     ``in_torch``, the partition's ATen graph, runs the sizes Kiln fails to compile)."""
 
-    def __init__(self, exe, taken: Sequence[int], single: bool, in_torch=None):
+    def __init__(self, exe, taken: Sequence[int], single: bool, in_torch=None, needs: Sequence[int] = ()):
         self.exe, self.taken, self.single, self.in_torch = exe, list(taken), single, in_torch
+        #: the arguments a caller must pass (the others may be None): Kiln's, and with ``in_torch``
+        #: every one that is not a frozen constant (PyTorch reads the sizes too)
+        self.needs = sorted(set(self.taken) | set(needs))
         self.warned: set[str] = set()
         self.names = exe.input_names
 
@@ -122,6 +125,14 @@ class _KilnPart:
         else:
             res = tuple(from_numpy(o) for o in outs)
         return res[0] if self.single else res
+
+
+def _with_constants(sub, consts: dict):
+    """``sub`` (a partition's ATen graph) called as a ``_KilnPart`` is: the frozen inputs at the
+    positions of ``consts`` may come as None (the direct call passes only the others)."""
+    def run(*args):
+        return sub(*[consts.get(j, a) for j, a in enumerate(args)])
+    return run
 
 
 def _array(t):
@@ -367,7 +378,10 @@ def _compile_graph(gm, example_inputs, opts: dict, symbolic: bool = False):
             continue
         out = [n for n in sub.graph.nodes if n.op == "output"][0].args[0]
         single = not isinstance(out, (list, tuple))
-        setattr(parts, node.target, _Module(_KilnPart(exe, taken, single, sub if isinstance(exe, PerSize) else None)))
+        in_torch, needs = None, ()
+        if isinstance(exe, PerSize):  # (a size Kiln fails to compile runs in PyTorch)
+            in_torch, needs = _with_constants(sub, consts), [j for j in range(len(args)) if j not in consts]
+        setattr(parts, node.target, _Module(_KilnPart(exe, taken, single, in_torch, needs)))
         ops = sorted({_op_name(n.target) for n in sub.graph.nodes if n.op == "call_function"})
         first = exe.specializations[-1][1] if isinstance(exe, PerSize) else exe  # (this call's size)
         report.append({"partition": node.target, "nodes": sum(1 for n in sub.graph.nodes if n.op == "call_function"),
@@ -412,11 +426,16 @@ def _direct(parts, position):
     if any(i not in picks or (picks[i] is None) != part.single for i in items):
         return None
     where = [position[a] for a in call.args]
+    needed = [where[i] for i in part.needs]
     container = type(out) if isinstance(out, (list, tuple)) else None
     spec = [picks[i] for i in items]
+    n = len(call.args)
 
     def run(*args):
-        res = part(*[args[p] for p in where])  # (the frozen ones only read by PyTorch, if a size runs there)
+        part_args = [None] * n  # (the frozen ones are constants of the part: not read)
+        for j, p in zip(part.needs, needed):
+            part_args[j] = args[p]
+        res = part(*part_args)
         got = [res if k is None else res[k] for k in spec]
         return container(got) if container is not None else got[0]
 
