@@ -374,3 +374,57 @@ def test_strided_overlapping_windows_by_output_width():
         module, _, _ = build_kernels(g, target)
         asm = toolchain.assembly(str(module), target)
         assert ("%ymm" in asm or "%zmm" in asm) and "gather" not in asm, cpu  # vectorized, no gathers
+
+
+@pytest.mark.parametrize("order", ["registers", "rows"])
+@pytest.mark.parametrize("split", ["planes", "rows"])
+@pytest.mark.parametrize("dt", [DType.f32, DType.f64, DType.f16], ids=str)
+def test_max_with_the_nan_taps_apart(dt, split, order, monkeypatch):
+    """A float MaxPool's running maximum is a plain one with the NaN taps tested on the side
+    (``NAN_APART``): a window with a NaN anywhere (its first tap, a middle one, its last, a tap of a
+    row some windows have in the pads) gives NaN, +-inf and ties are the reference's, in both loop
+    orders and both splits; and the same results as the form's NaN-propagating ``max``."""
+    monkeypatch.setattr(pool_mod, "PLANES_PARALLEL", 1 if split == "planes" else 1 << 30)
+    if order == "rows":
+        monkeypatch.setattr(pool_mod, "UNROLL_TAPS", 0)
+    cases = [((1, 3, 9, 11), dict(kernel_shape=(3, 3), pads=(1, 1, 1, 1))),
+             ((2, 2, 9, 11), dict(kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1), ceil_mode=1)),
+             ((1, 2, 7, 30), dict(kernel_shape=(3, 3), strides=(2, 2))),
+             ((1, 2, 5, 6, 7), dict(kernel_shape=(2, 3, 3), strides=(2, 1, 2), pads=(1, 0, 1, 0, 1, 1)))]
+    g = Graph("nan")
+    feeds = {}
+    for i, (shape, attrs) in enumerate(cases):
+        x = g.add_input(f"x{i}", TensorType(dt, shape))
+        data = np.round(_data(shape, dt))  # (rounded: equal values, ties among the taps)
+        flat = data.reshape(-1)
+        pick = RNG.permutation(flat.size)
+        flat[pick[:max(1, flat.size // 12)]] = np.nan
+        flat[pick[-3:]] = np.inf
+        flat[pick[-6:-3]] = -np.inf
+        flat[0] = flat[-1] = np.nan  # the first and last taps of the corner windows
+        feeds[f"x{i}"] = data
+        g.add_node(P.MaxPool(**attrs), [x])
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    labels = [f"{dt} {s} {a}" for s, a in cases]
+    for n in g.nodes:
+        assert f"by {order}" in Pool().form(KernelGroup.of_node(n), "k").notes[0]
+    got, want = run_kernels(g, feeds), interpret(g, feeds)
+    _exact(got, want, labels, g.output_names)
+    assert all(np.isnan(got[name]).any() and not np.isnan(got[name]).all() for name in g.output_names)
+    monkeypatch.setattr(pool_mod, "NAN_APART", False)
+    _exact(run_kernels(g, feeds), got, labels, g.output_names)
+
+
+def test_max_apart_is_one_max_instruction_per_tap():
+    """On x86 the plain running maximum is a ``maxps`` per tap (the form's NaN-propagating max is
+    two compares and a blend), checked in the assembly for an AVX-512 and an AVX2 target."""
+    from compiler.codegen.kernels.testing import build_kernels
+    from compiler.codegen.llvm import toolchain
+    from compiler.codegen.llvm.target import target_for
+
+    g = _graph((1, 8, 12, 64), [("MaxPool", dict(kernel_shape=(3, 3)))])
+    for cpu in ("znver4", "znver3"):
+        target = target_for(cpu)
+        module, _, _ = build_kernels(g, target)
+        asm = toolchain.assembly(str(module), target)
+        assert "vmaxps" in asm and "vcmpunordps" in asm, cpu

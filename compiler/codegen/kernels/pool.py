@@ -56,7 +56,9 @@ multiplies by a reciprocal) by the count of taps, so its results are the referen
 (``count_include_pad`` either way: the padded extent counts, ceil_mode's extension past the pads
 never does; a window with no tap inside gives 0/0 = NaN, as in the reference). MaxPool starts from
 -inf (the type's lowest for integers: padding never wins) and propagates NaN like ``np.maximum``
-(the form's ``max``).
+(a window holding a NaN gives NaN, the default quiet NaN: NumPy's is the first NaN's bits); on
+floats as a plain running maximum (earlier tap on ties) with the NaN taps tested on the side
+(``row_taps``), half the instructions of the form's NaN-propagating ``max`` per tap.
 
 Refused: bf16 (the form does not hold it), MaxPool's Indices output, windows wider than ``MAX_KW``.
 
@@ -88,6 +90,10 @@ from .base import FormLowering, KernelGroup, dtype_reason, par_grain
 MAX_KW = 64
 #: taps written out over all column ranges at most (``registers``); past it, the ``rows`` order
 UNROLL_TAPS = 4096
+#: a float MaxPool's max as a plain running maximum plus a NaN test per row of taps (else the form's
+#: NaN-propagating ``max`` per tap): the same results (a NaN is the default quiet NaN); single-thread
+#: SqueezeNet's three 3x3 stride-2 pools 0.40 -> 0.23 ms, Inception-v1's thirteen 1.91 -> 1.22 (one thread)
+NAN_APART = True
 #: the vector width column ranges are cut to (256-bit: what LLVM uses on AVX2 and AVX-512 hosts)
 VECTOR_BYTES = 32
 #: strided windows over output rows this wide or wider are computed by rows
@@ -330,18 +336,40 @@ class _Window:
         self.spans = [(lo, hi) for _, lo, hi in idx]
         self.outer, self.w, self.is_max, self.include_pad, self.ident = outer, w, is_max, include_pad, ident
         self.ct = ident.dtype
+        #: a float max taken apart: a plain running maximum, NaN taps tested on the side (``row_taps``)
+        self.nan_apart = is_max and self.ct.is_float and NAN_APART
 
     def comb(self, acc: Expr, v: Expr) -> Expr:
         return op("max" if self.is_max else "add", acc, v)
 
     def row_taps(self, col_index, cols: Columns, acc: Expr, rows: list[Expr]) -> Expr:
         """``acc`` combined with the taps ``cols.kws`` of the input row at ``rows`` (in order). The
-        max of -inf and a tap is the tap; a sum starts from +0 (0 + -0 is +0, as in the reference)."""
+        max of -inf and a tap is the tap; a sum starts from +0 (0 + -0 is +0, as in the reference).
+        A float max is the form's ``max`` (NaN if either is NaN) taken apart: a plain running
+        maximum that keeps the earlier value on ties and unordered pairs (one ``maxps``), the row's
+        NaN taps tested on the side, NaN if one was (the default quiet NaN) -- about half the
+        instructions of a NaN-propagating max per tap (``NAN_APART``)."""
+        if self.nan_apart:
+            acc, nan = self.max_taps(col_index, cols, acc, rows)
+            return acc if nan is None else self.with_nan(nan, acc)
         w = self.w
         for kw in cols.kws:
             v = self.xb[(self.nc, *rows, col_index(kw * w.d - w.pb))]
             acc = v if self.is_max and acc is self.ident else self.comb(acc, v)
         return acc
+
+    def max_taps(self, col_index, cols: Columns, acc: Expr, rows: list[Expr]) -> tuple[Expr, Expr | None]:
+        """(the plain running maximum of ``acc`` and the row's taps, whether a tap was NaN: None
+        without taps) for ``nan_apart``."""
+        w, nan = self.w, None
+        for kw in cols.kws:
+            v = self.xb[(self.nc, *rows, col_index(kw * w.d - w.pb))]
+            acc = v if acc is self.ident else select(op("gt", v, acc), v, acc)
+            nan = op("isnan", v) if nan is None else op("or", nan, op("isnan", v))
+        return acc, nan
+
+    def with_nan(self, nan: Expr, acc: Expr) -> Expr:
+        return select(nan, Const(math.nan, self.ct), acc)
 
     @contextmanager
     def columns(self, cols: Columns):
@@ -429,11 +457,18 @@ class _Window:
         lanes = max(1, VECTOR_BYTES // self.ct.itemsize)
         for c in (piece for c in cols for piece in _whole_vectors(c, lanes)):
             with self.columns(c) as (ow, col_index):
-                acc = self.ident
+                acc, nan = self.ident, None  # (nan: whether a tap was NaN, for ``nan_apart``)
                 if c.kws:
                     for ok, rows in combos:
-                        v = self.row_taps(col_index, c, acc, rows)
+                        if self.nan_apart:
+                            v, isn = self.max_taps(col_index, c, acc, rows)
+                            isn = isn if ok is None else op("and", ok, isn)
+                            nan = isn if nan is None else op("or", nan, isn)
+                        else:
+                            v = self.row_taps(col_index, c, acc, rows)
                         acc = kf.let(v if ok is None else select(ok, v, acc))
+                if nan is not None:
+                    acc = self.with_nan(nan, acc)
                 kf.store(self.yb, (self.nc, *self.idx, ow), self.finish(acc, count, c))
 
     def by_rows(self, cols: list[Columns]) -> None:
