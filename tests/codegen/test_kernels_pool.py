@@ -244,6 +244,7 @@ def test_both_splits(dt, split, monkeypatch):
     """Every edge case (and the 2-D cases) with the planes split among the threads (each plane's rows
     in static ranges) and with the rows of all planes split (each row's taps tested): the same bits."""
     monkeypatch.setattr(pool_mod, "PLANES_PARALLEL", 1 if split == "planes" else 1 << 30)
+    monkeypatch.setattr(pool_mod, "SEPARABLE", False)  # (2-D max pools: by planes; its own test)
     cases = EDGES + [((2, 3, 13, 17), "MaxPool", c) for c in CASES_2D] + \
         [((2, 3, 13, 17), "AveragePool", dict(c, count_include_pad=1)) for c in CASES_2D]
     g, feeds, labels = _edges_graph(cases, dt)
@@ -260,6 +261,7 @@ def test_rows_order(dt, split, monkeypatch):
     """Every edge case (and the 2-D cases) with the result row as the running value: the same bits."""
     monkeypatch.setattr(pool_mod, "UNROLL_TAPS", 0)
     monkeypatch.setattr(pool_mod, "PLANES_PARALLEL", 1 if split == "planes" else 1 << 30)
+    monkeypatch.setattr(pool_mod, "SEPARABLE", False)
     cases = EDGES + [((2, 3, 13, 17), "MaxPool", c) for c in CASES_2D]
     if dt is DType.f16:  # f16 AveragePool by rows is refused: MaxPool only
         cases = [(s, "MaxPool", {k: v for k, v in a.items() if k != "count_include_pad"}) for s, _, a in cases]
@@ -270,8 +272,9 @@ def test_rows_order(dt, split, monkeypatch):
     _exact(run_kernels(g, feeds), interpret(g, feeds), labels, g.output_names)
 
 
-def test_windows_past_the_unrolled_taps():
+def test_windows_past_the_unrolled_taps(monkeypatch):
     """4480 taps (70 x 64, kw ranges cut by the pads): by rows, f32 and f64, exact."""
+    monkeypatch.setattr(pool_mod, "SEPARABLE", False)
     g = Graph("big")
     feeds, names = {}, []
     for dt in (DType.f32, DType.f64):
@@ -350,7 +353,7 @@ def test_rows_order_on_the_cuda_printer(monkeypatch):
     _exact(run_cuda_forms(g, feeds, threads=3), interpret(g, feeds), labels, g.output_names)
 
 
-def test_strided_overlapping_windows_by_output_width():
+def test_strided_overlapping_windows_by_output_width(monkeypatch):
     """3x3 stride-2 max pools: narrow output rows (ResNet-18 at 64x64: 16 columns) by registers,
     wider ones by rows; exact either way. On x86 the kernels vectorize the strided taps without
     gathers (``CODEGEN_FEATURES``): checked in the assembly for an AVX-512 and an AVX2 target."""
@@ -358,6 +361,7 @@ def test_strided_overlapping_windows_by_output_width():
     from compiler.codegen.llvm import toolchain
     from compiler.codegen.llvm.target import target_for
 
+    monkeypatch.setattr(pool_mod, "SEPARABLE", False)
     g = Graph("strided")
     feeds = {}
     shapes = {"narrow": (2, 16, 32, 32), "wide": (1, 16, 56, 56), "one row": (3, 1, 2, 32), "one column": (1, 4, 9, 1)}
@@ -376,21 +380,24 @@ def test_strided_overlapping_windows_by_output_width():
         assert ("%ymm" in asm or "%zmm" in asm) and "gather" not in asm, cpu  # vectorized, no gathers
 
 
-@pytest.mark.parametrize("order", ["registers", "rows"])
-@pytest.mark.parametrize("split", ["planes", "rows"])
+@pytest.mark.parametrize("order,split", [("registers", "planes"), ("registers", "rows"), ("rows", "planes"),
+                                         ("rows", "rows"), ("columns then rows", "planes")])
 @pytest.mark.parametrize("dt", [DType.f32, DType.f64, DType.f16], ids=str)
 def test_max_with_the_nan_taps_apart(dt, split, order, monkeypatch):
     """A float MaxPool's running maximum is a plain one with the NaN taps tested on the side
     (``NAN_APART``): a window with a NaN anywhere (its first tap, a middle one, its last, a tap of a
-    row some windows have in the pads) gives NaN, +-inf and ties are the reference's, in both loop
-    orders and both splits; and the same results as the form's NaN-propagating ``max``."""
+    row some windows have in the pads) gives NaN, +-inf and ties are the reference's, in every loop
+    order and split (the separable order always splits the planes); and the same results as the
+    form's NaN-propagating ``max``."""
     monkeypatch.setattr(pool_mod, "PLANES_PARALLEL", 1 if split == "planes" else 1 << 30)
+    monkeypatch.setattr(pool_mod, "SEPARABLE", order == "columns then rows")
     if order == "rows":
         monkeypatch.setattr(pool_mod, "UNROLL_TAPS", 0)
     cases = [((1, 3, 9, 11), dict(kernel_shape=(3, 3), pads=(1, 1, 1, 1))),
              ((2, 2, 9, 11), dict(kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1), ceil_mode=1)),
-             ((1, 2, 7, 30), dict(kernel_shape=(3, 3), strides=(2, 2))),
-             ((1, 2, 5, 6, 7), dict(kernel_shape=(2, 3, 3), strides=(2, 1, 2), pads=(1, 0, 1, 0, 1, 1)))]
+             ((1, 2, 7, 30), dict(kernel_shape=(3, 3), strides=(2, 2)))]
+    if order != "columns then rows":  # (2-D only)
+        cases.append(((1, 2, 5, 6, 7), dict(kernel_shape=(2, 3, 3), strides=(2, 1, 2), pads=(1, 0, 1, 0, 1, 1))))
     g = Graph("nan")
     feeds = {}
     for i, (shape, attrs) in enumerate(cases):
@@ -412,6 +419,7 @@ def test_max_with_the_nan_taps_apart(dt, split, order, monkeypatch):
     _exact(got, want, labels, g.output_names)
     assert all(np.isnan(got[name]).any() and not np.isnan(got[name]).all() for name in g.output_names)
     monkeypatch.setattr(pool_mod, "NAN_APART", False)
+    monkeypatch.setattr(pool_mod, "SEPARABLE", False)
     _exact(run_kernels(g, feeds), got, labels, g.output_names)
 
 
@@ -423,8 +431,34 @@ def test_max_apart_is_one_max_instruction_per_tap():
     from compiler.codegen.llvm.target import target_for
 
     g = _graph((1, 8, 12, 64), [("MaxPool", dict(kernel_shape=(3, 3)))])
+    assert "by columns then rows" in Pool().form(KernelGroup.of_node(g.nodes[0]), "k").notes[0]
     for cpu in ("znver4", "znver3"):
         target = target_for(cpu)
         module, _, _ = build_kernels(g, target)
         asm = toolchain.assembly(str(module), target)
         assert "vmaxps" in asm and "vcmpunordps" in asm, cpu
+
+
+@pytest.mark.parametrize("dt", [DType.f32, DType.f64, DType.f16], ids=str)
+def test_separable_max(dt, monkeypatch):
+    """A 2-D float MaxPool by planes as two passes per output row (``SEPARABLE``): the maximum down
+    the kernel rows inside of every input column into the plane's scratch row, then along it. Every
+    2-D max case (pads, strides, dilations, ceil_mode, auto_pad, windows wider than the image, one
+    row, one column, a 70 x 64 window), with the rows split among the threads asked for: by planes,
+    the same values as the reference and as the other orders (ties of +0 and -0 aside, which
+    compare equal here)."""
+    monkeypatch.setattr(pool_mod, "PLANES_PARALLEL", 1 << 30)
+    cases = [c for c in EDGES if c[1] == "MaxPool" and len(c[0]) == 4] + \
+        [((2, 3, 13, 17), "MaxPool", c) for c in CASES_2D] + \
+        [((1, 2, 3, 3), "MaxPool", dict(kernel_shape=(3, 5), pads=(1, 2, 1, 2))),
+         ((1, 2, 70, 70), "MaxPool", dict(kernel_shape=(70, 64), pads=(0, 3, 0, 3))),
+         ((1, 4, 9, 1), "MaxPool", dict(kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)))]
+    g, feeds, labels = _edges_graph(cases, dt, both=False)
+    separable = [("by columns then rows" in Pool().form(KernelGroup.of_node(n), "k").notes[0] and
+                  "planes split" in Pool().form(KernelGroup.of_node(n), "k").notes[0]) for n in g.nodes]
+    # (a 1 x 1 window, or one kernel row or column, is not two passes)
+    assert separable == [n.op.kernel_shape[0] > 1 and n.op.kernel_shape[1] > 1 for n in g.nodes], labels
+    got = run_kernels(g, feeds)
+    _exact(got, interpret(g, feeds), labels, g.output_names)
+    monkeypatch.setattr(pool_mod, "SEPARABLE", False)
+    _exact(run_kernels(g, feeds), got, labels, g.output_names)
