@@ -97,8 +97,8 @@ MAX_KW = 64
 #: taps written out over all column ranges at most (``registers``); past it, the ``rows`` order
 UNROLL_TAPS = 4096
 #: a float MaxPool's max as a plain running maximum plus a NaN test per row of taps (else the form's
-#: NaN-propagating ``max`` per tap): the same results (a NaN is the default quiet NaN); single-thread
-#: SqueezeNet's three 3x3 stride-2 pools 0.40 -> 0.23 ms, Inception-v1's thirteen 1.91 -> 1.22 (one thread)
+#: NaN-propagating ``max`` per tap): the same results (a NaN is the default quiet NaN); one thread:
+#: SqueezeNet's three 3x3 stride-2 pools 0.40 -> 0.23 ms, Inception-v1's thirteen 1.91 -> 1.22
 NAN_APART = True
 #: a 2-D float MaxPool by planes as two passes per output row: the maximum down the kernel rows of
 #: every input column into a scratch row of the plane's own, then along it (the window's taps
@@ -374,25 +374,31 @@ class _Window:
         instructions of a NaN-propagating max per tap (``NAN_APART``)."""
         if self.nan_apart:
             acc, nan = self.max_taps(col_index, cols, acc, rows)
-            return acc if nan is None else self.with_nan(nan, acc)
+            return self.with_nan(nan, acc)
         w = self.w
         for kw in cols.kws:
             v = self.xb[(self.nc, *rows, col_index(kw * w.d - w.pb))]
             acc = v if self.is_max and acc is self.ident else self.comb(acc, v)
         return acc
 
-    def max_taps(self, col_index, cols: Columns, acc: Expr, rows: list[Expr]) -> tuple[Expr, Expr | None]:
-        """(the plain running maximum of ``acc`` and the row's taps, whether a tap was NaN: None
-        without taps) for ``nan_apart``."""
-        w, nan = self.w, None
-        for kw in cols.kws:
-            v = self.xb[(self.nc, *rows, col_index(kw * w.d - w.pb))]
+    def max_taps(self, col_index, cols: Columns, acc: Expr,
+                 rows: list[Expr]) -> tuple[Expr, Expr | None]:
+        """``fold_max`` of ``acc`` and the taps ``cols.kws`` of the input row at ``rows``."""
+        w = self.w
+        return self.fold_max(acc, [self.xb[(self.nc, *rows, col_index(kw * w.d - w.pb))] for kw in cols.kws])
+
+    def fold_max(self, acc: Expr, taps: list[Expr]) -> tuple[Expr, Expr | None]:
+        """(the plain running maximum of ``acc`` and ``taps``, the earlier value kept on ties and on
+        NaN: one ``maxps`` a tap; whether a tap was NaN, None without taps): ``nan_apart``."""
+        nan = None
+        for v in taps:
             acc = v if acc is self.ident else select(op("gt", v, acc), v, acc)
             nan = op("isnan", v) if nan is None else op("or", nan, op("isnan", v))
         return acc, nan
 
-    def with_nan(self, nan: Expr, acc: Expr) -> Expr:
-        return select(nan, Const(math.nan, self.ct), acc)
+    def with_nan(self, nan: Expr | None, acc: Expr) -> Expr:
+        """``acc``, or NaN where ``nan`` holds."""
+        return acc if nan is None else select(nan, Const(math.nan, self.ct), acc)
 
     @contextmanager
     def columns(self, cols: Columns):
@@ -490,9 +496,7 @@ class _Window:
                         else:
                             v = self.row_taps(col_index, c, acc, rows)
                         acc = kf.let(v if ok is None else select(ok, v, acc))
-                if nan is not None:
-                    acc = self.with_nan(nan, acc)
-                kf.store(self.yb, (self.nc, *self.idx, ow), self.finish(acc, count, c))
+                kf.store(self.yb, (self.nc, *self.idx, ow), self.finish(self.with_nan(nan, acc), count, c))
 
     def separable(self, cols: list[Columns], sb) -> None:
         """A 2-D max by planes (``SEPARABLE``): ``v[c]``, the maximum over the kernel rows inside of
@@ -506,21 +510,13 @@ class _Window:
             if ok is None:
                 rows.append(kf.let(i, name="i"))
         with kf.loop(w.size, "vector", name="c") as c:
-            acc, nan = self.ident, None
-            for i in rows:
-                v = self.xb[(self.nc, i, c)]
-                acc = v if acc is self.ident else select(op("gt", v, acc), v, acc)
-                nan = op("isnan", v) if nan is None else op("or", nan, op("isnan", v))
-            kf.store(sb, (self.nc, c), acc if nan is None else self.with_nan(nan, acc))
+            acc, nan = self.fold_max(self.ident, [self.xb[(self.nc, i, c)] for i in rows])
+            kf.store(sb, (self.nc, c), self.with_nan(nan, acc))
         lanes = max(1, VECTOR_BYTES // self.ct.itemsize)
         for piece in (p for c in cols for p in _whole_vectors(c, lanes)):
             with self.columns(piece) as (ow, col_index):
-                acc, nan = self.ident, None
-                for kw in piece.kws:
-                    v = sb[(self.nc, col_index(kw * w.d - w.pb))]
-                    acc = v if acc is self.ident else select(op("gt", v, acc), v, acc)
-                    nan = op("isnan", v) if nan is None else op("or", nan, op("isnan", v))
-                kf.store(self.yb, (self.nc, *self.idx, ow), acc if nan is None else self.with_nan(nan, acc))
+                acc, nan = self.fold_max(self.ident, [sb[(self.nc, col_index(kw * w.d - w.pb))] for kw in piece.kws])
+                kf.store(self.yb, (self.nc, *self.idx, ow), self.with_nan(nan, acc))
 
     def by_rows(self, cols: list[Columns]) -> None:
         """The result row as the running value: set to the identity, a pass per row of taps, a
