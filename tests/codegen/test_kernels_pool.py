@@ -452,13 +452,17 @@ def test_separable_max(dt, monkeypatch):
         [((2, 3, 13, 17), "MaxPool", c) for c in CASES_2D] + \
         [((1, 2, 3, 3), "MaxPool", dict(kernel_shape=(3, 5), pads=(1, 2, 1, 2))),
          ((1, 2, 70, 70), "MaxPool", dict(kernel_shape=(70, 64), pads=(0, 3, 0, 3))),
-         ((1, 4, 9, 1), "MaxPool", dict(kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)))]
+         ((1, 4, 9, 1), "MaxPool", dict(kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1))),
+         ((3, 2, 1, 8), "MaxPool", dict(kernel_shape=(3, 3), pads=(1, 1, 1, 1)))]  # one row, batch 3
     g, feeds, labels = _edges_graph(cases, dt, both=False)
-    separable = [("by columns then rows" in Pool().form(KernelGroup.of_node(n), "k").notes[0] and
-                  "planes split" in Pool().form(KernelGroup.of_node(n), "k").notes[0]) for n in g.nodes]
+    notes = [Pool().form(KernelGroup.of_node(n), "k").notes[0] for n in g.nodes]
+    separable = ["by columns then rows" in note and "planes split" in note for note in notes]
     # (a 1 x 1 window, or one kernel row or column, is not two passes)
     assert separable == [n.op.kernel_shape[0] > 1 and n.op.kernel_shape[1] > 1 for n in g.nodes], labels
     got = run_kernels(g, feeds)
     _exact(got, interpret(g, feeds), labels, g.output_names)
     monkeypatch.setattr(pool_mod, "SEPARABLE", False)
     _exact(run_kernels(g, feeds), got, labels, g.output_names)
+    # an empty plane is the interpreter's (tests/codegen/test_kernels_empty.py runs one end to end)
+    empty = _graph((0, 3, 8, 8), [("MaxPool", dict(kernel_shape=(3, 3)))], dt)
+    assert "empty" in Pool().check(KernelGroup.of_node(empty.nodes[0]))

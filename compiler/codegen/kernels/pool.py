@@ -264,19 +264,15 @@ class Pool(FormLowering):
         # instead and each plane's rows cut into static ranges, so that no row tests its taps
         partial = any(0 < hi - lo < a.out for a in outer for k in range(a.k)
                       for lo, hi in (a.inside(k), a.counted(k, include_pad)))
-        by_planes = partial and NC >= PLANES_PARALLEL
+        # 2-D float MaxPool: by planes, a vertical then a horizontal pass per output row (``separable``)
+        separable = SEPARABLE and is_max and compute_type(dt).is_float and len(outer) == 1 and \
+            outer[0].k > 1 and w.k > 1 and NC >= 2
+        by_planes = separable or (partial and NC >= PLANES_PARALLEL)
         ranges = [[(c.lo, c.hi) for c in column_ranges(a, include_pad)] if by_planes else [(0, a.out)]
                   for a in outer]
         blocks = list(itertools.product(*ranges))
         written = sum(math.prod(len(_taps_in(a, lo, hi)) for a, (lo, hi) in zip(outer, b)) for b in blocks) * \
             sum(len(c.kws) for c in cols)
-        # 2-D float MaxPool: by planes, a vertical then a horizontal pass per output row (``separable``)
-        separable = SEPARABLE and is_max and compute_type(dt).is_float and len(outer) == 1 and \
-            outer[0].k > 1 and w.k > 1 and NC >= 2
-        if separable and not by_planes:
-            by_planes = True
-            ranges = [[(c.lo, c.hi) for c in column_ranges(a, include_pad)] for a in outer]
-            blocks = list(itertools.product(*ranges))
         rows_fit = is_max or dt is compute_type(dt)  # the result can hold the running value
         # by rows past the written-out taps, and for strided windows whose columns overlap (3x3
         # stride 2) or whose rows are wide (2x2 stride 2 over 224 columns): measured faster so
