@@ -273,6 +273,44 @@ def test_conv_depthwise_flat_and_rows(monkeypatch, span):
     t.run()
 
 
+@pytest.mark.parametrize("cpu", ["host", "znver3"])
+@pytest.mark.parametrize("pairs", [True, False])
+def test_conv_depthwise_by_strips(monkeypatch, pairs, cpu):
+    """Planes padded and computed by strips of output rows (``DW_STRIP_BYTES``; here a few rows,
+    so most planes have several strips and a shorter last one), the width-stride-2 rows split into
+    both phases in one pass (``PAD_PAIRS``, vectors of the host's width and of AVX2's) or phase by
+    phase: strides 1-3 in either axis, dilations, pads on every side (none, uneven, wider than the
+    kernel), a channel multiplier, two images, rows wide enough for whole vector pairs and odd
+    widths; against the reference."""
+    from compiler.codegen.kernels import conv as conv_lowering
+    from compiler.codegen.kernels import im2col
+    from compiler.codegen.kernels.testing import build_kernels
+    from compiler.codegen.llvm.target import target_for
+
+    target = host_target() if cpu == "host" else target_for(cpu)
+    if not target.isa <= host_target().isa:
+        pytest.skip(f"compiled for {cpu}; this CPU lacks its instructions to run it")
+
+    monkeypatch.setattr(conv_lowering, "DW_STRIP_BYTES", 1500)
+    monkeypatch.setattr(im2col, "PAD_PAIRS", pairs)
+    t = Bench()
+    for (sh, sw) in ((1, 1), (2, 2), (3, 1), (1, 2), (2, 3)):
+        conv(t, (1, 3, 29, 83), 3, (3, 3), group=3, strides=(sh, sw), pads=(1, 0, 2, 1))
+    conv(t, (1, 4, 40, 80), 4, (3, 3), group=4, pads=(1, 1, 1, 1), strides=(2, 2))       # pairs of vectors
+    conv(t, (2, 4, 37, 71), 4, (3, 3), group=4, pads=(1, 1, 1, 1), bias=False)
+    conv(t, (1, 4, 30, 67), 4, (5, 5), group=4, pads=(2, 2, 2, 2), dilations=(2, 1), strides=(2, 2))
+    conv(t, (1, 3, 21, 64), 6, (3, 3), group=3, pads=(1, 1, 1, 1), strides=(2, 2))      # multiplier 2
+    conv(t, (1, 2, 25, 66), 2, (3, 3), group=2, pads=(0, 4, 5, 0), strides=(2, 2))      # wide pads
+    conv(t, (1, 2, 19, 64), 2, (3, 3), group=2, strides=(2, 2))                         # no padding
+    t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
+    _, _, plan = build_kernels(t.g, target)
+    stripped = [any("by strips of" in n for n in k.notes) for _, k in plan]
+    assert all(stripped), [k.notes for _, k in plan]
+    got, want = run_kernels(t.g, t.feed, target=target), interpret(t.g, t.feed)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want[name]).max()))
+
+
 def test_conv_refusals():
     g = Graph("r")
     x1 = g.add_input("x1", TensorType(DType.f32, (1, 2, 5, 5, 5)))

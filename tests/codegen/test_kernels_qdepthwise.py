@@ -103,6 +103,21 @@ def test_numbers(hw, stride, pad, mult, n, dil):
         _close(run_kernels(g, feeds, nthreads=t)["y"], want["y"])
 
 
+@pytest.mark.parametrize("hw,stride,pad,mult,n,dil", [(40, 1, 1, 1, 1, 1), (40, 2, 1, 1, 1, 1), (40, 2, 1, 2, 2, 2)])
+def test_numbers_by_strips(monkeypatch, hw, stride, pad, mult, n, dil):
+    """Planes padded (and dequantized) and computed by strips of a few output rows
+    (``DW_STRIP_BYTES``), the uint8 output stored per plane after them."""
+    from compiler.codegen.kernels import conv as conv_lowering
+
+    monkeypatch.setattr(conv_lowering, "DW_STRIP_BYTES", 1500)
+    g, p, feeds, want = _fused(h=hw, w=hw, stride=stride, pad=pad, mult=mult, n=n, dil=dil)
+    _, _, plan = build_kernels(g, host_target())
+    notes = [x for _, k in plan if k is not None for x in k.notes]
+    assert any("by strips of" in x for x in notes), notes
+    for t in (1, 2):
+        _close(run_kernels(g, feeds, nthreads=t)["y"], want["y"])
+
+
 @pytest.mark.parametrize("cpu", CPUS)
 @pytest.mark.parametrize("hw,stride", [(9, 1), (40, 2)])
 def test_every_isa(cpu, hw, stride):

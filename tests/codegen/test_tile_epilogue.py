@@ -245,6 +245,30 @@ def test_depthwise_chain_on_each_finished_plane(x, attrs, inside):
     assert ('.loop.i0.' in ll) != inside
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_chain_on_each_strip(monkeypatch, stride):
+    """A depthwise plane computed by strips of output rows (``DW_STRIP_BYTES``, here a few rows)
+    runs the chain on each strip's rows as it is finished: a chain that is not idempotent (x * 2 +
+    1 after a Clip) shows a row run twice, missed or run before it is computed."""
+    from compiler.codegen.kernels import conv as conv_lowering
+
+    monkeypatch.setattr(conv_lowering, "DW_STRIP_BYTES", 2000)
+    x = [1, 5, 31, 45]
+    y = [1, 5, (31 + 2 - 3) // stride + 1, (45 + 2 - 3) // stride + 1]
+    ys = _dims(y)
+    body = f"""  %1 = Clip(%0, %lo, %hi) : f32{ys}
+  %2 = Mul(%1, %two) : f32{ys}
+  %3 = Add(%2, %one) : f32{ys}
+  return y=%3"""
+    consts = ("  %lo = const f32[] dense<-1.0>\n  %hi = const f32[] dense<1.5>\n"
+              "  %two = const f32[] dense<2.0>\n  %one = const f32[] dense<1.0>\n")
+    text = _conv_text(x, [5, 1, 3, 3], y, f"{{pads=[1, 1, 1, 1], strides=[{stride}, {stride}], group=5}}", body,
+                      f"y: f32{ys}", consts)
+    g, ll = _run(text, _weights({"w": [5, 1, 3, 3], "b": [5]}))
+    assert [n.op.name for n in g.nodes] == ["Kernel"]
+    assert ".loop.i0." not in ll and "dws" in ll  # the chain inside, by strips
+
+
 def test_epilogue_runs_once_per_block_after_the_last_k_block():
     """Several K blocks (K > KC), several row blocks (M > MC) and both threads: a chain that is
     not idempotent (x * 2 + 1) shows any block run twice or before its last K block."""

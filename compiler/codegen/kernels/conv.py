@@ -358,6 +358,16 @@ class Conv(Lowering):
         rph = sh if flat and padded else 1  # row phases (the flat form reads consecutive rows)
         hq = -(-hp // rph)  # rows of one phase
         rs = wq if padded else wd  # row stride of the plane read
+        # a padded plane over DW_STRIP_BYTES (not the flat form's) is padded and computed by strips of
+        # ``strip`` output rows: the padded rows are still in L1 when the taps read them
+        window = (kh - 1) * dh + 1
+        strip = 0
+        if padded and not flat and sw * hq * wq * 4 > DW_STRIP_BYTES:
+            strip = max(1, (DW_STRIP_BYTES // (sw * wq * 4) - window) // sh + 1)
+            strip = strip if strip < oh else 0
+        if strip:
+            hq = (strip - 1) * sh + window  # the strip's padded rows
+            k.note(f"padded and computed by strips of {strip} output rows")
         planes, p = n * c, oh * ow
         lanes = k.services.gemm_cfg.W
         nvec = -(-((oh - 1) * rs + ow) // lanes)  # vectors of the flat form's output
@@ -410,7 +420,7 @@ class Conv(Lowering):
                     if lsize:
                         b.call(load(1), [xin, loaded, c64(h * wd)])
                         xin = loaded
-                    if padded:
+                    if padded and not strip:
                         pad_plane(k, xin, plane, h, wd, hp, wq, pt, pl, sw, rph,
                                   load=None if load is None else load(sw), xt=xt)
                     if flat:
@@ -445,6 +455,21 @@ class Conv(Lowering):
                                 wrow, yrow = k.at(wide, b.mul(r, c64(rs))), k.at(yout, b.mul(r, c64(ow)))
                                 with k.loop(ow, "dwcq") as q:
                                     k.store(k.load(wrow, q), yrow, q)
+                        elif strip:
+                            with k.loop(-(-oh // strip), "dws") as st:
+                                r0 = b.mul(st, c64(strip))
+                                nrows = k.f.min(c64(strip), b.sub(c64(oh), r0))
+                                pad_plane(k, xin, plane, h, wd, hq, wq, pt, pl, sw,
+                                          load=None if load is None else load(sw), xt=xt, row0=b.mul(r0, c64(sh)),
+                                          rows=b.add(b.mul(b.sub(nrows, c64(1)), c64(sh)), c64(window)))
+                                with k.loop(nrows, "oh") as r:
+                                    rowbase = k.at(src, b.mul(r, c64(sh * rs)))
+                                    yrow = k.at(yout, b.mul(b.add(r0, r), c64(ow)))
+                                    with k.loop(ow, "ow") as q:
+                                        k.store(taps_sum(rowbase, q, b0, wts), yrow, q)
+                                if ep is not None and store is None:  # the chain on the strip's rows
+                                    b.call(ep[0], [ep[1], mo, b.add(mo, c64(1)), b.mul(r0, c64(ow)),
+                                                   b.mul(b.add(r0, nrows), c64(ow))])
                         else:
                             with k.loop(oh, "oh") as r:
                                 rowbase = k.at(src, b.mul(r, c64(sh * rs)))
@@ -453,7 +478,8 @@ class Conv(Lowering):
                                     k.store(taps_sum(rowbase, q, b0, wts), yrow, q)
                         if store is not None:
                             b.call(store, [stored, k.at(yp, b.mul(mo, c64(p)), yt), c64(p)])
-                        if ep is not None:  # output channel mo is row mo of Y viewed [channels, pixels]
+                        if ep is not None and not (strip and store is None):
+                            # output channel mo is row mo of Y viewed [channels, pixels]
                             b.call(ep[0], [ep[1], mo, b.add(mo, c64(1)), c64(0), c64(p)])
 
 
@@ -468,6 +494,11 @@ DW_TINY_PIXELS = 16
 #: of vectors spanning rows (measured on MobileNetV2's planes: 2.2-2.5x faster at 14x14 and 7x7,
 #: 1.1x at 28x28 stride 1; 10-20% slower from 56x56 or a 28-wide stride-2 output)
 DW_FLAT_SPAN = 32
+
+
+#: a depthwise conv's padded plane over this many bytes is padded and computed by strips of output
+#: rows that fit it (in L1 between the copy and the taps)
+DW_STRIP_BYTES = 8 << 10
 
 
 #: multiply-adds per parallel task of a depthwise conv at least
