@@ -452,11 +452,12 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         small = b.fcmp_ordered("<", flops, ir.Constant(ir.DoubleType(), cfg.par_min_flops))
         T = b.select(small, one, T)
         # task grid gm x gn (about T * tasks_per_thread tasks) of least estimated time per thread:
-        # the rounds of tasks a thread runs times a task's area (its tiles, padding included: the
-        # cost of an unbalanced grid), plus its share of the operand traffic (every task streams
-        # its A rows and B columns, gn*M + gm*N, and packs those not pre-packed)
+        # the most area any thread's range of tasks covers (its tiles, padding included: the cost
+        # of an unbalanced grid), plus its share of the operand traffic (every task streams its A
+        # rows and B columns, gn*M + gm*N, and packs those not pre-packed)
         want = b.select(b.icmp_signed("==", T, one), one, b.mul(T, c64(cfg.tasks_per_thread)))
         best = f.alloca(I64, 4, name="best")  # cost, tm, tn, tasks
+        worst = f.alloca(I64, 1, name="worst")
         for j, v in enumerate([c64(2 ** 62), M, N, one]):
             b.store(v, b.gep(best, [c64(j)]))
         with f.loop(1, b.add(want, one), 1, "gm") as gm:
@@ -468,7 +469,15 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
             a_rows, b_cols = b.mul(real_gn, M), b.mul(real_gm, N)  # what the tasks stream, all told
             packed = b.add(b.select(apacked, c64(0), a_rows), b.select(bpacked, c64(0), b_cols))
             traffic = b.add(b.mul(b.add(a_rows, b_cols), c64(READ_COST)), b.mul(packed, c64(PACK_COST)))
-            cost = b.add(b.mul(f.ceildiv(tasks, T), b.mul(tm, tn)), b.sdiv(traffic, T))
+            b.store(c64(0), worst)
+            ranges = f.min(T, tasks)
+            with f.loop(0, ranges, 1, "range") as rk:  # thread k's tasks: [k*tasks/T, (k+1)*tasks/T)
+                lo = b.sdiv(b.mul(rk, tasks), ranges)
+                hi = b.sdiv(b.mul(b.add(rk, one), tasks), ranges)
+                area = b.sub(self._area_before(f, hi, M, N, tm, tn, real_gm, real_gn),
+                             self._area_before(f, lo, M, N, tm, tn, real_gm, real_gn))
+                b.store(f.max(area, b.load(worst)), worst)
+            cost = b.add(b.load(worst), b.sdiv(traffic, T))
             old, old_tasks = b.load(b.gep(best, [c64(0)])), b.load(b.gep(best, [c64(3)]))
             # equal cost: the grid of more tasks (a thread the OS deschedules holds up less)
             better = b.or_(b.icmp_signed("<", cost, old),
@@ -542,6 +551,18 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         b.call(release, [ctx])
         b.ret(ir.Constant(I32, 0))
         return self.mod.globals[self.p]
+
+    def _area_before(self, f, t, M, N, tm, tn, gm, gn):
+        """The padded area (tiles of C, ``MR x NR`` each) of the first ``t`` tasks of a ``gm x gn``
+        grid of ``tm x tn`` tasks, row-major (the last row and column of tasks may be short)."""
+        b, one = f.b, c64(1)
+        i, j = b.sdiv(t, gn), b.srem(t, gn)
+        r_last = f.roundup(b.sub(M, b.mul(b.sub(gm, one), tm)), self.MR)
+        c_last = f.roundup(b.sub(N, b.mul(b.sub(gn, one), tn)), self.NR)
+        cols = b.add(b.mul(b.sub(gn, one), tn), c_last)  # one row of tasks
+        rows = b.select(b.icmp_signed("<", i, gm), b.mul(i, tm), b.add(b.mul(b.sub(gm, one), tm), r_last))
+        row_i = b.select(b.icmp_signed("<", i, b.sub(gm, one)), tm, r_last)  # (j = 0 when i = gm)
+        return b.add(b.mul(rows, cols), b.mul(row_i, b.mul(j, tn)))
 
     def _run_on_shared_pool(self, f, ctx, slots, T, ntasks, alloc, run, free, own_buffers):
         """Each of T chunks of ``kiln_parallel_for`` (one per thread) runs the task loop with packing
