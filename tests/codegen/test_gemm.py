@@ -252,6 +252,42 @@ def test_caller_packs_b(tiny, nthreads):
     assert len({(p0, kc) for p0, kc, _, _ in asked}) > 1 and len({j0 for _, _, j0, _ in asked}) > 1
 
 
+@pytest.mark.parametrize("isa", [i for i in _isas() if i != "sse"])
+@pytest.mark.parametrize("m", [64, 96])
+def test_task_grid_balances_the_threads(isa, m):
+    """The task grid is chosen by the most padded area a thread's range of tasks covers: a 14x14
+    projection (M = 64 or 96 rows, N = 196 pixels) on 2 threads gives both threads' ranges equal
+    areas (by rounds of full tasks, a grid of 4 column tasks, the last one 4 pixels wide, gave one
+    thread 4 tile columns and the other 3). The tasks are read from the blocks the epilogue gets,
+    one per task with the AVX-512 and AVX2 register tiles (SSE's come a panel at a time)."""
+    cfg = config_for(isa)
+    lib = GemmLib(build_shared(cfg), cfg)
+    n, k, threads = 196, 384, 2
+    a, b = rand(m, k), rand(k, n)
+    blocks = []
+    fp = ctypes.POINTER(ctypes.c_float)
+    i64 = ctypes.c_int64
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, i64, i64, i64, i64)
+    def ep(ctx, i0, i1, j0, j1):
+        blocks.append((i0, i1, j0, j1))
+
+    fn = lib.lib.kiln_sgemm_ep
+    fn.restype = ctypes.c_int32
+    fn.argtypes = lib.sgemm.argtypes + [ctypes.c_void_p] * 2
+    c = np.zeros((m, n), np.float32)
+    rc = fn(0, 0, m, n, k, 1.0, a.ctypes.data_as(fp), k, b.ctypes.data_as(fp), n, 0.0, c.ctypes.data_as(fp), n,
+            threads, ctypes.cast(ep, ctypes.c_void_p), None)
+    assert rc == 0
+    check(c, ref(a, b), k)
+    rows, cols = sorted({(i0, i1) for i0, i1, _, _ in blocks}), sorted({(j0, j1) for _, _, j0, j1 in blocks})
+    assert len(blocks) == len(rows) * len(cols)  # (a grid: each task one block here)
+    pad = lambda v, t: -(-v // t) * t  # noqa: E731
+    areas = [pad(i1 - i0, cfg.MR) * pad(j1 - j0, cfg.NR) for i0, i1 in rows for j0, j1 in cols]
+    ranges = [sum(areas[t * len(areas) // threads:(t + 1) * len(areas) // threads]) for t in range(threads)]
+    assert len(areas) >= threads and ranges[0] == ranges[1], (rows, cols, ranges)
+
+
 def test_linked_into_a_generated_module(tmp_path):
     """The code generator's path: emit_gemm into its own module, call it from its own function."""
     import subprocess
