@@ -29,6 +29,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .paths import cache_home
+
 #: the most artifacts the cache keeps (the least recently used go first)
 KEEP = 32
 
@@ -36,11 +38,11 @@ _fingerprint: str | None = None
 
 
 def cache_root(cache: Any = True) -> str:
-    """The cache's directory: ``cache`` when it is a path, else $XDG_CACHE_HOME/kiln/artifacts."""
+    """The cache's directory: ``cache`` when it is a path, else ``artifacts`` in Kiln's cache folder
+    (``compiler.paths``: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)."""
     if isinstance(cache, (str, os.PathLike)):
         return os.fspath(cache)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "kiln", "artifacts")
+    return os.path.join(cache_home(), "artifacts")
 
 
 def kiln_fingerprint() -> str:

@@ -44,6 +44,7 @@ import numpy as np
 
 from . import __version__
 from .errors import KilnError
+from .paths import cache_home
 
 #: bytes of the arrays copied to measure the memory bandwidth
 BANDWIDTH_BYTES = 256 << 20
@@ -197,8 +198,7 @@ class CompileRecord:
 def _cache_dir(cache_dir: str | None) -> str:
     if cache_dir is not None:
         return cache_dir
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "kiln")
+    return cache_home()
 
 
 def cpu_name() -> str:

@@ -97,6 +97,8 @@ def test_kiln_profile_and_compile_profile(tmp_path, monkeypatch, capsys):
     import onnx
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    monkeypatch.delenv("KILN_CACHE_DIR", raising=False)
     model = str(tmp_path / "m.onnx")
     onnx.save(_model(), model)
     trace = tmp_path / "t.json"
@@ -163,6 +165,8 @@ def test_a_model_with_a_symbolic_batch_profiles(tmp_path, monkeypatch, capsys):
     import onnx
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    monkeypatch.delenv("KILN_CACHE_DIR", raising=False)
     m = _model()
     m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
     exe = compiler.compile(m, profile=True)

@@ -83,6 +83,7 @@ def test_the_page_has_every_section_its_links_resolve_and_it_fetches_nothing():
 
 def test_kiln_profile_html_writes_the_page(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("KILN_CACHE_DIR", raising=False)
     import onnx
 
     path = tmp_path / "m.onnx"
@@ -96,6 +97,7 @@ def test_kiln_profile_html_writes_the_page(tmp_path, monkeypatch, capsys):
 
 def test_an_artifact_report_says_what_was_not_recorded(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("KILN_CACHE_DIR", raising=False)
     import onnx
 
     path = tmp_path / "m.onnx"
@@ -148,6 +150,7 @@ def test_a_script_error_is_caught_by_the_check(tmp_path):
 def test_the_resnet50_report_renders(tmp_path, monkeypatch):
     """The issue's check: ResNet-50's report, from ``kiln profile --html``, in headless Chromium."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("KILN_CACHE_DIR", raising=False)
     out, trace = tmp_path / "resnet50.html", tmp_path / "resnet50.json"
     assert main(["profile", "light:resnet50", "--runs", "2", "--top", "3", "--html", str(out),
                  "--trace", str(trace)]) == 0

@@ -104,6 +104,7 @@ def test_a_hit_warns_of_interpreted_nodes_again(tmp_path):
 
 def test_kiln_run_uses_the_cache_unless_told_not_to(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("KILN_CACHE_DIR", raising=False)
     model = write_model(tmp_path / "m.onnx")
     root = artifacts.cache_root()
     assert root == str(tmp_path / "xdg" / "kiln" / "artifacts")
@@ -115,6 +116,25 @@ def test_kiln_run_uses_the_cache_unless_told_not_to(tmp_path, monkeypatch, capsy
     assert out.count("y: float32[2, 8]") == 3
 
 
+def test_every_cache_lives_in_one_folder(tmp_path, monkeypatch):
+    """$KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln holds every cache Kiln keeps
+    (``compiler.paths``): artifacts, compiled code, the GEMM's objects, the roofline."""
+    from compiler import profiling
+    from compiler.codegen.gemm import build
+    from compiler.codegen.llvm import objects
+
+    def where():
+        return (artifacts.cache_root(), objects.cache_dir(), build.cache_dir(), profiling._cache_dir(None))
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "kiln"))
+    k = str(tmp_path / "kiln")
+    assert where() == (os.path.join(k, "artifacts"), os.path.join(k, "objects"), os.path.join(k, "gemm"), k)
+    monkeypatch.delenv("KILN_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    x = str(tmp_path / "xdg" / "kiln")
+    assert where() == (os.path.join(x, "artifacts"), os.path.join(x, "objects"), os.path.join(x, "gemm"), x)
+
+
 def test_a_cache_hit_of_kiln_run_imports_neither_onnx_nor_the_compiler(tmp_path):
     """The start of a second ``kiln run MODEL`` is the load: the key reads the model's bytes, so no
     ONNX import (a second with ml_dtypes), no pass or code generator is imported, and the outputs are
@@ -124,6 +144,7 @@ def test_a_cache_hit_of_kiln_run_imports_neither_onnx_nor_the_compiler(tmp_path)
 
     model = write_model(tmp_path / "m.onnx")
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    env.pop("KILN_CACHE_DIR", None)
     code = ("import sys; from compiler.tools.cli import main; main(['run', sys.argv[1]]); "
             "print(sorted(m for m in ('onnx', 'ml_dtypes', 'compiler.driver', 'compiler.passes', "
             "'compiler.codegen.program') if m in sys.modules))")

@@ -52,6 +52,7 @@ def test_refusals_say_why(tmp_path):
 
 def test_kiln_profile_of_a_multidevice_artifact(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("KILN_CACHE_DIR", raising=False)
     import onnx
 
     path = tmp_path / "m.onnx"

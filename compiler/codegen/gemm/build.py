@@ -18,6 +18,7 @@ import tempfile
 import numpy as np
 from llvmlite import ir
 
+from ...paths import cache_home
 from .config import GemmConfig, config_for
 from .kernel import emit_gemm, pack_a_numpy, pack_b_numpy
 
@@ -65,9 +66,9 @@ def compile_object(ir_text: str, cfg: GemmConfig) -> tuple[bytes, str]:
 
 
 def cache_dir() -> str:
-    """$KILN_CACHE_DIR, else ~/.cache/kiln/gemm, else (not writable) a folder in the temp dir."""
-    d = os.environ.get("KILN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kiln", "gemm")
+    """``gemm`` in Kiln's cache folder (``compiler.paths``), else (not writable) a folder in the temp
+    dir."""
+    d = os.path.join(cache_home(), "gemm")
     try:
         os.makedirs(d, exist_ok=True)
         if os.access(d, os.W_OK):

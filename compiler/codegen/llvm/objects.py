@@ -24,6 +24,7 @@ import os
 import tempfile
 import time
 
+from ...paths import cache_home
 from .target import Target
 
 #: the most object files the cache keeps (the least recently used go first)
@@ -31,11 +32,9 @@ KEEP = 2048
 
 
 def cache_dir() -> str | None:
-    """$KILN_CACHE_DIR/objects, else $XDG_CACHE_HOME (~/.cache)/kiln/objects; None where it cannot be
-    made or written."""
-    base = os.environ.get("KILN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kiln")
-    d = os.path.join(base, "objects")
+    """``objects`` in Kiln's cache folder (``compiler.paths``); None where it cannot be made or
+    written."""
+    d = os.path.join(cache_home(), "objects")
     try:
         os.makedirs(d, exist_ok=True)
     except OSError:
