@@ -239,6 +239,40 @@ def test_every_elementwise_op_and_type_on_the_llvm_printer(shapes):
         _compare(np.asarray(got[name]), np.asarray(want[name]), o, label)
 
 
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
+def test_min_and_max_against_a_constant(dt):
+    """``min``/``max`` against a constant that is not NaN (Relu's 0, Clip's bounds, inlined) print
+    as one ordered compare and select, the constant only where it is strictly beyond x: NaN stays
+    NaN, +-inf and values at the bounds are the reference's (one maxps/minps on x86, no NaN test:
+    checked in the assembly for an AVX-512 and an AVX2 target); bounds as inputs keep the form's
+    two-sided NaN test. Against the reference interpreter, with the NaN at every position."""
+    from compiler.codegen.kernels.testing import build_kernels
+    from compiler.codegen.llvm import toolchain
+    from compiler.codegen.llvm.target import target_for
+
+    g = Graph("minmax")
+    x = g.add_input("x", TensorType(dt, (5, 37)))
+    lo, hi = g.add_constant(np.asarray(-1.5, dt.np)), g.add_constant(np.asarray(6.0, dt.np))
+    nan = g.add_constant(np.asarray(np.nan, dt.np))  # (a NaN bound: NaN everywhere)
+    outs = [g.add(ew.Relu(), x), g.add(ew.Clip(), x, lo, hi), g.add(ew.Clip(), x, None, hi), g.add(ew.Clip(), x, nan),
+            g.add(ew.Clip(), x, g.add_input("lo", TensorType(dt, ())), g.add_input("hi", TensorType(dt, ())))]
+    g.set_outputs(outs)
+    v = (RNG.standard_normal((5, 37)) * 5).astype(dt.np)
+    v.reshape(-1)[::7] = np.nan
+    v.reshape(-1)[1:6] = [np.inf, -np.inf, 6.0, -1.5, -0.0]
+    feeds = {"x": v, "lo": np.asarray(-2.0, dt.np), "hi": np.asarray(np.nan, dt.np)}
+    got, want = run_kernels(g, feeds), interpret(g, feeds)
+    for name in g.output_names:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)  # (NaN equal to NaN)
+    one = Graph("relu")
+    one.set_outputs([one.add(ew.Clip(), one.add_input("x", TensorType(DType.f32, (64,))),
+                             one.add_constant(np.float32(0)), one.add_constant(np.float32(6)))])
+    for cpu in ("znver4", "znver3"):
+        module, _, _ = build_kernels(one, target_for(cpu))
+        asm = toolchain.assembly(str(module), target_for(cpu))
+        assert "vmaxps" in asm and "vminps" in asm and "unord" not in asm, cpu
+
+
 def _run_cuda(g: Graph, feeds: dict) -> np.ndarray:
     node = g.nodes[0]
     group = KernelGroup.of_node(node)

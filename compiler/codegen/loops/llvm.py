@@ -127,6 +127,12 @@ _FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}
 _ICMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
+def _not_nan_constant(v: ir.Value) -> bool:
+    """Whether ``v`` is a float constant that is not NaN (an inlined scalar: Relu's 0, Clip's bounds)."""
+    return (isinstance(v, ir.Constant) and isinstance(v.type, (ir.FloatType, ir.DoubleType, ir.HalfType))
+            and isinstance(v.constant, (int, float)) and v.constant == v.constant)
+
+
 def c64(v: int) -> ir.Constant:
     return ir.Constant(I64, int(v))
 
@@ -255,6 +261,8 @@ class _Printer:
             return getattr(b, {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "rem": "frem"}[p])(*xs)
         if p in ("min", "max"):  # NumPy's: NaN if either is NaN, else the smaller/larger (x on ties)
             x, y = xs
+            if _not_nan_constant(y):  # y only where it is strictly beyond x (one minps/maxps on x86)
+                return b.select(b.fcmp_ordered("<" if p == "min" else ">", y, x), y, x)
             keep = b.or_(b.fcmp_ordered("<=" if p == "min" else ">=", x, y), b.fcmp_unordered("uno", x, x))
             return b.select(keep, x, y)
         if p == "neg":
