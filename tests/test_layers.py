@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: module (or package: its modules too) -> layer; a module belongs to its longest prefix listed
 LAYER_OF = {
     "compiler.errors": "errors",
+    "compiler.paths": "errors",  # (the cache folder: below every layer, as the errors are)
     "compiler.ir": "ir",
     "frontends": "frontends",
     "compiler.passes": "passes",
