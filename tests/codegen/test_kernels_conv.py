@@ -291,7 +291,7 @@ def test_conv_depthwise_by_strips(monkeypatch, pairs, cpu):
     if not target.isa <= host_target().isa:
         pytest.skip(f"compiled for {cpu}; this CPU lacks its instructions to run it")
 
-    monkeypatch.setattr(conv_lowering, "DW_STRIP_BYTES", 1500)
+    monkeypatch.setattr(conv_lowering, "DW_STRIP_BYTES", 6500)
     monkeypatch.setattr(im2col, "PAD_PAIRS", pairs)
     t = Bench()
     for (sh, sw) in ((1, 1), (2, 2), (3, 1), (1, 2), (2, 3)):
@@ -299,13 +299,19 @@ def test_conv_depthwise_by_strips(monkeypatch, pairs, cpu):
     conv(t, (1, 4, 40, 80), 4, (3, 3), group=4, pads=(1, 1, 1, 1), strides=(2, 2))       # pairs of vectors
     conv(t, (2, 4, 37, 71), 4, (3, 3), group=4, pads=(1, 1, 1, 1), bias=False)
     conv(t, (1, 4, 30, 67), 4, (5, 5), group=4, pads=(2, 2, 2, 2), dilations=(2, 1), strides=(2, 2))
-    conv(t, (1, 3, 21, 64), 6, (3, 3), group=3, pads=(1, 1, 1, 1), strides=(2, 2))      # multiplier 2
+    conv(t, (1, 3, 41, 64), 6, (3, 3), group=3, pads=(1, 1, 1, 1), strides=(2, 2))      # multiplier 2
     conv(t, (1, 2, 25, 66), 2, (3, 3), group=2, pads=(0, 4, 5, 0), strides=(2, 2))      # wide pads
-    conv(t, (1, 2, 19, 64), 2, (3, 3), group=2, strides=(2, 2))                         # no padding
+    conv(t, (1, 2, 39, 64), 2, (3, 3), group=2, strides=(2, 2))                         # no padding
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
     _, _, plan = build_kernels(t.g, target)
     stripped = [any("by strips of" in n for n in k.notes) for _, k in plan]
     assert all(stripped), [k.notes for _, k in plan]
+    # rows so wide that a strip would pad more of its neighbours' rows than half its own: none
+    wide = Bench()
+    conv(wide, (1, 2, 9, 600), 2, (3, 3), group=2, pads=(1, 1, 1, 1))
+    conv(wide, (1, 2, 9, 600), 2, (3, 3), group=2, pads=(1, 1, 1, 1), strides=(2, 2))
+    _, _, plan = build_kernels(wide.g, target)
+    assert [any("by strips of" in n for n in k.notes) for _, k in plan] == [False, True], [k.notes for _, k in plan]
     got, want = run_kernels(t.g, t.feed, target=target), interpret(t.g, t.feed)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want[name]).max()))

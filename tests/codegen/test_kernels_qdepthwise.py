@@ -109,7 +109,7 @@ def test_numbers_by_strips(monkeypatch, hw, stride, pad, mult, n, dil):
     (``DW_STRIP_BYTES``), the uint8 output stored per plane after them."""
     from compiler.codegen.kernels import conv as conv_lowering
 
-    monkeypatch.setattr(conv_lowering, "DW_STRIP_BYTES", 1500)
+    monkeypatch.setattr(conv_lowering, "DW_STRIP_BYTES", 3000)
     g, p, feeds, want = _fused(h=hw, w=hw, stride=stride, pad=pad, mult=mult, n=n, dil=dil)
     _, _, plan = build_kernels(g, host_target())
     notes = [x for _, k in plan if k is not None for x in k.notes]

@@ -359,12 +359,14 @@ class Conv(Lowering):
         hq = -(-hp // rph)  # rows of one phase
         rs = wq if padded else wd  # row stride of the plane read
         # a padded plane over DW_STRIP_BYTES (not the flat form's) is padded and computed by strips of
-        # ``strip`` output rows: the padded rows are still in L1 when the taps read them
+        # ``strip`` output rows: the padded rows are still in L1 when the taps read them. Each strip
+        # pads the window's rows past its own again: not when that would be over half of its own
+        # (rows so wide that few fit: the whole plane padded once, as before)
         window = (kh - 1) * dh + 1
         strip = 0
         if padded and not flat and sw * hq * wq * 4 > DW_STRIP_BYTES:
             strip = max(1, (DW_STRIP_BYTES // (sw * wq * 4) - window) // sh + 1)
-            strip = strip if strip < oh else 0
+            strip = strip if strip < oh and 2 * (window - sh) <= strip * sh else 0
         if strip:
             hq = (strip - 1) * sh + window  # the strip's padded rows
             k.note(f"padded and computed by strips of {strip} output rows")
