@@ -6,12 +6,15 @@ with Kiln's float model on random inputs) and latency.
 Per model: Kiln float; Kiln int8 (static, minmax over ``--samples`` random calibration samples) and
 int8-dynamic; ONNX Runtime float, and its own int8 from ``onnxruntime.quantization`` on the same
 model file (``quant_pre_process`` then ``quantize_static`` QDQ with the same samples, as ONNX Runtime's
-quantization guide says; ``quantize_dynamic``), at the same thread count. Latency: 9 rounds, each
-timing every engine in turn (the mean of enough calls for ~0.2 s), so that the slow phases of a
-shared machine hit all engines alike; the table gives each engine's best round. Prints a Markdown
-table; ratios are int8 / float of the same engine, and Kiln / ORT of the same mode: of the best
-rounds, and the median over rounds of the ratio within a round (the steadier figure on a noisy
-machine).
+quantization guide says; ``quantize_dynamic``), at the same thread count. Latency: 9 rounds of
+``compiler.tools.bench.measure`` as ``kiln bench`` times engines (each round every engine in turn,
+the order rotating; each engine's untimed calls for 0.1 s, then 3 timed ones), so that the slow
+phases of a shared machine hit all engines alike and no engine is timed while the previous one's
+threads still spin (a fixed order with no settling put Kiln's float model after ONNX Runtime's
+int8-dynamic in every round: Kiln float ResNet-50 47.0 ms there, 36.9 in a process of its own).
+Prints a Markdown table; ratios are int8 / float of the same engine, and Kiln / ORT of the same
+mode: of the fastest calls, and the median over rounds of the ratio within a round (the steadier
+figure on a noisy machine).
 """
 from __future__ import annotations
 
@@ -19,7 +22,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -31,24 +33,14 @@ SUITE = [("mlp (batch 64)", "zoo:mlp?batch=64"), ("mlp (batch 1)", "zoo:mlp?batc
 
 
 def _interleaved(fns: dict, rounds: int = 9) -> dict:
-    """{name: seconds per call in each round}: each callable timed in turn, round after round (each
-    a mean over enough calls for ~0.2 s), so that a slow phase of the machine (a shared VM's) hits
-    every engine alike instead of whichever ran in it."""
-    calls = {}
-    for name, fn in fns.items():
-        for _ in range(5):
-            fn()
-        t0 = time.perf_counter()
-        fn()
-        calls[name] = max(3, int(0.2 / max(time.perf_counter() - t0, 1e-6)))
-    per = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(calls[name]):
-                fn()
-            per[name].append((time.perf_counter() - t0) / calls[name])
-    return per
+    """{name: seconds of each timed call}, by ``compiler.tools.bench.measure`` (interleaved rounds,
+    the order rotating, every engine settled for 0.1 s before its timed calls): the k-th call of
+    one engine and of another were timed in the same round."""
+    from compiler.tools.bench import Engine, measure
+
+    engines = [Engine(name, fn, None) for name, fn in fns.items()]
+    measure(engines, rounds, 2)
+    return {e.name: e.times for e in engines}
 
 
 def _cosine(a, b):
@@ -117,8 +109,8 @@ def main(argv=None) -> int:
         rows.append((label, res))
         print(label, {k: (round(c, 5), round(t * 1e3, 3)) for k, (c, t, _) in res.items()}, flush=True)
     print()
-    print("| model | engine | mode | cosine vs Kiln float | ms (best round) | int8/float (same engine) | "
-          "Kiln/ORT (same mode, best) | Kiln/ORT (median of rounds) |")
+    print("| model | engine | mode | cosine vs Kiln float | ms (fastest call) | int8/float (same engine) | "
+          "Kiln/ORT (same mode, fastest) | Kiln/ORT (median of rounds) |")
     print("|---|---|---|---|---|---|---|---|")
     for label, res in rows:
         for key, (c, t, per) in res.items():
