@@ -94,6 +94,21 @@ def test_small_maps_take_the_direct_kernel(cpu):
         pytest.skip(f"compiled for {cpu}; this CPU lacks its instructions to run it")
 
 
+@pytest.mark.parametrize("cpu", ["znver3", "znver4"])
+def test_splats_are_one_inlined_helper(cpu):
+    """The weights' broadcasts call the module's ``kiln_splat_f32x<lanes>`` (short IR text: llvmlite
+    prints an insert and shuffle's constant vectors element by element at every use), which is
+    always inlined: no call of it is left in the assembly, and only one definition in the IR."""
+    from compiler.codegen.llvm import toolchain
+
+    t = _bench()
+    target = target_for(cpu)
+    module, _, _ = build_kernels(t.g, target)
+    text = str(module)
+    assert text.count("define internal <") == 1 and text.count("@\"kiln_splat_f32x") > 20
+    assert "kiln_splat" not in toolchain.assembly(text, target)
+
+
 def test_the_same_bits_on_any_thread_count():
     t = _bench()
     runs = [run_kernels(t.g, t.feed, nthreads=n) for n in (1, 2, 3)]

@@ -189,10 +189,23 @@ def _bias_vector(k, bp, oc0, v, lanes, m, vb):
 
 
 def splat(b: ir.IRBuilder, v, lanes: int):
-    """A vector of ``lanes`` copies of the float ``v``."""
-    vt = ir.VectorType(F32, lanes)
-    one = b.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(ir.IntType(32), 0))
-    return b.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+    """A vector of ``lanes`` copies of the float ``v``: a call of the module's ``kiln_splat_f32x<lanes>``
+    (internal, always inlined: the same code), since llvmlite prints the insert and shuffle's
+    constant vectors element by element at every use (Inception-v1's module: 2,000 splats, a
+    quarter of its text, whose printing is a quarter of a warm compile)."""
+    mod = b.function.module
+    name = f"kiln_splat_f32x{lanes}"
+    fn = mod.globals.get(name)
+    if fn is None:
+        vt = ir.VectorType(F32, lanes)
+        fn = ir.Function(mod, ir.FunctionType(vt, [F32]), name)
+        fn.linkage = "internal"
+        fn.attributes.add("alwaysinline")
+        fn.attributes.add("nounwind")
+        fb = ir.IRBuilder(fn.append_basic_block("entry"))
+        one = fb.insert_element(ir.Constant(vt, ir.Undefined), fn.args[0], ir.Constant(ir.IntType(32), 0))
+        fb.ret(fb.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)))
+    return b.call(fn, [v])
 
 
 def _carry_loop(b: ir.IRBuilder, count: int, init: list, name: str, step) -> list:
