@@ -251,16 +251,21 @@ def test_min_and_max_against_a_constant(dt):
     from compiler.codegen.llvm.target import target_for
 
     g = Graph("minmax")
-    x = g.add_input("x", TensorType(dt, (5, 37)))
     lo, hi = g.add_constant(np.asarray(-1.5, dt.np)), g.add_constant(np.asarray(6.0, dt.np))
     nan = g.add_constant(np.asarray(np.nan, dt.np))  # (a NaN bound: NaN everywhere)
-    outs = [g.add(ew.Relu(), x), g.add(ew.Clip(), x, lo, hi), g.add(ew.Clip(), x, None, hi), g.add(ew.Clip(), x, nan),
-            g.add(ew.Clip(), x, g.add_input("lo", TensorType(dt, ())), g.add_input("hi", TensorType(dt, ())))]
+    lo_in, hi_in = g.add_input("lo", TensorType(dt, ())), g.add_input("hi", TensorType(dt, ()))
+    feeds = {"lo": np.asarray(-2.0, dt.np), "hi": np.asarray(np.nan, dt.np)}
+    outs = []
+    for i, shape in enumerate([(3, 5, 37), (1, 1), (2, 0, 3)]):  # two images, size-1 and size-0 axes
+        x = g.add_input(f"x{i}", TensorType(dt, shape))
+        outs += [g.add(ew.Relu(), x), g.add(ew.Clip(), x, lo, hi), g.add(ew.Clip(), x, None, hi),
+                 g.add(ew.Clip(), x, nan), g.add(ew.Clip(), x, lo_in, hi_in)]
+        v = (RNG.standard_normal(shape) * 5).astype(dt.np)
+        if v.size > 6:
+            v.reshape(-1)[::7] = np.nan
+            v.reshape(-1)[1:6] = [np.inf, -np.inf, 6.0, -1.5, -0.0]
+        feeds[f"x{i}"] = v
     g.set_outputs(outs)
-    v = (RNG.standard_normal((5, 37)) * 5).astype(dt.np)
-    v.reshape(-1)[::7] = np.nan
-    v.reshape(-1)[1:6] = [np.inf, -np.inf, 6.0, -1.5, -0.0]
-    feeds = {"x": v, "lo": np.asarray(-2.0, dt.np), "hi": np.asarray(np.nan, dt.np)}
     got, want = run_kernels(g, feeds), interpret(g, feeds)
     for name in g.output_names:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)  # (NaN equal to NaN)

@@ -46,6 +46,7 @@ from ..llvm.elementwise import _For
 from .base import F32, I32, I64, PTR, KernelBuilder, c64
 from .im2col import _gep, _helper_fn, pad_plane_rt
 from .linalg import call_sgemm, gemm_loop
+from .small_conv import splat
 
 #: F(4x4, 3x3) with the interpolation points 0, +-1, +-2 and infinity
 BT = np.array([[4, 0, -5, 0, 1, 0],
@@ -263,8 +264,7 @@ def _output_transform(k: KernelBuilder) -> ir.Function:
     def body(b, a):
         tile = b.alloca(wide, name="wotile")  # (in the entry block: the body starts there)
         bias = b.load(_gep(b, a["bias"], a["ch"]), typ=F32)
-        bv = b.shuffle_vector(b.insert_element(ir.Constant(vt, ir.Undefined), bias, ir.Constant(I32, 0)),
-                              ir.Constant(vt, ir.Undefined), _mask([0] * LANES))
+        bv = splat(b, bias, LANES)
         mc = _gep(b, a["mb"], b.mul(a["ch"], a["ld"]))
         yc = _gep(b, a["y"], b.mul(a["ch"], b.mul(a["oh"], a["ow"])))
         with _For(b, a["th"], "woty") as ty:
