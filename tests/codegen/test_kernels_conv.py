@@ -251,18 +251,31 @@ def test_conv_depthwise_tiny_maps():
     t.run()
 
 
-@pytest.mark.parametrize("span", [0, 10 ** 6])
-def test_conv_depthwise_flat_and_rows(monkeypatch, span):
-    """Both forms of a depthwise plane on the same shapes: row by row (``span`` 0) and as one flat
-    loop of vectors spanning rows over a padded plane split by row and column phase (every plane:
-    the last vector reads into slack past it): strides 1-3 in either axis, dilations, uneven pads,
-    a channel multiplier, two images, widths that are and are not a multiple of a vector."""
+@pytest.mark.parametrize("cpu", ["host", "znver3"])
+@pytest.mark.parametrize("form", ["rows", "flat", "registers"])
+def test_conv_depthwise_flat_and_rows(monkeypatch, form, cpu):
+    """The forms of a depthwise plane on the same shapes: row by row, as one flat loop of vectors
+    spanning rows over a padded scratch plane split by row and column phase (the last vector reads
+    into slack past it), and the same flat form in registers (``dw_regs.py``: every padded vector a
+    shuffle of the input vectors, every vector of Y one of the outputs; here on every plane, however
+    large): strides 1-3 in either axis, dilations, uneven pads and pads wider than the kernel, a
+    channel multiplier, two images, a wide kernel on a narrow output (a vector of Y from three
+    output vectors), planes that are and are not a multiple of a vector (the last plane's last
+    vector read masked), the host's vectors and AVX2's."""
     from compiler.codegen.kernels import conv as conv_lowering
+    from compiler.codegen.kernels.testing import build_kernels
+    from compiler.codegen.llvm.target import target_for
 
-    monkeypatch.setattr(conv_lowering, "DW_FLAT_SPAN", span)
+    target = host_target() if cpu == "host" else target_for(cpu)
+    if not target.isa <= host_target().isa:
+        pytest.skip(f"compiled for {cpu}; this CPU lacks its instructions to run it")
+    monkeypatch.setattr(conv_lowering, "DW_FLAT_SPAN", 0 if form == "rows" else 10 ** 6)
+    monkeypatch.setattr(conv_lowering, "DW_REGS", form == "registers")
+    monkeypatch.setattr(conv_lowering, "DW_REG_OUTPUTS", 10 ** 6)
+    monkeypatch.setattr(conv_lowering, "DW_REG_VECTORS", 10 ** 6)
     monkeypatch.setattr(conv_lowering, "DW_TINY_PIXELS", 0)  # (the 15- and 1-pixel maps too)
     t = Bench()
-    for (sh, sw) in ((1, 1), (2, 2), (3, 1), (1, 2)):
+    for (sh, sw) in ((1, 1), (2, 2), (3, 1), (1, 2), (2, 3), (1, 3)):
         conv(t, (1, 3, 11, 13), 3, (3, 3), group=3, strides=(sh, sw), pads=(1, 0, 2, 1))
     conv(t, (2, 4, 14, 14), 4, (3, 3), group=4, pads=(1, 1, 1, 1), bias=False)
     conv(t, (1, 4, 10, 9), 4, (5, 5), group=4, pads=(2, 2, 2, 2), dilations=(2, 1), strides=(2, 2))
@@ -270,7 +283,33 @@ def test_conv_depthwise_flat_and_rows(monkeypatch, span):
     conv(t, (1, 2, 16, 16), 2, (3, 3), group=2)                              # no padding
     conv(t, (1, 5, 1, 1), 5, (3, 3), group=5, pads=(1, 1, 1, 1))            # one pixel
     conv(t, (1, 6, 23), 6, (7,), group=6, pads=(3, 3))                       # 1-D
-    t.run()
+    conv(t, (1, 2, 9, 3), 2, (3, 7), group=2, pads=(1, 3, 1, 3))             # 3 wide, rows 9 apart
+    conv(t, (1, 2, 6, 5), 2, (3, 3), group=2, pads=(4, 0, 0, 5))             # pads wider than the kernel
+    conv(t, (1, 7, 7, 7), 7, (3, 3), group=7, pads=(1, 1, 1, 1), strides=(2, 2))
+    t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
+    _, _, plan = build_kernels(t.g, target)
+    assert [("the padded plane and outputs in registers" in k.notes) for _, k in plan] == \
+        [form == "registers"] * len(plan), [k.notes for _, k in plan]
+    got, want = run_kernels(t.g, t.feed, target=target), interpret(t.g, t.feed)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want[name]).max()))
+
+
+def test_conv_depthwise_in_registers_where_it_pays():
+    """Which flat planes take the register form (``DW_REG_OUTPUTS``, ``DW_REG_VECTORS``): with
+    AVX-512's 16 lanes MobileNetV2's 7x7 and 14x14 planes and its 28x28 stride-2 one, not the 28x28
+    stride-1 one (53 output vectors); with AVX2's 8 lanes the 7x7 ones and the 14x14 stride-2 one
+    only. The kernels are built, not run (either ISA)."""
+    from compiler.codegen.kernels.testing import build_kernels
+    from compiler.codegen.llvm.target import target_for
+
+    for cpu, want in (("znver4", [True, True, True, True, False]), ("znver3", [True, False, True, False, False])):
+        t = Bench()
+        for (hw, s) in ((7, 1), (14, 1), (14, 2), (28, 2), (28, 1)):
+            conv(t, (1, 8, hw, hw), 8, (3, 3), group=8, pads=(1, 1, 1, 1), strides=(s, s))
+        t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
+        _, _, plan = build_kernels(t.g, target_for(cpu))
+        assert [("the padded plane and outputs in registers" in k.notes) for _, k in plan] == want, cpu
 
 
 @pytest.mark.parametrize("cpu", ["host", "znver3"])

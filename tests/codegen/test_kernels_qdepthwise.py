@@ -118,6 +118,24 @@ def test_numbers_by_strips(monkeypatch, hw, stride, pad, mult, n, dil):
         _close(run_kernels(g, feeds, nthreads=t)["y"], want["y"])
 
 
+@pytest.mark.parametrize("regs", [True, False])
+@pytest.mark.parametrize("hw,stride,pad,mult,n,dil", [(9, 1, 1, 2, 2, 1), (14, 2, 1, 1, 1, 1), (8, 1, 1, 1, 1, 2)])
+def test_numbers_flat_in_registers_and_in_scratch(monkeypatch, regs, hw, stride, pad, mult, n, dil):
+    """Small planes by the flat form, in registers (``dw_regs.py``: the dequantized plane loaded as
+    whole vectors) or through scratch planes, whichever the host's vectors would pick."""
+    from compiler.codegen.kernels import conv as conv_lowering
+
+    monkeypatch.setattr(conv_lowering, "DW_REGS", regs)
+    monkeypatch.setattr(conv_lowering, "DW_REG_OUTPUTS", 10 ** 6)
+    monkeypatch.setattr(conv_lowering, "DW_REG_VECTORS", 10 ** 6)
+    g, p, feeds, want = _fused(h=hw, w=hw, stride=stride, pad=pad, mult=mult, n=n, dil=dil)
+    _, _, plan = build_kernels(g, host_target())
+    notes = [x for _, k in plan if k is not None for x in k.notes]
+    assert ("the padded plane and outputs in registers" in notes) == regs, notes
+    for t in (1, 2):
+        _close(run_kernels(g, feeds, nthreads=t)["y"], want["y"])
+
+
 @pytest.mark.parametrize("cpu", CPUS)
 @pytest.mark.parametrize("hw,stride", [(9, 1), (40, 2)])
 def test_every_isa(cpu, hw, stride):

@@ -8,8 +8,9 @@ By shape:
   unrolled (``llvm.fmuladd``), which LLVM vectorizes. Narrow outputs (14x14, 7x7: a row is less than
   a vector or two) are computed instead as one flat loop of explicit vectors over the padded plane,
   split by row and column phase when strided, so that each tap is one shifted vector load; the
-  outputs land ``rs`` (the plane's row length) apart and are compacted into Y's rows after. A fused
-  chain runs on each output plane as soon as it is computed (one image).
+  outputs land ``rs`` (the plane's row length) apart and are compacted into Y's rows after; on the
+  smallest of those planes all of it in registers (``dw_regs.py``). A fused chain runs on each
+  output plane as soon as it is computed (one image).
 * **small output maps** (at most 64 pixels: 8x8, 7x7, 4x4, 2x2; one group, constant weights): a direct kernel
   vectorized over output channels, each pixel summed over its in-bounds taps only
   (``small_conv.py``; a 2x2 map of a padded 3x3 window has 4 of its 9 taps inside).
@@ -47,6 +48,7 @@ from ...ir.ops import conv as cv
 from ...ir.ops.base import OpError
 from ..llvm.elementwise import _For
 from .base import F32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
+from .dw_regs import DW_REG_OUTPUTS, DW_REG_VECTORS, RegisterPlane, padded_vectors
 from .im2col import (_fill_zero, _gep, _helper_fn, _span, im2col, im2col_phased, im2col_table,
                      im2col_table_packed_a, pad_plane, table_applies, window_table)
 from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
@@ -373,15 +375,22 @@ class Conv(Lowering):
         planes, p = n * c, oh * ow
         lanes = k.services.gemm_cfg.W
         nvec = -(-((oh - 1) * rs + ow) // lanes)  # vectors of the flat form's output
-        pexact = rph * sw * hq * wq if padded else 0
-        psize = pexact + (lanes if flat else 0)
-        wsize = nvec * lanes if flat else 0  # the flat form's output plane, rs wide
+        taps = [(((ki * dh) % rph * sw + (kj * dw) % sw) * hq * wq + (ki * dh) // rph * rs + (kj * dw) // sw)
+                for ki in range(kh) for kj in range(kw)]
+        # a small flat plane: its padded plane and outputs in registers, no scratch (``dw_regs.py``)
+        regs = flat and DW_REGS and nvec <= DW_REG_OUTPUTS and padded_vectors(taps, nvec, lanes) <= DW_REG_VECTORS
+        if regs:
+            rplane = RegisterPlane(k, h, wd, hq, wq, pt, pl, sw, rph, taps, nvec, oh, ow, rs, lanes)
+            k.note("the padded plane and outputs in registers")
+        pexact = rph * sw * hq * wq if padded and not regs else 0
+        psize = pexact + (lanes if flat and not regs else 0)
+        wsize = nvec * lanes if flat and not regs else 0  # the flat form's output plane, rs wide
         per_plane = mg * p * kh * kw + psize
         xt = F32 if load is None else ir.IntType(8 * x.type.dtype.itemsize)  # x's element type
         yt = F32 if store is None else ir.IntType(8 * y.type.dtype.itemsize)
         # ``load`` on the padded copy's rows, else on the whole input plane into scratch first (not
         # before a padded copy: its element loads of the vector stores just made would stall)
-        lsize = h * wd if load is not None and not padded else 0
+        lsize = h * wd if load is not None and (regs or not padded) else 0
         ssize = p if store is not None else 0  # the float output plane ``store`` reads
         ntask = min(planes, 64)
         # each task run owns a scratch plane; at least ~DW_MIN multiply-adds per task
@@ -397,8 +406,6 @@ class Conv(Lowering):
             vt = ir.VectorType(F32, lanes)
             vname = f"llvm.fmuladd.v{lanes}f32"
             vfma = k.module.globals.get(vname) or ir.Function(k.module, ir.FunctionType(vt, [vt] * 3), vname)
-            taps = [(((ki * dh) % rph * sw + (kj * dw) % sw) * hq * wq + (ki * dh) // rph * rs + (kj * dw) // sw)
-                    for ki in range(kh) for kj in range(kw)]
             ep = te.call_args([c64(0)], c64(0)) if te is not None else None
             table = const_table(k, "planes", planes_of) if planes_of is not None else None
 
@@ -422,10 +429,12 @@ class Conv(Lowering):
                     if lsize:
                         b.call(load(1), [xin, loaded, c64(h * wd)])
                         xin = loaded
-                    if padded and not strip:
+                    if regs:
+                        rplane.build(xin)
+                    elif padded and not strip:
                         pad_plane(k, xin, plane, h, wd, hp, wq, pt, pl, sw, rph,
                                   load=None if load is None else load(sw), xt=xt)
-                    if flat:
+                    if flat and not regs:
                         _fill_zero(k, plane, pexact, psize, "dwslack")
                     src = plane if padded else xin
                     # specialized (constant sizes and tap offsets): measured 2x faster than run-time sizes
@@ -442,6 +451,8 @@ class Conv(Lowering):
                                     for tt, off in inside_taps(r, q, h, wd, kh, kw, sh, sw, dh, dw, pt, pl):
                                         acc = b.call(fma, [wts[tt], k.load(src, c64(off)), acc])
                                     k.store(acc, yout, c64(r * ow + q))
+                        elif regs:
+                            rplane.compute([splat(b, v, lanes) for v in wts], splat(b, b0, lanes), vfma, yout)
                         elif flat:
                             # the plane as one loop of vectors over the rows of the padded plane (rs
                             # wide: its columns past ow are no outputs), then its rows compacted into Y
@@ -496,6 +507,10 @@ DW_TINY_PIXELS = 16
 #: of vectors spanning rows (measured on MobileNetV2's planes: 2.2-2.5x faster at 14x14 and 7x7,
 #: 1.1x at 28x28 stride 1; 10-20% slower from 56x56 or a 28-wide stride-2 output)
 DW_FLAT_SPAN = 32
+
+
+#: small flat planes in registers (``dw_regs.py``); False: through scratch (for A/B measurements)
+DW_REGS = True
 
 
 #: a depthwise conv's padded plane over this many bytes is padded and computed by strips of output
