@@ -2,8 +2,8 @@
 
     -O0  infer-shapes
     -O1  + fold-qdq · fold-constants · unroll-loops · canonicalize · eliminate-common-subexpressions · eliminate-dead
-    -O2  + fold-batchnorm · fold-scale-bias, then clean up again · drop-saturated-clamps · sink-reshapes · fuse ·
-         schedule-memory  (the default)
+    -O2  + fold-batchnorm · fold-scale-bias, then clean up again · drop-saturated-clamps ·
+         fold-quantize-scale · sink-reshapes · fuse · schedule-memory  (the default)
     -O3  as -O2 (later issues add aggressive rewrites here)
     any level with devices: + split-products (before sink-reshapes) and split-devices (last)
 
@@ -33,6 +33,7 @@ from .fuse import NO_FUSION, FuseKernels, FusionCapabilities
 from .manager import Pass
 from .options import CompileOptions
 from .quantize import Calibrate, Quantize
+from .quantize_scale import FoldQuantizeScale
 from .saturated_clamps import DropSaturatedClamps
 from .schedule import ScheduleForMemory
 from .sink_reshapes import SinkReshapes
@@ -65,6 +66,7 @@ def pipeline(opts: CompileOptions, fusion: FusionCapabilities = NO_FUSION,
         passes.append(SplitProducts(max(d.memory_bytes for d in devices) // 2))
     if opts.opt_level >= 2:
         passes += [DropSaturatedClamps(),  # a Relu/Clip its readers' QuantizeLinear already clips
+                   FoldQuantizeScale(),  # a QuantizeLinear's division into the constants before it
                    SinkReshapes(opts.max_rewrite_rounds, fusion),  # Reshapes after a GEMM go below its users
                    FuseKernels(opts.max_fused_ops, fusion),  # kiln.Kernel nodes: one native kernel each
                    ScheduleForMemory()]  # a topological order with a lower peak of live bytes
