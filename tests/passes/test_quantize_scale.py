@@ -63,7 +63,7 @@ def test_the_division_goes_into_the_rescale_the_residual_and_the_clamp():
     assert p.folded == ["q"] and p.kept == {}
     assert [n.op.name for n in g.nodes] == ["Cast", "Mul", "Add", "DequantizeLinear", "Add", "Clip", "QuantizeLinear"]
     sy = np.float64(np.float32(0.0235))
-    (mul,), (add1, add2) = _consts(g, "Mul"), _consts(g, "Add")
+    (mul,), (add1, _) = _consts(g, "Mul"), _consts(g, "Add")
     np.testing.assert_array_equal(mul[1], (np.array([0.031, 0.0047, 0.22], np.float32) / sy).astype(np.float32))
     np.testing.assert_array_equal(add1[1], (np.array([0.5, -1.25, 3.0], np.float32) / sy).astype(np.float32))
     (dq,), (clip,), (q,) = _consts(g, "DequantizeLinear"), _consts(g, "Clip"), _consts(g, "QuantizeLinear")
