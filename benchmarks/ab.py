@@ -1,12 +1,15 @@
 """Kiln at two commits on the model suite, interleaved in one run: did a change cost speed?
 
     python benchmarks/ab.py --before d7f4236 [--after HEAD] [--only resnet50,bert] [--threads 2] [--rounds 7]
+                            [--quantize int8|int8-dynamic]
 
 Each commit is checked out into a temporary git worktree; per model, one worker process per commit
 (``PYTHONPATH`` = that worktree) compiles the model (its compile time is reported) and then runs
 timed rounds on command, the two workers taking turns (A, B, A, B, ...) so that the machine's drift
 hits both alike. Prints a Markdown table: the median latency per commit, after/before, and the
-compile times. The workers check that the two commits' outputs agree.
+compile times. The workers check that the two commits' outputs agree. ``--quantize``: the models
+quantized (static int8 calibrated on 8 random samples, as ``benchmarks/quantize.py`` does), the
+compile time then including the calibration.
 """
 from __future__ import annotations
 
@@ -28,10 +31,16 @@ import json, sys, time
 import numpy as np
 import compiler
 from compiler.tools.zoo import model_of
-spec, nthreads, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+spec, nthreads, calls, quantize = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 model = model_of(spec) if spec.startswith("zoo:") else spec
+options = {}
+if quantize != "none":
+    from compiler.tools.bench import random_feeds
+    f32 = compiler.compile(model, nthreads=nthreads)
+    options = dict(quantize=quantize, calibration=[random_feeds(f32.inputs, seed=1 + i) for i in range(8)]
+                   if quantize == "int8" else None)
 t0 = time.perf_counter()
-exe = compiler.compile(model, nthreads=nthreads)
+exe = compiler.compile(model, nthreads=nthreads, **options)
 compile_s = time.perf_counter() - t0
 rng = np.random.default_rng(0)
 feeds = {}
@@ -58,9 +67,9 @@ def worktree(rev: str, where: str) -> str:
     return path
 
 
-def start(tree: str, spec: str, threads: int, calls: int) -> tuple[subprocess.Popen, dict]:
+def start(tree: str, spec: str, threads: int, calls: int, quantize: str) -> tuple[subprocess.Popen, dict]:
     env = dict(os.environ, PYTHONPATH=tree)
-    p = subprocess.Popen([sys.executable, "-c", WORKER, spec, str(threads), str(calls)], cwd=tree, env=env,
+    p = subprocess.Popen([sys.executable, "-c", WORKER, spec, str(threads), str(calls), quantize], cwd=tree, env=env,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     first = p.stdout.readline()
     if not first:
@@ -82,6 +91,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7, help="timed rounds per commit, taken in turns")
     ap.add_argument("--calls", type=int, default=10, help="calls per round (its median is the round's time)")
+    ap.add_argument("--quantize", default="none", choices=["none", "int8", "int8-dynamic"],
+                    help="time the models quantized so (static int8: calibrated on 8 random samples)")
     args = ap.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
     suite = [(label, spec) for label, spec in SUITE if not only or any(o in spec or o in label for o in only)]
@@ -90,7 +101,7 @@ def main(argv=None) -> int:
         trees = [worktree(args.before, os.path.join(tmp, "a")), worktree(args.after, os.path.join(tmp, "b"))]
         try:
             for label, spec in suite:
-                procs = [start(t, spec, args.threads, args.calls) for t in trees]
+                procs = [start(t, spec, args.threads, args.calls, args.quantize) for t in trees]
                 times: list[list[float]] = [[], []]
                 for _ in range(args.rounds):
                     for k, (p, _) in enumerate(procs):

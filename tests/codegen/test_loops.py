@@ -278,6 +278,76 @@ def test_min_and_max_against_a_constant(dt):
         assert "vmaxps" in asm and "vminps" in asm and "unord" not in asm, cpu
 
 
+def test_clamped_values_are_known_in_range():
+    """``llvm.clamped``: the bounds of a value clamped by ordered compares against constants, NaN
+    taking the constant (QuantizeLinear's clamp to an unsigned type); None where NaN could pass
+    (the NaN-propagating min/max forms), the bound is not a constant or is NaN, or the compare is
+    not of the select's own operands."""
+    from llvmlite import ir
+
+    from compiler.codegen.loops.llvm import clamped
+
+    f32 = ir.FloatType()
+    fn = ir.Function(ir.Module(), ir.FunctionType(f32, [f32, f32]), "f")
+    b = ir.IRBuilder(fn.append_basic_block())
+    x, y = fn.args
+    lo, hi, nan = ir.Constant(f32, 0.0), ir.Constant(f32, 255.0), ir.Constant(f32, float("nan"))
+
+    def clamp(v, cmp, c, arms=None):
+        return b.select(b.fcmp_ordered(cmp, v, c), *(arms or (v, c)))
+
+    t = clamp(x, ">", lo)
+    assert clamped(t) == (0.0, math.inf)
+    assert clamped(clamp(t, "<", hi)) == (0.0, 255.0)
+    assert clamped(clamp(x, "<=", hi)) == (-math.inf, 255.0)
+    assert clamped(clamp(clamp(x, "<", hi), ">=", lo)) == (0.0, 255.0)
+    assert clamped(clamp(x, ">", lo, (lo, x))) is None                          # NaN gives x
+    assert clamped(b.select(b.fcmp_unordered(">", x, lo), x, lo)) is None       # NaN gives x
+    assert clamped(clamp(x, ">", y, (x, y))) is None                            # not a constant
+    assert clamped(clamp(x, ">", nan)) is None
+    assert clamped(b.select(b.fcmp_ordered(">", y, lo), x, lo)) is None         # another value compared
+    assert clamped(b.fadd(x, lo)) is None
+    # the printer's conversion to i32: no range check only where the bounds are inside i32's
+    from compiler.codegen.llvm.mathlib import MathLib
+    from compiler.codegen.loops import cast
+    from compiler.codegen.loops.llvm import expr_llvm
+
+    a = Var("a", DType.f32)
+    for c, checked in ((0.0, False), (-1e10, True), (-2.0 ** 31, False)):
+        k, top = Const(c, DType.f32), Const(255.0, DType.f32)
+        t = select(op("gt", a, k), a, k)
+        module = ir.Module("cast")
+        fn = ir.Function(module, ir.FunctionType(ir.IntType(32), [f32]), "f")
+        b = ir.IRBuilder(fn.append_basic_block())
+        b.ret(expr_llvm(b, MathLib(module), cast(select(op("lt", t, top), t, top), DType.i32), {id(a): fn.args[0]}))
+        assert ("fcmp oge" in str(module)) == checked, c
+
+
+@pytest.mark.parametrize("qtype", [DType.u8, DType.i8])
+def test_a_clamped_quantization_converts_without_a_range_check(qtype):
+    """QuantizeLinear to uint8 clamps with ordered compares (NaN gives 0), so its conversion to an
+    integer needs no range check (``clamped``): no compare left in the AVX-512 and AVX2 assembly;
+    to int8 (NumPy's NaN-propagating clamp) the check stays. Against the reference interpreter on
+    NaN, +-inf, values far past the range, exact halves and the bounds."""
+    from compiler.codegen.kernels.testing import build_kernels
+    from compiler.codegen.llvm import toolchain
+    from compiler.codegen.llvm.target import target_for
+    from compiler.ir.ops import quant as qn
+
+    g = Graph("q")
+    x = g.add_input("x", TensorType(DType.f32, (3, 67)))
+    g.set_outputs([g.add(qn.QuantizeLinear(), x, g.add_constant(np.float32(0.5)),
+                         g.add_constant(np.asarray(3 if qtype is DType.u8 else -2, qtype.np)))])
+    v = (RNG.standard_normal((3, 67)) * 100).astype(np.float32)
+    v.reshape(-1)[:12] = [np.nan, np.inf, -np.inf, 1e30, -1e30, 3e9, -3e9, 0.25, 0.75, -1.25, 126.0, -64.0]
+    got, want = run_kernels(g, {"x": v}), interpret(g, {"x": v})
+    np.testing.assert_array_equal(got[g.output_names[0]], want[g.output_names[0]])
+    for cpu in ("znver4", "znver3"):
+        module, _, _ = build_kernels(g, target_for(cpu))
+        asm = toolchain.assembly(str(module), target_for(cpu))
+        assert ("vcmp" in asm) == (qtype is DType.i8), cpu
+
+
 def _run_cuda(g: Graph, feeds: dict) -> np.ndarray:
     node = g.nodes[0]
     group = KernelGroup.of_node(node)

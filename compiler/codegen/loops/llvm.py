@@ -19,6 +19,8 @@ narrow integer conversions through i64 (wrapping as NumPy's do).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import ir
 
@@ -131,6 +133,23 @@ def _not_nan_constant(v: ir.Value) -> bool:
     """Whether ``v`` is a float constant that is not NaN (an inlined scalar: Relu's 0, Clip's bounds)."""
     return (isinstance(v, ir.Constant) and isinstance(v.type, (ir.FloatType, ir.DoubleType, ir.HalfType))
             and isinstance(v.constant, (int, float)) and v.constant == v.constant)
+
+
+def clamped(v: ir.Value) -> tuple[float, float] | None:
+    """Bounds ``(lo, hi)`` (either may be -inf/inf) that the float ``v`` provably lies within,
+    never NaN, when ``v`` is a clamp as printed for an ordered compare against a constant:
+    ``select(x > c, x, c)`` (at least ``c``) or ``select(x < c, x, c)`` (at most ``c``), NaN
+    taking ``c``, of another such clamp for the other bound (QuantizeLinear's to unsigned types,
+    ``scalar.quantized``); None otherwise."""
+    if not isinstance(v, ir.instructions.SelectInstr):
+        return None
+    cond, x, c = v.operands
+    if not (isinstance(cond, ir.instructions.FCMPInstr) and _not_nan_constant(c)
+            and list(cond.operands) == [x, c] and cond.op in ("ogt", "oge", "olt", "ole")):
+        return None
+    lo, hi = clamped(x) or (-math.inf, math.inf)
+    k = float(c.constant)
+    return (k, max(hi, k)) if cond.op in ("ogt", "oge") else (min(lo, k), k)
 
 
 def c64(v: int) -> ir.Constant:
@@ -380,10 +399,14 @@ class _Printer:
         b = self.b
         wide = I64 if dst in (DType.i64, DType.u64, DType.u32) else I32
         half = float(2 ** (wide.width - 1))
+        dty = VALUE_TYPES[dst]
+        bounds = clamped(x)
+        if bounds is not None and -half <= bounds[0] and bounds[1] < half:  # in range, not NaN: no check
+            r = b.fptosi(x, wide)  # (a clamped QuantizeLinear: two compares and a masked move less)
+            return r if dty.width == wide.width else b.trunc(r, dty)
         ok = b.and_(b.fcmp_ordered(">=", x, ir.Constant(sty, -half)), b.fcmp_ordered("<", x, ir.Constant(sty, half)))
         r = b.select(ok, b.fptosi(b.select(ok, x, ir.Constant(sty, 0.0)), wide),
                      ir.Constant(wide, 1 << (wide.width - 1)))
-        dty = VALUE_TYPES[dst]
         return r if dty.width == wide.width else b.trunc(r, dty)
 
     def intrinsic(self, name: str, dt: DType, nargs: int = 1) -> ir.Function:
