@@ -1,12 +1,12 @@
 """int8 against float, Kiln and ONNX Runtime, in one run: accuracy (cosine similarity of the outputs
 with Kiln's float model on random inputs) and latency.
 
-    python benchmarks/quantize.py [--only mlp,bert] [--threads 2] [--samples 8]
+    python benchmarks/quantize.py [--only mlp,bert] [--threads 2] [--samples 8] [--rounds 9]
 
 Per model: Kiln float; Kiln int8 (static, minmax over ``--samples`` random calibration samples) and
 int8-dynamic; ONNX Runtime float, and its own int8 from ``onnxruntime.quantization`` on the same
 model file (``quant_pre_process`` then ``quantize_static`` QDQ with the same samples, as ONNX Runtime's
-quantization guide says; ``quantize_dynamic``), at the same thread count. Latency: 9 rounds of
+quantization guide says; ``quantize_dynamic``), at the same thread count. Latency: ``--rounds`` (9) rounds of
 ``compiler.tools.bench.measure`` as ``kiln bench`` times engines (each round every engine in turn,
 the order rotating; each engine's untimed calls for 0.1 s, then 3 timed ones), so that the slow
 phases of a shared machine hit all engines alike and no engine is timed while the previous one's
@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds of every engine (more: steadier medians)")
     a = ap.parse_args(argv)
     rows = []
     for label, spec in SUITE:
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
                 s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
                 cos[name] = _cosine(s.run(None, test)[0], want[out])
                 fns[name] = (lambda s: lambda: s.run(None, test))(s)
-        per = _interleaved(fns)
+        per = _interleaved(fns, a.rounds)
         res = {k: (cos[k], min(per[k]), per[k]) for k in fns}
         rows.append((label, res))
         print(label, {k: (round(c, 5), round(t * 1e3, 3)) for k, (c, t, _) in res.items()}, flush=True)
