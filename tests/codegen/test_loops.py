@@ -335,13 +335,18 @@ def test_a_clamped_quantization_converts_without_a_range_check(qtype):
     from compiler.ir.ops import quant as qn
 
     g = Graph("q")
-    x = g.add_input("x", TensorType(DType.f32, (3, 67)))
-    g.set_outputs([g.add(qn.QuantizeLinear(), x, g.add_constant(np.float32(0.5)),
-                         g.add_constant(np.asarray(3 if qtype is DType.u8 else -2, qtype.np)))])
-    v = (RNG.standard_normal((3, 67)) * 100).astype(np.float32)
-    v.reshape(-1)[:12] = [np.nan, np.inf, -np.inf, 1e30, -1e30, 3e9, -3e9, 0.25, 0.75, -1.25, 126.0, -64.0]
-    got, want = run_kernels(g, {"x": v}), interpret(g, {"x": v})
-    np.testing.assert_array_equal(got[g.output_names[0]], want[g.output_names[0]])
+    feeds, outs = {}, []
+    for i, shape in enumerate([(3, 67), (1, 1), (2, 0, 5)]):  # three rows, size-1 and size-0 axes
+        x = g.add_input(f"x{i}", TensorType(DType.f32, shape))
+        outs.append(g.add(qn.QuantizeLinear(), x, g.add_constant(np.float32(0.5)),
+                          g.add_constant(np.asarray(3 if qtype is DType.u8 else -2, qtype.np))))
+        feeds[f"x{i}"] = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    feeds["x0"].reshape(-1)[:12] = [np.nan, np.inf, -np.inf, 1e30, -1e30, 3e9, -3e9, 0.25, 0.75, -1.25, 126.0, -64.0]
+    feeds["x1"][:] = np.nan
+    g.set_outputs(outs)
+    got, want = run_kernels(g, feeds), interpret(g, feeds)
+    for name in g.output_names:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     for cpu in ("znver4", "znver3"):
         module, _, _ = build_kernels(g, target_for(cpu))
         asm = toolchain.assembly(str(module), target_for(cpu))

@@ -115,6 +115,35 @@ def test_a_depthwise_convolution_takes_it_in_its_weights_and_bias():
     assert np.abs(interpret(g, feeds)["y"].astype(int) - want).max() <= 1
 
 
+@pytest.mark.parametrize("rows", [0, 1, 5])
+def test_numbers_on_empty_single_and_batched_tensors(rows):
+    """The rescale chain on 0, 1 and 5 rows (one step at most, the same shapes), and a depthwise
+    convolution on two images and on none."""
+    g = ir(RESCALE.format(act="Relu(%4)", sy="0.0235", outs="", ret="").replace("64,3", f"{rows},3"))
+    feeds = {k: v[:rows] for k, v in _feeds().items()}
+    want = interpret(g, feeds)["y"].astype(int)
+    assert _run(g).folded == ["q"]
+    got = interpret(g, feeds)["y"].astype(int)
+    assert got.shape == want.shape == (rows, 3) and (rows == 0 or np.abs(got - want).max() <= 1)
+    n = 2 if rows else 0
+    conv = ir(f"""graph @g(%x: u8[{n},3,5,5]) -> (y: u8[{n},3,5,5]) {{
+  %sx = const f32[] dense<0.05>
+  %zx = const u8[] dense<3>
+  %w = const f32[3,1,3,3]
+  %sy = const f32[] dense<0.013>
+  %zy = const u8[] dense<0>
+  %0 = DequantizeLinear(%x, %sx, %zx) : f32[{n},3,5,5]
+  %1 = Conv(%0, %w) {{group=3, pads=[1, 1, 1, 1]}} : f32[{n},3,5,5]
+  %2 = QuantizeLinear(%1, %sy, %zy) : u8[{n},3,5,5] @"q"
+  return y=%2
+}}""", {"w": np.random.default_rng(4).normal(0, 0.3, (3, 1, 3, 3)).astype(np.float32)})
+    x = {"x": np.random.default_rng(5).integers(0, 256, (n, 3, 5, 5)).astype(np.uint8)}
+    want = interpret(conv, x)["y"].astype(int)
+    assert _run(conv).folded == ["q"]
+    got = interpret(conv, x)["y"].astype(int)
+    assert got.shape == want.shape and (n == 0 or np.abs(got - want).max() <= 1)
+
+
 @pytest.mark.parametrize("act,sy,outs,ret,why", [
     ("Relu(%4)", "0.0235", ", z: f32[64,3]", ", z=%4", "Add's result is read by other ops too"),
     ("Sigmoid(%4)", "0.0235", "", "", "its input is computed by Sigmoid, not a linear op of constants the "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from ..gemm.irbuild import _declare
 from .base import F32, I32, KernelBuilder, PTR, VOID, c64
 
 #: a flat depthwise plane is computed in registers when its output spans at most
@@ -75,11 +76,8 @@ def _gather(b: ir.IRBuilder, vectors, idx, lanes: int):
 def _masked(k: KernelBuilder, lanes: int, store: bool):
     vt, mt = ir.VectorType(F32, lanes), ir.VectorType(ir.IntType(1), lanes)
     name = f"llvm.masked.{'store' if store else 'load'}.v{lanes}f32.p0"
-    fn = k.module.globals.get(name)
-    if fn is None:
-        args = [vt, PTR, I32, mt] if store else [PTR, I32, mt, vt]
-        fn = ir.Function(k.module, ir.FunctionType(VOID if store else vt, args), name)
-    return fn, mt
+    args = [vt, PTR, I32, mt] if store else [PTR, I32, mt, vt]
+    return _declare(k.module, name, VOID if store else vt, args), mt
 
 
 class RegisterPlane:
