@@ -536,3 +536,102 @@ def test_a_run_time_size_on_both_printers():
         assert s[0] == x[:7].sum()
         with pytest.raises(ValueError, match="outside"):
             cu.launch([x, y, s], sizes=[17])
+
+
+def _vector_cases():
+    """(prim, operand type, result type of a cast) for every primitive the LLVM printer prints on
+    vectors (``expr_llvm(..., lanes=n)``), on every compute type it takes."""
+    from compiler.codegen.loops.expr import COMPUTE_TYPES, PRIMS, _takes
+    from compiler.codegen.loops.llvm import vector_reason
+
+    for name, prim in PRIMS.items():
+        for dt in sorted(COMPUTE_TYPES, key=str):
+            if not _takes(prim, dt):
+                continue
+            for to in (sorted(COMPUTE_TYPES, key=str) if prim.kind == "cast" else [None]):
+                args = [Var("c", DType.bool), Var("a", dt), Var("b", dt)] if prim.kind == "select" else \
+                    [Var(f"a{j}", dt) for j in range(1 if prim.kind == "cast" else prim.arity)]
+                e = op(name, *args, to=to) if prim.kind == "cast" else op(name, *args)
+                if vector_reason(e) is None:
+                    yield name, dt, to, e, args
+
+
+def test_primitives_on_vectors_compute_what_they_compute_on_scalars():
+    """Every primitive with a vector form, on every type it takes (casts to every type), printed on
+    vectors of 4 lanes and on scalars, run on the same values (edges: zeros, extremes, NaN and
+    infinities, halves, out-of-range floats for the integer casts; shifts by less than the width):
+    bit for bit the same, lane by lane. The ones without (math functions, small-float roundings, ``not``, buffer reads) are
+    refused with the reason."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+    from llvmlite import ir as llir
+
+    from compiler.codegen.llvm.mathlib import MathLib
+    from compiler.codegen.loops.llvm import MEMORY_TYPES, VALUE_TYPES, expr_llvm, vector_reason
+
+    lanes, n = 4, 16
+    size = lambda dt: np.dtype(dt.np).itemsize  # noqa: E731
+    cases = list(_vector_cases())
+    names = {c[0] for c in cases}
+    assert {"add", "div", "min", "fma", "select", "cast", "lt", "isnan", "round", "shr"} <= names, names
+    for refused in ("exp", "tanh", "not", "to_bf16"):
+        assert refused not in names
+    assert "has no vector form" in vector_reason(op("exp", Var("a", DType.f32)))
+    kf = KernelForm("k")
+    assert "reads x" in vector_reason(kf.buffer("x", DType.f32, (4,))[0] + 1.0)
+
+    module = llir.Module("vec")
+    ptr = llir.PointerType(llir.IntType(8))
+    math_ = MathLib(module)
+    for i, (name, dt, to, e, args) in enumerate(cases):
+        for vec in (True, False):  # f{i}v: each vector of ``lanes``; f{i}s: one element at a time
+            fn = llir.Function(module, llir.FunctionType(llir.VoidType(), [ptr] * (len(args) + 1)),
+                               f"f{i}{'v' if vec else 's'}")
+            b = llir.IRBuilder(fn.append_basic_block())
+            step = lanes if vec else 1
+            for j in range(0, n, step):
+                vals = {}
+                for a, p in zip(args, fn.args):
+                    mt = MEMORY_TYPES[a.dtype]
+                    at = b.gep(p, [llir.Constant(llir.IntType(64), j * size(a.dtype))])
+                    raw = b.load(b.bitcast(at, (llir.VectorType(mt, lanes) if vec else mt).as_pointer()))
+                    vals[id(a)] = b.trunc(raw, llir.VectorType(VALUE_TYPES[a.dtype], lanes) if vec else VALUE_TYPES[a.dtype]) \
+                        if a.dtype is DType.bool else raw
+                r = expr_llvm(b, math_, e, vals, step if vec else 1)
+                rt = MEMORY_TYPES[e.dtype]
+                if e.dtype is DType.bool:
+                    r = b.zext(r, llir.VectorType(rt, lanes) if vec else rt)
+                out = b.gep(fn.args[-1], [llir.Constant(llir.IntType(64), j * size(e.dtype))])
+                b.store(r, b.bitcast(out, (llir.VectorType(rt, lanes) if vec else rt).as_pointer()))
+            b.ret_void()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    tm = llvm.Target.from_default_triple().create_target_machine()
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)), tm)
+    engine.finalize_object()
+    rng = np.random.default_rng(7)
+
+    def data(dt: DType) -> np.ndarray:
+        if dt is DType.bool:
+            return rng.integers(0, 2, n).astype(np.uint8)
+        if dt.is_float:
+            x = (rng.standard_normal(n) * 300).astype(dt.np)
+            x[:12] = [0.0, -0.0, np.nan, np.inf, -np.inf, 0.5, -2.5, 1e30, -1e30, 255.5, 3e9, -3e9]
+            return x
+        info = np.iinfo(dt.np)
+        x = rng.integers(info.min, info.max, n, dtype=dt.np, endpoint=True)
+        x[:5] = [0, info.min, info.max, 1, -1 if dt.is_signed else 2]
+        return x
+
+    for i, (name, dt, to, e, args) in enumerate(cases):
+        ins = [data(a.dtype) for a in args]
+        if name in ("shl", "shr"):  # (amounts past the width are LLVM's poison on either form)
+            ins[1] = rng.integers(0, 8 * size(dt), n).astype(dt.np)
+        outs = []
+        for suffix in "vs":
+            y = np.zeros(n, np.uint8 if e.dtype is DType.bool else e.dtype.np)
+            f = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(args) + 1))(engine.get_function_address(f"f{i}{suffix}"))
+            f(*[x.ctypes.data for x in ins], y.ctypes.data)
+            outs.append(y)
+        np.testing.assert_array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8), err_msg=f"{name} {dt} {to}")

@@ -27,7 +27,9 @@ from ...ir.graph import Graph, Node, Value
 from ...ir.types import TensorType
 from ..llvm.elementwise import _For, no_vectorize_metadata
 from ..loops import KernelForm, print_llvm
-from ..loops.llvm import MEMORY_TYPES
+from ..loops.expr import FormError, Var, compute_type
+from ..loops.llvm import MEMORY_TYPES, expr_llvm, vector_reason
+from ..loops.scalar import scalar
 from .base import I64, PTR, VOID, KernelBuilder, c64, strides_of
 from .elementwise import chain_lets, inline_const, inlined
 
@@ -259,6 +261,39 @@ class RowChain:
         b.ret_void()
         by_synth = {id(sv): (v, st) for v, st, sv in self.operands}
         return fn, RowFunction(fn, tuple(ins), pointer_outputs), [by_synth[id(s)] for s in ins]
+
+    def _vector_exprs(self, outputs: Sequence[Value]):
+        """(the expressions of ``outputs`` over one variable per operand, the variables), or why the
+        chain has no vector form."""
+        if any(int(sv.shape[0]) == 1 for _, _, sv in self.operands):
+            return "an operand is constant along the row"
+        env = {id(c): inline_const(c) for c in self.g.constants}
+        xs = []
+        for _, _, sv in self.operands:
+            xs.append(Var(sv.name, compute_type(sv.type.dtype)))
+            env[id(sv)] = xs[-1]
+        for n in self.g.nodes:
+            env[id(n.outputs[0])] = scalar(n.op, [None if v is None else env[id(v)] for v in n.inputs],
+                                           n.outputs[0].type.dtype)
+        es = [env[id(self.synth[id(v)])] for v in outputs]
+        return next((why for why in map(vector_reason, es) if why), None) or (es, xs)
+
+    def vector_reason(self, outputs: Sequence[Value]) -> str | None:
+        """Why ``vector`` cannot compute ``outputs``, or None."""
+        got = self._vector_exprs(outputs)
+        return got if isinstance(got, str) else None
+
+    def vector(self, b: ir.IRBuilder, math, values: Sequence[ir.Value], outputs: Sequence[Value]) -> list[ir.Value]:
+        """The chain on explicit vectors at ``b``'s position (where ``vector_reason`` is None):
+        ``values`` one vector per operand (in the order added, in its compute type), the vector of
+        each of ``outputs``: lane by lane what the row function computes (the same scalar semantics
+        printed on vectors, ``expr_llvm``)."""
+        got = self._vector_exprs(outputs)
+        if isinstance(got, str):
+            raise FormError(f"the chain has no vector form: {got}")
+        es, xs = got
+        bound = {id(x): v for x, v in zip(xs, values, strict=True)}
+        return [expr_llvm(b, math, e, bound, values[0].type.count) for e in es]
 
 
 class _RowBuilder:

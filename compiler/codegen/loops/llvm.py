@@ -129,10 +129,26 @@ _FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}
 _ICMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
+def _splat(v: ir.Value):
+    """The element of a constant (a scalar, or a vector of one value repeated: ``_Printer.konst``),
+    else None."""
+    if not isinstance(v, ir.Constant):
+        return None
+    c = v.constant
+    if isinstance(v.type, ir.VectorType):
+        if not isinstance(c, list) or not c or any(x is not c[0] for x in c):
+            return None
+        c, ty = c[0].constant, v.type.element
+    else:
+        ty = v.type
+    return c if isinstance(ty, (ir.FloatType, ir.DoubleType, ir.HalfType)) and isinstance(c, (int, float)) else None
+
+
 def _not_nan_constant(v: ir.Value) -> bool:
-    """Whether ``v`` is a float constant that is not NaN (an inlined scalar: Relu's 0, Clip's bounds)."""
-    return (isinstance(v, ir.Constant) and isinstance(v.type, (ir.FloatType, ir.DoubleType, ir.HalfType))
-            and isinstance(v.constant, (int, float)) and v.constant == v.constant)
+    """Whether ``v`` is a float constant that is not NaN (an inlined scalar: Relu's 0, Clip's bounds),
+    or a vector of one such repeated."""
+    c = _splat(v)
+    return c is not None and c == c
 
 
 def clamped(v: ir.Value) -> tuple[float, float] | None:
@@ -148,7 +164,7 @@ def clamped(v: ir.Value) -> tuple[float, float] | None:
             and list(cond.operands) == [x, c] and cond.op in ("ogt", "oge", "olt", "ole")):
         return None
     lo, hi = clamped(x) or (-math.inf, math.inf)
-    k = float(c.constant)
+    k = float(_splat(c))
     return (k, max(hi, k)) if cond.op in ("ogt", "oge") else (min(lo, k), k)
 
 
@@ -160,7 +176,18 @@ def _signed(dt: DType) -> bool:
     return dt.is_int and dt.is_signed
 
 
+#: the float and integer primitives printed on vectors (``expr_llvm(..., lanes=n)``); the others
+#: (math functions, small-float roundings, ``not``) only on scalars
+_VECTOR_FLOAT = frozenset({"add", "sub", "mul", "div", "min", "max", "neg", "fma", "ne", "isnan", "isinf"}
+                          | set(_FCMP) | set(_INTRINSIC))
+_VECTOR_INT = frozenset({"add", "sub", "mul", "div", "rem", "min", "max", "neg", "abs", "and", "or", "xor",
+                         "shl", "shr"} | set(_ICMP))
+
+
 class _Printer:
+    #: more than 1: every value a vector of this many lanes (one expression, ``expr_llvm``)
+    lanes = 1
+
     def __init__(self, k, kernel: Kernel):
         self.k, self.kernel = k, kernel
         self.scopes: list[dict] = [{}]    # id(expr or var) -> ir value, innermost last
@@ -235,16 +262,27 @@ class _Printer:
             for e in [e for e in scope if key in self.deps.get(e, ())]:
                 del scope[e]
 
+    def typ(self, ty: ir.Type) -> ir.Type:
+        """The type of a value whose elements are ``ty``."""
+        return ir.VectorType(ty, self.lanes) if self.lanes > 1 else ty
+
+    def konst(self, ty: ir.Type, v) -> ir.Constant:
+        """The constant ``v`` of element type ``ty`` (repeated in every lane of a vector)."""
+        c = ir.Constant(ty, v)
+        return c if self.lanes == 1 else ir.Constant(ir.VectorType(ty, self.lanes), [c] * self.lanes)
+
     def const(self, e: Const) -> ir.Value:
         ty = VALUE_TYPES[e.dtype]
         if e.dtype is DType.bool:
-            return ir.Constant(I1, int(e.value))
+            return self.konst(I1, int(e.value))
         if e.dtype.is_int:
-            return ir.Constant(ty, int(e.value) & ((1 << ty.width) - 1))
-        return ir.Constant(ty, float(e.value))
+            return self.konst(ty, int(e.value) & ((1 << ty.width) - 1))
+        return self.konst(ty, float(e.value))
 
     def load(self, e: Load) -> ir.Value:
         buf = e.buf
+        if self.lanes > 1:
+            raise FormError(f"a vector expression reads no buffer (it reads {buf.name})")
         raw = self.b.load(self.address(buf, e.index), typ=MEMORY_TYPES[buf.dtype])
         if buf.dtype is DType.bool:
             return self.b.icmp_unsigned("!=", raw, ir.Constant(I8, 0))
@@ -268,6 +306,8 @@ class _Printer:
             return b.select(self.expr(e.args[0]), self.expr(e.args[1]), self.expr(e.args[2]))
         if p == "cast":
             return self.cast(self.expr(e.args[0]), dt, e.dtype)
+        if self.lanes > 1 and p not in (_VECTOR_FLOAT if dt.is_float else _VECTOR_INT):
+            raise FormError(f"{p} of {dt} has no vector form here")
         xs = [self.expr(a) for a in e.args]
         if dt.is_float:
             return self.float_op(p, xs, dt)
@@ -295,7 +335,7 @@ class _Printer:
         if p == "isnan":
             return b.fcmp_unordered("uno", xs[0], xs[0])
         if p == "isinf":
-            return b.fcmp_ordered("==", b.call(self.intrinsic("fabs", dt), xs), ir.Constant(ty, float("inf")))
+            return b.fcmp_ordered("==", b.call(self.intrinsic("fabs", dt), xs), self.konst(ty, float("inf")))
         if p in _INTRINSIC:
             return b.call(self.intrinsic(_INTRINSIC[p], dt), xs)
         if p == "to_f16":
@@ -332,19 +372,19 @@ class _Printer:
     def int_op(self, p: str, xs, dt: DType) -> ir.Value:
         b, ty = self.b, VALUE_TYPES[dt]
         signed = _signed(dt)
-        zero = ir.Constant(ty, 0)
+        zero = self.konst(ty, 0)
         if p in ("add", "sub", "mul"):
             return getattr(b, p)(*xs)
         if p in ("div", "rem"):
             x, y = xs
             by_zero = b.icmp_unsigned("==", y, zero)
             if signed:
-                minus_one = b.icmp_signed("==", y, ir.Constant(ty, -1 & ((1 << ty.width) - 1)))
-                safe = b.select(b.or_(by_zero, minus_one), ir.Constant(ty, 1), y)
+                minus_one = b.icmp_signed("==", y, self.konst(ty, -1 & ((1 << ty.width) - 1)))
+                safe = b.select(b.or_(by_zero, minus_one), self.konst(ty, 1), y)
                 r = b.sdiv(x, safe) if p == "div" else b.srem(x, safe)
                 special = b.sub(zero, x) if p == "div" else zero      # x / -1 wraps; x % -1 is 0
                 return b.select(by_zero, zero, b.select(minus_one, special, r))
-            safe = b.select(by_zero, ir.Constant(ty, 1), y)
+            safe = b.select(by_zero, self.konst(ty, 1), y)
             r = b.udiv(x, safe) if p == "div" else b.urem(x, safe)
             return b.select(by_zero, zero, r)
         if p in ("min", "max"):
@@ -373,23 +413,24 @@ class _Printer:
         if src is dst:
             return x
         sty, dty = VALUE_TYPES[src], VALUE_TYPES[dst]
+        to = self.typ(dty)
         if dst is DType.bool:
             if src.is_float:
-                return b.fcmp_unordered("!=", x, ir.Constant(sty, 0.0))
-            return b.icmp_unsigned("!=", x, ir.Constant(sty, 0))
+                return b.fcmp_unordered("!=", x, self.konst(sty, 0.0))
+            return b.icmp_unsigned("!=", x, self.konst(sty, 0))
         if src is DType.bool:
-            return b.uitofp(x, dty) if dst.is_float else b.zext(x, dty)
+            return b.uitofp(x, to) if dst.is_float else b.zext(x, to)
         if src.is_float and dst.is_float:
-            return b.fpext(x, dty) if dty is F64 else b.fptrunc(x, dty)
+            return b.fpext(x, to) if dty is F64 else b.fptrunc(x, to)
         if src.is_float:  # as NumPy on x86-64 (cvttss2si): see _float_to_int
             return self.float_to_int(x, sty, dst)
         if dst.is_float:
-            return b.sitofp(x, dty) if _signed(src) else b.uitofp(x, dty)
+            return b.sitofp(x, to) if _signed(src) else b.uitofp(x, to)
         if dty.width == sty.width:
             return x
         if dty.width < sty.width:
-            return b.trunc(x, dty)
-        return b.sext(x, dty) if _signed(src) else b.zext(x, dty)
+            return b.trunc(x, to)
+        return b.sext(x, to) if _signed(src) else b.zext(x, to)
 
     def float_to_int(self, x: ir.Value, sty: ir.Type, dst: DType) -> ir.Value:
         """Truncation toward zero; NaN, infinities and values out of range give the "integer
@@ -402,16 +443,16 @@ class _Printer:
         dty = VALUE_TYPES[dst]
         bounds = clamped(x)
         if bounds is not None and -half <= bounds[0] and bounds[1] < half:  # in range, not NaN: no check
-            r = b.fptosi(x, wide)  # (a clamped QuantizeLinear: two compares and a masked move less)
-            return r if dty.width == wide.width else b.trunc(r, dty)
-        ok = b.and_(b.fcmp_ordered(">=", x, ir.Constant(sty, -half)), b.fcmp_ordered("<", x, ir.Constant(sty, half)))
-        r = b.select(ok, b.fptosi(b.select(ok, x, ir.Constant(sty, 0.0)), wide),
-                     ir.Constant(wide, 1 << (wide.width - 1)))
-        return r if dty.width == wide.width else b.trunc(r, dty)
+            r = b.fptosi(x, self.typ(wide))  # (a clamped QuantizeLinear: two compares and a masked move less)
+            return r if dty.width == wide.width else b.trunc(r, self.typ(dty))
+        ok = b.and_(b.fcmp_ordered(">=", x, self.konst(sty, -half)), b.fcmp_ordered("<", x, self.konst(sty, half)))
+        r = b.select(ok, b.fptosi(b.select(ok, x, self.konst(sty, 0.0)), self.typ(wide)),
+                     self.konst(wide, 1 << (wide.width - 1)))
+        return r if dty.width == wide.width else b.trunc(r, self.typ(dty))
 
     def intrinsic(self, name: str, dt: DType, nargs: int = 1) -> ir.Function:
-        ty = VALUE_TYPES[dt]
-        full = f"llvm.{name}.{'f32' if dt is DType.f32 else 'f64'}"
+        ty = self.typ(VALUE_TYPES[dt])
+        full = f"llvm.{name}.{'v%d' % self.lanes if self.lanes > 1 else ''}{'f32' if dt is DType.f32 else 'f64'}"
         fn = self.k.module.globals.get(full)
         return fn if fn is not None else ir.Function(self.k.module, ir.FunctionType(ty, [ty] * nargs), full)
 
@@ -605,12 +646,29 @@ class _ExprOnly:
         self.b, self.math, self.module = b, math, b.module
 
 
-def expr_llvm(b: ir.IRBuilder, math, e: Expr, env: dict) -> ir.Value:
+def vector_reason(e: Expr) -> str | None:
+    """Why ``e`` cannot be printed on vectors (``expr_llvm(..., lanes=n)``), or None."""
+    from .expr import walk
+
+    for x in walk(e):
+        if isinstance(x, Load):
+            return f"it reads {x.buf.name}"
+        if isinstance(x, Op) and x.prim not in ("select", "cast") and \
+                x.prim not in (_VECTOR_FLOAT if x.args[0].dtype.is_float else _VECTOR_INT):
+            return f"{x.prim} of {x.args[0].dtype} has no vector form here"
+    return None
+
+
+def expr_llvm(b: ir.IRBuilder, math, e: Expr, env: dict, lanes: int = 1) -> ir.Value:
     """One expression at the builder's position, its variables bound by ``env`` (id(Var) -> value):
-    for lowerings that print scalar semantics inside loops of their own."""
+    for lowerings that print scalar semantics inside loops of their own. ``lanes`` > 1: the
+    variables are vectors of that many lanes, and so is the result, each lane the scalar
+    expression's value on the variables' lanes (``FormError`` where a primitive has no vector form
+    here, ``_VECTOR_FLOAT``/``_VECTOR_INT``: the caller prints its scalar loop instead)."""
     p = _Printer(_ExprOnly(b, math), Kernel("expr", [], []))
+    p.lanes = lanes
     p.scopes = [dict(env)]
     return p.expr(e)
 
 
-__all__ = ["print_llvm", "expr_llvm", "VALUE_TYPES", "MEMORY_TYPES"]
+__all__ = ["print_llvm", "expr_llvm", "vector_reason", "VALUE_TYPES", "MEMORY_TYPES"]
