@@ -228,3 +228,31 @@ def test_a_chain_op_may_read_the_result_as_its_second_operand():
     assert [k.op.members() for k in g.nodes if k.op.name == "Kernel"] == [
         ["DequantizeLinear", "Conv", "Relu", "Mul", "QuantizeLinear"]]
     _close(run_kernels(g, feeds)["y"], want["y"])
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+@pytest.mark.parametrize("hw,stride,pad,flat", [(40, 2, 1, False), (41, 2, 1, False), (66, 2, 0, False),
+                                                 (9, 2, 1, False), (20, 2, 1, False), (14, 2, 1, True),
+                                                 (9, 1, 1, True), (37, 1, 1, False)])
+def test_dequantized_on_explicit_vectors(monkeypatch, cpu, hw, stride, pad, flat):
+    """The DequantizeLinear on explicit vectors (``RowChain.vector``): each uint8 row of a width
+    stride 2 split into both phases and dequantized a pair of vectors at a time, the last pair
+    overlapping the one before (``_pad_plane_pairs``; widths with no whole vector, a few, an odd
+    one, no padding), and the flat form's planes in registers converted as loaded (``dw_regs.py``):
+    bit for bit the row function's results (that path forced by refusing the vector form), on
+    every ISA's vectors the host runs."""
+    from compiler.codegen.kernels import conv as conv_lowering
+    from compiler.codegen.kernels.tile_epilogue import RowChain
+
+    target = target_for(cpu)
+    if target.isa > host_target().isa:
+        pytest.skip(f"this CPU lacks {cpu}'s instructions")
+    monkeypatch.setattr(conv_lowering, "DW_FLAT_SPAN", 10 ** 6 if flat else 0)
+    monkeypatch.setattr(conv_lowering, "DW_TINY_PIXELS", 0)
+    monkeypatch.setattr(conv_lowering, "DW_REG_OUTPUTS", 10 ** 6)
+    monkeypatch.setattr(conv_lowering, "DW_REG_VECTORS", 10 ** 6)
+    g, _, feeds, want = _fused(h=hw, w=hw, stride=stride, pad=pad, c=3)
+    vec = run_kernels(g, feeds, target=target)["y"]
+    _close(vec, want["y"])
+    monkeypatch.setattr(RowChain, "vector_reason", lambda self, outputs: "refused here")
+    np.testing.assert_array_equal(vec, run_kernels(g, feeds, target=target)["y"])

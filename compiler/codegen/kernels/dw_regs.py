@@ -73,9 +73,9 @@ def _gather(b: ir.IRBuilder, vectors, idx, lanes: int):
     return acc
 
 
-def _masked(k: KernelBuilder, lanes: int, store: bool):
-    vt, mt = ir.VectorType(F32, lanes), ir.VectorType(ir.IntType(1), lanes)
-    name = f"llvm.masked.{'store' if store else 'load'}.v{lanes}f32.p0"
+def _masked(k: KernelBuilder, lanes: int, store: bool, et: ir.Type = F32):
+    vt, mt = ir.VectorType(et, lanes), ir.VectorType(ir.IntType(1), lanes)
+    name = f"llvm.masked.{'store' if store else 'load'}.v{lanes}{'f32' if et == F32 else 'i%d' % et.width}.p0"
     args = [vt, PTR, I32, mt] if store else [PTR, I32, mt, vt]
     return _declare(k.module, name, VOID if store else vt, args), mt
 
@@ -90,21 +90,25 @@ class RegisterPlane:
         self.npv = padded_vectors(taps, nvec, lanes)
         self.idx = padded_sources(h, wd, hq, wq, pt, pl, sw, rph, self.npv * lanes)
 
-    def build(self, xin) -> None:
+    def build(self, xin, xt: ir.Type = F32, convert=None) -> None:
+        """The padded vectors from the plane at ``xin``: float32, or elements of type ``xt`` that
+        ``convert(b, vector)`` turns into a vector of floats (a dequantization: the padding stays 0.0)."""
         k, b, lanes = self.k, self.k.b, self.lanes
-        vt = ir.VectorType(F32, lanes)
-        mload, mt = _masked(k, lanes, store=False)
+        vt = ir.VectorType(xt, lanes)
+        mload, mt = _masked(k, lanes, store=False, et=xt)
+        align = 4 if xt == F32 else 1
         loaded = {}
 
         def x(j):  # input vector j (its elements past the plane masked off)
             if j not in loaded:
-                ptr = k.at(xin, c64(j * lanes))
+                ptr = k.at(xin, c64(j * lanes), xt)
                 tail = self.n - j * lanes
                 if tail >= lanes:
-                    loaded[j] = b.load(ptr, typ=vt, align=4)
+                    v = b.load(ptr, typ=vt, align=align)
                 else:
                     mask = ir.Constant(mt, [t < tail for t in range(lanes)])
-                    loaded[j] = b.call(mload, [ptr, ir.Constant(I32, 4), mask, ir.Constant(vt, ir.Undefined)])
+                    v = b.call(mload, [ptr, ir.Constant(I32, align), mask, ir.Constant(vt, ir.Undefined)])
+                loaded[j] = v if convert is None else convert(b, v)
             return loaded[j]
 
         self.padded = [_gather(b, x, self.idx[j * lanes:(j + 1) * lanes], lanes) for j in range(self.npv)]

@@ -331,14 +331,15 @@ def _build_im2col(module: ir.Module, sw: int) -> ir.Function:
 
 
 def pad_plane(k: KernelBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw, sh=1, load=None, xt=F32,
-              row0=None, rows=None) -> None:
+              row0=None, rows=None, convert=None) -> None:
     """The ``hp`` rows of the zero-padded input plane ``xpad[r, s] = x[r - pt, s - pl]`` split by
     column phase: ``plane[ph, r, t] = xpad[r, t*sw + ph]`` (``wq`` columns per phase), so that a
     strided window reads contiguous columns. With ``sh > 1`` the rows are split by phase too:
     ``plane[rph, ph, r, t] = xpad[r*sh + rph, t*sw + ph]``, ``hq = ceil(hp / sh)`` rows per phase (a
     strided window then reads consecutive rows as well). ``load``: a row function ``f(x elements,
     float32 out, n)`` reading every ``sw``-th element of ``x`` (of type ``xt``) and computing the
-    row's values from them (a dequantization) instead of copying them.
+    row's values from them (a dequantization) instead of copying them; ``convert(b, vector)``: the
+    same on a vector of elements (``_pad_plane_pairs``), or None.
 
     A strip of the padded plane (``sh == 1``): ``row0`` (an i64 value) its first row, ``rows`` (an
     int or i64 value, at most ``hp``) how many: ``plane[ph, r, t] = xpad[row0 + r, t*sw + ph]``."""
@@ -347,8 +348,8 @@ def pad_plane(k: KernelBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw, sh=1, loa
     assert row0 is None or sh == 1
     row0 = c64(0) if row0 is None else row0
     rows = hq if rows is None else rows
-    if sw == 2 and load is None and xt == F32 and PAD_PAIRS:
-        _pad_plane_pairs(k, xin, plane, h, wd, hq, wq, pt, pl, sh, row0, rows)
+    if sw == 2 and PAD_PAIRS and (convert is not None or load is None and xt == F32):
+        _pad_plane_pairs(k, xin, plane, h, wd, hq, wq, pt, pl, sh, row0, rows, xt, load, convert)
         return
     for rph in range(sh):
         for ph in range(sw):
@@ -373,25 +374,36 @@ def pad_plane(k: KernelBuilder, xin, plane, h, wd, hp, wq, pt, pl, sw, sh=1, loa
                         _fill_zero(k, dst, 0, wq, f"pz{tag}")
 
 
-def _pad_plane_pairs(k: KernelBuilder, xin, plane, h, wd, hq, wq, pt, pl, sh, row0, rows) -> None:
-    """``pad_plane`` of width stride 2 (float32, copied): each input row split into both column
-    phases in one pass, vectors of ``2 * lanes`` floats loaded whole and their even and odd elements
-    stored to the two phases (two shuffles per pair of vectors); the few columns by the row's ends
-    one by one. Per phase the loop form of ``pad_plane`` loaded both vectors again, through a lane
-    mask (the vectorizer cannot know that the odd element past a row's last even one is readable).
-    Measured on Zen 4, a 3x3/2 depthwise over 112x112 planes: 2.39 -> 2.29 us a plane; most of what
-    its padding cost was L2 traffic, which the strips of ``conv.py`` (``DW_STRIP_BYTES``) removed."""
+def _pad_plane_pairs(k: KernelBuilder, xin, plane, h, wd, hq, wq, pt, pl, sh, row0, rows, xt=F32, load=None,
+                     convert=None) -> None:
+    """``pad_plane`` of width stride 2: each input row split into both column phases in one pass,
+    vectors of ``2 * lanes`` elements loaded whole and their even and odd elements stored to the two
+    phases (two shuffles per pair of vectors; where the columns both phases have are not a multiple
+    of the lanes, the last vector overlaps the one before it: its first values are written twice,
+    the same), the few columns by the row's ends one by one. Per phase the loop form of
+    ``pad_plane`` loaded both vectors again, through a lane mask (the vectorizer cannot know that
+    the odd element past a row's last even one is readable). Measured on Zen 4, a 3x3/2 depthwise
+    over 112x112 planes: 2.39 -> 2.29 us a plane; most of what its padding cost was L2 traffic,
+    which the strips of ``conv.py`` (``DW_STRIP_BYTES``) removed.
+
+    Elements of another type than float32 (``xt``, uint8 to dequantize): ``convert(b, vector)``
+    computes each phase's vector of floats from its vector of elements (the row function's
+    semantics on explicit vectors, ``RowChain.vector``), ``load`` (the row function of
+    ``pad_plane``) the ends. With the loop form's row function each phase's 56 columns of a
+    112-wide row were 48 in vectors of 8 and 8 one by one."""
     b = k.b
     lanes = k.services.gemm_cfg.W
-    vec2 = ir.VectorType(F32, 2 * lanes)
+    vec2 = ir.VectorType(xt, 2 * lanes)
     evens = ir.Constant(ir.VectorType(I32, lanes), [2 * i for i in range(lanes)])
     odds = ir.Constant(ir.VectorType(I32, lanes), [2 * i + 1 for i in range(lanes)])
     # phase ph's column t holds input column 2t + ph - pl, inside for t in [lo[ph], hi[ph])
     spans = _ranges(wd, wq, 2, 2, 1, pl)
-    # the vectors: t in [t0, t0 + nv * lanes), both phases inside (2t - pl >= 0, 2t + 1 - pl < wd)
+    # the vectors: t in [t0, t1), both phases inside (2t - pl >= 0, 2t + 1 - pl < wd), by nv
+    # vectors starting at t0, t0 + lanes, ..., the last at t1 - lanes
     t0 = max(spans[0][0], spans[1][0])
-    nv = max(0, (min(spans[0][1], spans[1][1]) - t0) // lanes)
-    t1 = t0 + nv * lanes
+    t1 = max(t0, min(spans[0][1], spans[1][1]))
+    nv = -(-(t1 - t0) // lanes) if t1 - t0 >= lanes else 0
+    t1 = t1 if nv else t0
     for rph in range(sh):
         bases = [k.at(plane, (rph * 2 + ph) * hq * wq) for ph in range(2)]
         with k.loop(rows, f"pp{rph}") as r:
@@ -399,22 +411,25 @@ def _pad_plane_pairs(k: KernelBuilder, xin, plane, h, wd, hq, wq, pt, pl, sh, ro
             dsts = [k.at(base, b.mul(r, c64(wq))) for base in bases]
             with k.f.if_else(_in_range(k, ih, h), f"pprow{rph}") as (inside, outside):
                 with inside:
-                    row = k.at(xin, b.mul(ih, c64(wd)))
+                    row = k.at(xin, b.mul(ih, c64(wd)), xt)
                     for ph, (lo, hi) in enumerate(spans):
                         _fill_zero(k, dsts[ph], 0, lo, f"ppza{rph}{ph}")
                         for a, z in ((lo, min(hi, t0)), (max(lo, t1), hi)):
                             if z > a:  # dst[t] = row[2t + ph - pl]
-                                src = k.at(row, c64(2 * a + ph - pl))
+                                src = k.at(row, c64(2 * a + ph - pl), xt)
+                                if load is not None:
+                                    b.call(load, [src, k.at(dsts[ph], c64(a)), c64(z - a)])
+                                    continue
                                 with k.loop(z - a, f"ppe{rph}{ph}") as q:
                                     k.store(k.load(src, b.mul(q, c64(2))), k.at(dsts[ph], c64(a)), q)
                         _fill_zero(k, dsts[ph], hi, wq, f"ppzb{rph}{ph}")
                     if nv:
                         with k.loop(nv, f"ppv{rph}") as v:
-                            t = b.add(b.mul(v, c64(lanes)), c64(t0))
-                            pair = b.load(k.at(row, b.sub(b.mul(t, c64(2)), c64(pl))), typ=vec2, align=4)
+                            t = k.f.min(b.add(b.mul(v, c64(lanes)), c64(t0)), c64(t1 - lanes))
+                            pair = b.load(k.at(row, b.sub(b.mul(t, c64(2)), c64(pl)), xt), typ=vec2, align=1)
                             for ph, sel in enumerate((evens, odds)):
                                 half = b.shuffle_vector(pair, ir.Constant(vec2, ir.Undefined), sel)
-                                b.store(half, k.at(dsts[ph], t), align=4)
+                                b.store(half if convert is None else convert(b, half), k.at(dsts[ph], t), align=4)
                 with outside:
                     for ph in range(2):
                         _fill_zero(k, dsts[ph], 0, wq, f"ppz{rph}{ph}")
