@@ -325,6 +325,10 @@ class _IntegerConv(Int8Lowering):
                + f": {-(-M // MR)} channel blocks x {panels} panels x {N} image(s), K={K}, the input packed "
                "at run time")
         emitter = Int8Emitter(k.module, tiling)
+        # the last panel, where its pixels need fewer vectors than a tile has (14x14: 196 = 3 x 64 + 4
+        # pixels, the last panel one vector of 16 instead of 4), by a tile of that many
+        nv_last = -(-(P - (panels - 1) * NR) // lanes)
+        last = Int8Emitter(k.module, Int8Tiling(MR=MR, NV=nv_last, isa=isa)) if nv_last < tiling.NV else None
         vec = emitter.vec
         out_t = MEMORY_TYPES[y.type.dtype]
         s_var, m_var, j_var, img_var = Var("s", DType.i32), Var("m", INDEX), Var("j", INDEX), Var("img", INDEX)
@@ -351,16 +355,27 @@ class _IntegerConv(Int8Lowering):
                 ms = [k.f.min(b.add(m0, c64(r)), c64(M - 1)) for r in range(MR)]
                 rows = [k.at(ap, b.mul(m, c64(K)), I8) for m in ms]
                 words = k.at(panel, b.add(b.mul(img, c64(per_image)), b.mul(pb, c64(per_panel))), I32)
-                grid, _, colsums = emitter.tile(k.f, rows, K, w_signed and not swap, words, False,
-                                                colsum=colsum, word_stride=stride, swap=swap)
-                for r in range(MR):
-                    cwv = emitter.splat(b, b.load(k.at(cwp, ms[r], I32), typ=I32))
-                    cv = b.mul(cxv, emitter.splat(b, b.load(k.at(cp, ms[r], I32), typ=I32)))
-                    for v in range(tiling.NV):
-                        val = b.add(grid[r][v], cv)
-                        if colsum:
-                            val = b.add(val, b.mul(cwv, colsums[v]))
-                        b.store(val, b.bitcast(k.at(tile, c64(r * NR + v * lanes), I32), vec.as_pointer()), align=4)
+                cwvs = [emitter.splat(b, b.load(k.at(cwp, m, I32), typ=I32)) for m in ms]
+                cvs = [b.mul(cxv, emitter.splat(b, b.load(k.at(cp, m, I32), typ=I32))) for m in ms]
+
+                def sums(em):  # the tile's corrected sums into ``tile``, by ``em``'s vectors
+                    grid, _, colsums = em.tile(k.f, rows, K, w_signed and not swap, words, False,
+                                               colsum=colsum, word_stride=stride or NR, swap=swap)
+                    for r in range(MR):
+                        for v in range(em.t.NV):
+                            val = b.add(grid[r][v], cvs[r])
+                            if colsum:
+                                val = b.add(val, b.mul(cwvs[r], colsums[v]))
+                            b.store(val, b.bitcast(k.at(tile, c64(r * NR + v * lanes), I32), vec.as_pointer()), align=4)
+
+                if last is None:
+                    sums(emitter)
+                else:  # the last panel's pixels by as few vectors as they need
+                    with k.f.if_else(b.icmp_unsigned("==", pb, c64(panels - 1)), "lastpanel") as (then, other):
+                        with then:
+                            sums(last)
+                        with other:
+                            sums(emitter)
                 p0 = b.mul(pb, c64(NR))
                 ncols = k.f.min(b.sub(c64(P), p0), c64(NR))
                 for r in range(MR):
