@@ -334,7 +334,7 @@ def test_conv_depthwise_by_strips(monkeypatch, pairs, cpu):
     if not target.isa <= host_target().isa:
         pytest.skip(f"compiled for {cpu}; this CPU lacks its instructions to run it")
 
-    monkeypatch.setattr(conv_lowering, "DW_STRIP_BYTES", 6500)
+    monkeypatch.setattr(conv_lowering, "DW_STRIP_BYTES", 9000)
     monkeypatch.setattr(im2col, "PAD_PAIRS", pairs)
     t = Bench()
     for (sh, sw) in ((1, 1), (2, 2), (3, 1), (1, 2), (2, 3)):
