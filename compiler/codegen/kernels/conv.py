@@ -428,10 +428,9 @@ class Conv(Lowering):
             # faster (32 planes of 112x112, 144 of 56x56).
             rl = min((lanes, lanes // 2), key=lambda v: (-(-ow // v) * v, -v))
             rl = rl if ow % (lanes // 2) and ow >= rl else None
-            rvt = ir.VectorType(F32, rl or 1)
-            rname = f"llvm.fmuladd.v{rl}f32"
-            rfma = (k.module.globals.get(rname) or ir.Function(k.module, ir.FunctionType(rvt, [rvt] * 3), rname)) \
-                if rl else None
+            if rl:
+                rvt, rname = ir.VectorType(F32, rl), f"llvm.fmuladd.v{rl}f32"
+                rfma = k.module.globals.get(rname) or ir.Function(k.module, ir.FunctionType(rvt, [rvt] * 3), rname)
 
             def row_taps(rowbase, yrow, wts, b0, rws):
                 """One output row ``yrow`` from the plane's rows at ``rowbase`` (``rws``: the
