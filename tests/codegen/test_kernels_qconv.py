@@ -31,8 +31,9 @@ CASES = [((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1))), ((2, 5, 9, 8), (
          ((2, 6, 8, 8), (20, 6, 1, 1), {}), ((1, 5, 9, 9), (3, 5, 1, 1), {}), ((1, 3, 4, 4), (260, 3, 1, 1), {}),
          ((1, 512, 2, 2), (256, 512, 1, 1), {}),
          # a last panel whose pixels need fewer vectors than a tile has (by a tile of that many):
-         # 14x14 (196 = 3 x 64 + 4 pixels with 512-bit vectors), and as W x cols 11x16 (176 = 2 x 64 + 48)
-         ((1, 6, 14, 14), (10, 6, 1, 1), {}), ((1, 4, 11, 16), (5, 4, 3, 3), dict(pads=(1, 1, 1, 1))),
+         # 14x14 over two images (196 = 3 x 64 + 4 pixels with 512-bit vectors), and as W x cols 11x16
+         # (176 = 2 x 64 + 48)
+         ((2, 6, 14, 14), (10, 6, 1, 1), {}), ((1, 4, 11, 16), (5, 4, 3, 3), dict(pads=(1, 1, 1, 1))),
          # the same path on size-1 axes (one pixel, one channel) and on no input channels (K = 0)
          ((3, 1, 1, 1), (2, 1, 1, 1), {}), ((2, 0, 3, 3), (4, 0, 1, 1), {}),
          # other shapes as W x cols (output pixels filling 64-pixel panels, the input packed per

@@ -231,14 +231,16 @@ def test_a_chain_op_may_read_the_result_as_its_second_operand():
 
 
 @pytest.mark.parametrize("cpu", CPUS)
-@pytest.mark.parametrize("hw,stride,pad,flat", [(40, 2, 1, False), (41, 2, 1, False), (66, 2, 0, False),
-                                                 (9, 2, 1, False), (20, 2, 1, False), (14, 2, 1, True),
-                                                 (9, 1, 1, True), (37, 1, 1, False)])
-def test_dequantized_on_explicit_vectors(monkeypatch, cpu, hw, stride, pad, flat):
+@pytest.mark.parametrize("hw,stride,pad,flat,n,c", [(40, 2, 1, False, 2, 3), (41, 2, 1, False, 1, 1),
+                                                     (66, 2, 0, False, 1, 3), (9, 2, 1, False, 1, 3),
+                                                     (20, 2, 1, False, 1, 3), (14, 2, 1, True, 2, 3),
+                                                     (9, 1, 1, True, 1, 1), (37, 1, 1, False, 1, 3)])
+def test_dequantized_on_explicit_vectors(monkeypatch, cpu, hw, stride, pad, flat, n, c):
     """The DequantizeLinear on explicit vectors (``RowChain.vector``): each uint8 row of a width
     stride 2 split into both phases and dequantized a pair of vectors at a time, the last pair
     overlapping the one before (``_pad_plane_pairs``; widths with no whole vector, a few, an odd
-    one, no padding), and the flat form's planes in registers converted as loaded (``dw_regs.py``):
+    one, no padding; two images, one channel), and the flat form's planes in registers converted as
+    loaded (``dw_regs.py``):
     bit for bit the row function's results (that path forced by refusing the vector form), on
     every ISA's vectors the host runs."""
     from compiler.codegen.kernels import conv as conv_lowering
@@ -251,7 +253,7 @@ def test_dequantized_on_explicit_vectors(monkeypatch, cpu, hw, stride, pad, flat
     monkeypatch.setattr(conv_lowering, "DW_TINY_PIXELS", 0)
     monkeypatch.setattr(conv_lowering, "DW_REG_OUTPUTS", 10 ** 6)
     monkeypatch.setattr(conv_lowering, "DW_REG_VECTORS", 10 ** 6)
-    g, _, feeds, want = _fused(h=hw, w=hw, stride=stride, pad=pad, c=3)
+    g, _, feeds, want = _fused(h=hw, w=hw, stride=stride, pad=pad, n=n, c=c)
     vec = run_kernels(g, feeds, target=target)["y"]
     _close(vec, want["y"])
     monkeypatch.setattr(RowChain, "vector_reason", lambda self, outputs: "refused here")

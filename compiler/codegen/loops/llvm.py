@@ -184,6 +184,13 @@ _VECTOR_INT = frozenset({"add", "sub", "mul", "div", "rem", "min", "max", "neg",
                          "shl", "shr"} | set(_ICMP))
 
 
+def _no_vector_form(e: Op) -> str | None:
+    """Why the primitive of ``e`` is printed on scalars only, or None."""
+    if e.prim in ("select", "cast") or e.prim in (_VECTOR_FLOAT if e.args[0].dtype.is_float else _VECTOR_INT):
+        return None
+    return f"{e.prim} of {e.args[0].dtype} has no vector form here"
+
+
 class _Printer:
     #: more than 1: every value a vector of this many lanes (one expression, ``expr_llvm``)
     lanes = 1
@@ -306,8 +313,8 @@ class _Printer:
             return b.select(self.expr(e.args[0]), self.expr(e.args[1]), self.expr(e.args[2]))
         if p == "cast":
             return self.cast(self.expr(e.args[0]), dt, e.dtype)
-        if self.lanes > 1 and p not in (_VECTOR_FLOAT if dt.is_float else _VECTOR_INT):
-            raise FormError(f"{p} of {dt} has no vector form here")
+        if self.lanes > 1 and _no_vector_form(e):
+            raise FormError(_no_vector_form(e))
         xs = [self.expr(a) for a in e.args]
         if dt.is_float:
             return self.float_op(p, xs, dt)
@@ -653,9 +660,8 @@ def vector_reason(e: Expr) -> str | None:
     for x in walk(e):
         if isinstance(x, Load):
             return f"it reads {x.buf.name}"
-        if isinstance(x, Op) and x.prim not in ("select", "cast") and \
-                x.prim not in (_VECTOR_FLOAT if x.args[0].dtype.is_float else _VECTOR_INT):
-            return f"{x.prim} of {x.args[0].dtype} has no vector form here"
+        if isinstance(x, Op) and _no_vector_form(x):
+            return _no_vector_form(x)
     return None
 
 
