@@ -177,7 +177,7 @@ class Int8Emitter:
         return out
 
     def tile(self, f, rows: list[ir.Value], k: int, a_signed: bool, words: ir.Value, rowsum: bool,
-             colsum: bool = False, word_stride: int | None = None, swap: bool = False):
+             colsum: bool = False, word_stride: int | None = None, swap: bool = False, start=None):
         """The sums of ``rows`` (byte pointers to rows of A) against the panel at ``words`` (pointer
         to its first word; the words of one k ``word_stride`` words apart, ``NR`` by default: a
         packed panel). Returns (accumulators [row][vector], rowsums [row] or None, and with
@@ -189,7 +189,11 @@ class Int8Emitter:
 
         With ``swap`` (VNNI only) the dot products read B's bytes as the unsigned operand and A's
         (broadcast) as the signed one: for a product whose unsigned values (activations) are B's.
-        ``rowsum`` is not available then (A is constant: its row sums are known when compiling)."""
+        ``rowsum`` is not available then (A is constant: its row sums are known when compiling).
+
+        ``start``: the (accumulators, rowsums, colsums) of an earlier ``tile`` to go on from (another
+        slice of k: a convolution's next tap), so that the sums stay in registers from one loop to the
+        next; default: zeros."""
         b = f.b
         t = self.t
         lanes, kpw = t.isa.lanes, t.KPW
@@ -221,6 +225,11 @@ class Int8Emitter:
             return out
 
         init = [zero] * (n_acc + (len(rows) if rowsum else 0) + (t.NV if colsum else 0))
+        if start is not None:
+            grid0, rowsums0, colsums0 = start
+            init = ([v for row in grid0 for v in row] + (list(rowsums0) if rowsum else [])
+                    + (list(colsums0) if colsum else []))
+            assert len(init) == (n_acc + (len(rows) if rowsum else 0) + (t.NV if colsum else 0))
         # the main loop over whole words of 4 k: phis for the accumulators
         pre = b.block
         head, body, end = (f.fn.append_basic_block(x) for x in ("i8.head", "i8.body", "i8.end"))

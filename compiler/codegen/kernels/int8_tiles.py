@@ -132,15 +132,14 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
             if job.tap_rows is None:
                 rows = [k.at(ap, b.mul(m, c64(K)), I8) for m in ms]
                 grid, rowsums, _ = emitter.tile(k.f, rows, K, job.a_signed, panel, packed.needs_rowsum)
-            else:  # one tile loop per tap, its sums added (K / taps is a whole number of words)
+            else:  # one tile loop per tap, each going on from the sums of the one before (K / taps is
+                # a whole number of words; the sums stay in registers from tap to tap)
                 kt = K // job.taps
-                grid = rowsums = None
+                sums = None
                 for tap in range(job.taps):
-                    g, rs_, _ = emitter.tile(k.f, [job.tap_rows(b, ap, m, tap) for m in ms], kt, job.a_signed,
-                                             k.at(panel, c64(tap * (kt // tiling.KPW) * NR), I32), packed.needs_rowsum)
-                    grid = g if grid is None else [[b.add(x, y) for x, y in zip(gr, r2)] for gr, r2 in zip(grid, g)]
-                    if rs_ is not None:
-                        rowsums = rs_ if rowsums is None else [b.add(x, y) for x, y in zip(rowsums, rs_)]
+                    grid, rowsums, _ = sums = emitter.tile(
+                        k.f, [job.tap_rows(b, ap, m, tap) for m in ms], kt, job.a_signed,
+                        k.at(panel, c64(tap * (kt // tiling.KPW) * NR), I32), packed.needs_rowsum, start=sums)
             n0 = b.mul(pn, c64(NR))
             cols = k.f.min(b.sub(c64(N), n0), c64(NR))
 
