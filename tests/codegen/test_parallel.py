@@ -84,9 +84,10 @@ def test_concurrent_calls():
 
 class _Probe:
     """A kernel of its own: y[i] += 1 and first[i] = begin of the chunk, over a parallel_for of
-    ``count`` iterations, y zeroed first on the calling thread."""
+    ``count`` iterations, y zeroed first on the calling thread; with ``chunks``, the kernel's chunks per
+    thread."""
 
-    def __init__(self, count: int, min_per_task: int = 1):
+    def __init__(self, count: int, min_per_task: int = 1, chunks: int | None = None):
         g = Graph("probe")
         x = g.add_input("x", TensorType(DType.f32, (max(count, 1),)))
         node = g.add_node(ew.Relu(), [x])
@@ -97,6 +98,7 @@ class _Probe:
         self.module = new_module("probe", target)
         self.services = Services(self.module, target, config_for_target(target))
         k = KernelBuilder(self.services, "probe", self.group, internal=False)
+        k.chunks_per_thread = chunks
         yp = k.ptr(self.y)
         k.ptr(self.first)
         with k.loop(count) as i:
@@ -156,6 +158,20 @@ def test_chunks_cover_each_index_once(count):
             assert np.all(first == 0)  # one call: the whole range on the calling thread
         if nthreads == 2 and count == 7:  # about 4 chunks per thread: 7 chunks of 1 row
             assert len(starts) == 7
+
+
+@pytest.mark.parametrize("chunks", [1, 8])
+def test_chunks_per_thread(chunks):
+    """A kernel's own chunks per thread (the int8 kernels take 8): 37 iterations on 2 threads in about
+    2 * chunks chunks (of ceil(37 / (2 * chunks)) iterations), each index once, whatever the threads."""
+    p = _Probe(37, chunks=chunks)
+    assert "kiln_parallel_for_chunks" in str(p.module)
+    size = -(-37 // (2 * chunks))
+    for nthreads in (1, 2, 3):
+        y, first = p.run(nthreads)
+        np.testing.assert_array_equal(y, np.ones(37, np.float32), err_msg=f"nthreads={nthreads}")
+        if nthreads == 2:
+            np.testing.assert_array_equal(np.unique(first), np.arange(0, 37, size))
 
 
 def test_small_count_runs_inline():

@@ -184,13 +184,15 @@ class Services:
             ir.Function(self.module, ir.FunctionType(t.return_type, list(t.args) + [PTR] * 4), "kiln_sgemm_cb")
         return self.module.globals["kiln_sgemm_cb"]
 
-    def parallel_for(self) -> ir.Function:
+    def parallel_for(self, chunks: bool = False) -> ir.Function:
         """``void kiln_parallel_for(void (*task)(void *ctx, i64 begin, i64 end), void *ctx, i64 n,
-        i32 nthreads)`` (``codegen/native/parallel.c``, linked when used: ``uses_parallel``)."""
-        if "kiln_parallel_for" not in self.module.globals:
-            ir.Function(self.module, ir.FunctionType(VOID, [PTR, PTR, I64, I32]), "kiln_parallel_for")
+        i32 nthreads)`` (``codegen/native/parallel.c``, linked when used: ``uses_parallel``); with
+        ``chunks``, ``kiln_parallel_for_chunks``, which takes the chunks per thread after nthreads."""
+        name = "kiln_parallel_for_chunks" if chunks else "kiln_parallel_for"
+        if name not in self.module.globals:
+            ir.Function(self.module, ir.FunctionType(VOID, [PTR, PTR, I64, I32] + [I32] * chunks), name)
             self.uses_parallel = True
-        return self.module.globals["kiln_parallel_for"]
+        return self.module.globals[name]
 
     def helper(self, name: str, build: Callable[[ir.Module], ir.Function]) -> ir.Function:
         """A module-level function shared by kernels (built once by ``build``)."""
@@ -251,6 +253,9 @@ class KernelBuilder:
         self.group = group
         self.name = name
         self._tasks = 0  # parallel_for task functions made so far (``name.task{i}``)
+        #: chunks per thread of this kernel's parallel loops (None: ``kiln_parallel_for``'s 4); a
+        #: lowering sets it for all of them (the int8 ones: ``gemm/int8.py``)
+        self.chunks_per_thread: int | None = None
         # ``name(slots, nthreads)`` (what the forward function calls) loads the slot pointers and calls
         # ``name.body(s0, ..., s{MAX_NOALIAS-1}, slots, nthreads)``, where the lowering's code goes:
         # its pointer arguments are ``noalias`` (buffers a kernel writes never overlap the others),
@@ -368,7 +373,8 @@ class KernelBuilder:
     @contextmanager
     def parallel_for(self, count: int, min_per_task: int = 1):
         """``with k.parallel_for(n) as (begin, end):`` emit code for the indices [begin, end) of a loop
-        over ``n`` iterations that the thread pool runs in chunks (``kiln_parallel_for``).
+        over ``n`` iterations that the thread pool runs in chunks (``kiln_parallel_for``: about 4 per
+        thread, or the kernel's ``chunks_per_thread``).
 
         The body goes into a function of its own: inside the block, ``k.b``, ``k.f``, ``k.fn`` and
         ``k.nthreads`` (1: no nested parallelism) are the task's, and ``k.ptr``/``k.weight``/``k.scratch``
@@ -412,7 +418,11 @@ class KernelBuilder:
         if count < 2 * max(min_per_task, 1):
             self.b.call(tramp, [self.fn.args[MAX_NOALIAS], c64(0), c64(count)])
         else:
-            self.b.call(self.services.parallel_for(), [tramp, self.fn.args[MAX_NOALIAS], c64(count), self.nthreads])
+            args = [tramp, self.fn.args[MAX_NOALIAS], c64(count), self.nthreads]
+            if self.chunks_per_thread is None:
+                self.b.call(self.services.parallel_for(), args)
+            else:
+                self.b.call(self.services.parallel_for(chunks=True), args + [ir.Constant(I32, self.chunks_per_thread)])
 
     # -- code ----------------------------------------------------------------------------------
     @contextmanager

@@ -14,7 +14,7 @@ from llvmlite import ir
 
 from ...ir.graph import Value
 from ...ir.types import DType
-from ..gemm.int8 import Int8Emitter, Int8Tiling, isa_for, pack_b
+from ..gemm.int8 import INT8_CHUNKS_PER_THREAD, Int8Emitter, Int8Tiling, isa_for, pack_b
 from ..loops import KernelForm
 from ..loops.expr import INDEX, Const, Var, cast
 from ..loops.llvm import MEMORY_TYPES, expr_llvm, print_llvm
@@ -107,6 +107,7 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
     lanes, vec = tiling.isa.lanes, emitter.vec
     out_t = MEMORY_TYPES[job.out.type.dtype]
     s_var, m_var, j_var = Var("s", DType.i32), Var("m", INDEX), Var("j", INDEX)
+    k.chunks_per_thread = INT8_CHUNKS_PER_THREAD
     with k.parallel_for(blocks * panels, min_per_task=par_grain(2 * MR * NR * max(K, 1), 1 << 17)) as (lo, hi):
         b = k.b
         tile = k.f.alloca(I32, MR * NR, name="tile")  # the finished tile, row by row

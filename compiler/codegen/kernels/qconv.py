@@ -30,7 +30,7 @@ from ...ir.ops import conv as cv
 from ...ir.ops import quant as qn
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm
-from ..gemm.int8 import Int8Emitter, Int8Tiling
+from ..gemm.int8 import INT8_CHUNKS_PER_THREAD, Int8Emitter, Int8Tiling
 from ..loops.expr import INDEX, Const, Var, cast, op, select
 from ..loops.llvm import MEMORY_TYPES, expr_llvm, print_llvm
 from .base import I8, I32, KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
@@ -244,6 +244,7 @@ class _IntegerConv(Int8Lowering):
         return None
 
     def emit_packed(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
+        k.chunks_per_thread = INT8_CHUNKS_PER_THREAD  # (the input's packing or copy too)
         if self._transposed(group.node):
             return self.emit_transposed(k, group, chain)
         return self.emit_im2col(k, group)  # (no chain on this path: ``chain_reason``)

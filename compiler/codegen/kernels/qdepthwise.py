@@ -27,6 +27,7 @@ from ...ir.graph import Node, Value
 from ...ir.ops import conv as cv
 from ...ir.ops import quant as qn
 from ...ir.types import DType
+from ..gemm.int8 import INT8_CHUNKS_PER_THREAD
 from .base import KernelBuilder, KernelGroup, Lowering, strides_of
 from .conv import Conv, _geometry
 from .elementwise import Elementwise, inlined
@@ -96,6 +97,7 @@ class DequantizedDepthwise(Lowering):
         return None
 
     def emit(self, k: KernelBuilder, group: KernelGroup) -> None:
+        k.chunks_per_thread = INT8_CHUNKS_PER_THREAD
         d, conv, chain = self._parts(group)
         xq, w = d.inputs[0], conv.inputs[1]
         bias = conv.inputs[2] if len(conv.inputs) > 2 else None

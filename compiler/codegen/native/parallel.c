@@ -3,11 +3,13 @@
  *
  *   void kiln_parallel_for(void (*task)(void *ctx, int64_t begin, int64_t end), void *ctx,
  *                          int64_t n, int32_t nthreads);
+ *   void kiln_parallel_for_chunks(... the same ..., int32_t chunks_per_thread);
  *   void kiln_parallel_wake(int32_t nthreads);   (a forward pass starts: get the threads polling)
  *   void kiln_profile_mark(kiln_profile_rec *rec, int32_t step, int32_t nsteps);
  *       (profiling builds: step done, charged to the pass's record in its arena; -1 when a pass starts)
  *
- * runs task(ctx, b, e) over [0, n) cut into about 4 chunks per thread, on the calling thread and up
+ * runs task(ctx, b, e) over [0, n) cut into about 4 chunks per thread (or chunks_per_thread: finer
+ * chunks even out threads that run at different speeds, at a cost in locality), on the calling thread and up
  * to nthreads - 1 pool threads, and returns when every chunk is done. Each thread first takes the
  * chunks of its own contiguous range (slot k: the k-th T-th of them; the caller is slot 0, pool
  * thread k slot k), then the chunks left in the other ranges. So a loop over the same data runs on
@@ -171,9 +173,11 @@ void kiln_parallel_wake(int32_t nthreads) {
     pthread_mutex_unlock(&pool_mu);
 }
 
-void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
+void kiln_parallel_for_chunks(kiln_task fn, void *ctx, int64_t n, int32_t nthreads, int32_t chunks_per_thread) {
     if (n <= 0)
         return;
+    if (chunks_per_thread < 1)
+        chunks_per_thread = 1;
     if (nthreads > KILN_MAX_THREADS)
         nthreads = KILN_MAX_THREADS;
     if (nthreads <= 1 || n == 1 || pthread_mutex_trylock(&pool_owner) != 0) {
@@ -184,7 +188,7 @@ void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
     j.fn = fn;
     j.ctx = ctx;
     j.n = n;
-    j.nchunks = (int64_t)nthreads * KILN_CHUNKS_PER_THREAD;
+    j.nchunks = (int64_t)nthreads * chunks_per_thread;
     if (j.nchunks > n)
         j.nchunks = n;
     j.chunk = (n + j.nchunks - 1) / j.nchunks;
@@ -210,6 +214,10 @@ void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
     while (atomic_load(&j.active) != 0) /* threads still in run_chunks: their last chunk */
         sched_yield();
     pthread_mutex_unlock(&pool_owner);
+}
+
+void kiln_parallel_for(kiln_task fn, void *ctx, int64_t n, int32_t nthreads) {
+    kiln_parallel_for_chunks(fn, ctx, n, nthreads, KILN_CHUNKS_PER_THREAD);
 }
 
 void kiln_profile_mark(kiln_profile_rec *r, int32_t step, int32_t nsteps) {
