@@ -457,13 +457,7 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
     kernels = []
     for st in prog.steps:
         if st.native and not st.alias:
-            flops = bytes_ = 0
-            for n in st.group.nodes:
-                try:
-                    c = n.op.cost([v.type if v is not None else None for v in n.inputs], [o.type for o in n.outputs])
-                    flops, bytes_ = flops + c.flops, bytes_ + c.bytes
-                except Exception:  # cost is informative only
-                    pass
+            flops, bytes_ = st.group.cost()
             kernels.append({"name": st.kernel, "step": st.index, "ops": st.group.ops, "lowering": st.lowering,
                             "nodes": [n.name or "" for n in st.group.nodes], "flops": int(flops),
                             "bytes": int(bytes_), "scratch_bytes": st.scratch_bytes, "notes": list(st.notes)})

@@ -99,12 +99,16 @@ class Profile:
     def table(self, top: int | None = None) -> str:
         ks = sorted(self.kernels, key=lambda k: -k.median_s)[:top]
         r = self.roofline
-        lines = [f"{self.model}: {self.runs} runs, {self.nthreads} thread(s); latency median "
+        where = f"on {r['gpu']}" if "gpu" in r else f"{self.nthreads} thread(s)"
+        lines = [f"{self.model}: {self.runs} runs, {where}; latency median "
                  f"{self.latency_median_s * 1e3:.3f} ms (min {self.latency_min_s * 1e3:.3f}, max "
                  f"{self.latency_max_s * 1e3:.3f}); kernels {self.kernel_sum_s * 1e3:.3f} ms "
                  f"({100 * self.kernel_sum_s / max(self.latency_median_s, 1e-12):.0f}% of it), other "
                  f"{max(self.latency_median_s - self.kernel_sum_s, 0) * 1e3:.3f} ms",
-                 f"roofline: {r['gflops']:.0f} GFLOP/s (sgemm 1024^3), {r['gbs']:.1f} GB/s (copy), {r['cpu']}",
+                 (f"GPU: {r['gpu']}; each kernel's time from CUDA events (its launches, each over {r['repeat']} "
+                  f"back-to-back launches); the latency is run()'s, inputs and outputs copied; no roofline"
+                  if "gpu" in r else
+                  f"roofline: {r['gflops']:.0f} GFLOP/s (sgemm 1024^3), {r['gbs']:.1f} GB/s (copy), {r['cpu']}"),
                  f"{'step kernel':<34} {'ops':<26} {'ms':>8} {'min-max':>15} {'%':>5} {'GFLOP/s':>8} {'GB/s':>7} "
                  f"{'roof%':>6}"]
         total = max(self.kernel_sum_s, 1e-12)
@@ -291,17 +295,21 @@ def profile(exe, feeds: Mapping[str, Any], runs: int = 20, warmup: int = 3, roof
             cache_dir: str | None = None) -> Profile:
     """Run ``exe`` (compiled with ``profile=True``) ``runs`` times on ``feeds`` and time each kernel and
     each run (see the module docstring); ``roofline`` defaults to ``machine_roofline``."""
+    from .runtime.cuda import CudaExecutable
     from .runtime.multidevice import MultiDeviceExecutable
     from .specialize import Specializing
 
     if isinstance(exe, Specializing):  # the executable of these feeds' sizes
         exe = exe.specialized(exe.sizes_of(feeds))
+    if isinstance(exe, CudaExecutable):
+        return _profile_cuda(exe, feeds, runs, warmup)
     multi = isinstance(exe, MultiDeviceExecutable)
     # the units timed: an executable, or each part of a multi-device one on its device
     units = [(p.exe.manifest, p.device) for p in exe.parts] if multi else [(exe.manifest, None)]
     gpu = [d for _, d in units if d and d.startswith("cuda")]
     if gpu:
-        raise KilnError(f"the part on {gpu[0]} cannot be profiled: CUDA kernels have no per-kernel timing yet")
+        raise KilnError(f"the part on {gpu[0]} cannot be profiled in a multi-device run (a CUDA artifact alone "
+                        f"can: kiln profile MODEL --target cuda)")
     if not all(getattr(m, "profile", False) for m, _ in units):
         raise KilnError("this artifact was not built for profiling: compile it with profile=True "
                         "(kiln compile --profile), or give kiln profile the model itself")
@@ -359,6 +367,52 @@ def profile(exe, feeds: Mapping[str, Any], runs: int = 20, warmup: int = 3, roof
     parts = [{"name": p.name, "device": p.device} for p in exe.parts] if multi else []
     return Profile(model, runs, nthreads, statistics.median(latencies), min(latencies), max(latencies), kernels,
                    roof, fallback, per_run, latencies, pool_runs, parts, part_starts)
+
+
+#: back-to-back launches each CUDA-event timing covers (``CudaExecutable.launch_samples``)
+CUDA_REPEAT = 10
+
+
+def _profile_cuda(exe, feeds: Mapping[str, Any], runs: int, warmup: int) -> Profile:
+    """A CUDA artifact's profile: each step's GPU time from CUDA events (its launches, each timed over
+    ``CUDA_REPEAT`` back-to-back launches, added up), per run; the latency is ``run``'s, inputs and
+    outputs copied included. No roofline (the GPU's peak is not measured): GFLOP/s and GB/s only."""
+    from .runtime.cuda import gpu_name
+
+    if runs < 1:
+        raise KilnError(f"runs must be at least 1, got {runs}")
+    for _ in range(warmup):
+        exe.run(feeds)
+    latencies = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        exe.run(feeds)
+        latencies.append(time.perf_counter() - t0)
+    steps: dict[int, dict] = {}  # step -> its kernels, notes, first launch's entry, and seconds per run
+    for entry, times in exe.launch_samples(feeds, runs, CUDA_REPEAT):
+        st = steps.setdefault(entry["step"], {"entry": entry, "kernels": [], "notes": [], "per_run": [0.0] * runs})
+        st["kernels"].append(entry["kernel"])
+        st["per_run"] = [a + b for a, b in zip(st["per_run"], times)]
+    meta = {}  # step -> the manifest's record of its first launch (FLOPs, bytes, nodes, notes)
+    for k in exe.manifest["kernels"]:
+        m = meta.setdefault(k["step"], dict(k, notes=[]))
+        m["notes"] = m["notes"] + list(k.get("notes", []))
+    kernels, per_step = [], []
+    for step in sorted(steps):
+        st, m = steps[step], meta.get(step, {})
+        times = st["per_run"]
+        med = statistics.median(times)
+        flops, nbytes = int(m.get("flops", 0)), int(m.get("bytes", 0))
+        kernels.append(KernelTime("+".join(st["kernels"]), step, list(st["entry"]["ops"]), list(m.get("nodes", [])),
+                                  None, flops, nbytes, med, min(times), max(times),
+                                  flops / med / 1e9 if med > 0 else 0.0, nbytes / med / 1e9 if med > 0 else 0.0,
+                                  None, list(m.get("notes", [])), "cuda"))
+        per_step.append(times)
+    per_run = [list(r) for r in zip(*per_step)] if per_step else [[] for _ in range(runs)]
+    fallback = [dict(f, median_s=0.0) for f in exe.fallback]
+    roofline = {"gpu": gpu_name(), "repeat": CUDA_REPEAT}
+    return Profile(exe.manifest.get("model", "model"), runs, 1, statistics.median(latencies), min(latencies),
+                   max(latencies), kernels, roofline, fallback, per_run, latencies)
 
 
 __all__ = ["CompileRecord", "KernelTime", "Profile", "cpu_name", "machine_roofline", "profile"]

@@ -71,6 +71,21 @@ def compute_capability() -> str | None:
         return None
 
 
+def gpu_name() -> str:
+    """The GPU's name ("NVIDIA H200"), or what runs the kernels instead (the simulator)."""
+    import numba
+
+    if numba.config.ENABLE_CUDASIM:
+        return "numba's CUDA simulator"
+    try:
+        from numba import cuda
+
+        name = cuda.get_current_device().name
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # noqa: BLE001 - a name for a report only
+        return "a CUDA GPU"
+
+
 # -- writing ---------------------------------------------------------------------------------------
 
 def write_cuda_artifact(prog, dest: str, kiln_version: str, model_name: str = "model", opt_level: int = 2,
@@ -105,9 +120,11 @@ def write_cuda_artifact(prog, dest: str, kiln_version: str, model_name: str = "m
         write_weights_and_ir(tmp, prog.weights, prog.weights_bytes, graph, bool(prog.fallback_steps))
         kernels = []
         for st in prog.steps:
+            flops, bytes_ = st.group.cost()  # the step's, on each of its launches (the profiler adds them once)
             for ln in prog.launches.get(st.index, []):
                 kernels.append({"step": st.index, "kernel": ln.kernel, "ops": st.group.ops,
-                                "nodes": [n.name or "" for n in st.group.nodes], "notes": ln.notes})
+                                "nodes": [n.name or "" for n in st.group.nodes], "notes": ln.notes,
+                                "flops": flops, "bytes": bytes_})
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "kiln_version": kiln_version, "model": model_name,
             "opt_level": opt_level, "target": {"kind": "cuda", "compute_capability": compute_capability()},
@@ -466,6 +483,10 @@ class CudaExecutable:
         """Per launch: (its step's plan entry with ``kernel`` and ``notes`` of the launch, its median GPU
         time in seconds from CUDA events, each timed over ``repeat`` back-to-back launches). The arena
         holds garbage afterwards (a launch repeated over its own output); the next ``run`` recomputes."""
+        return [(entry, float(np.median(times))) for entry, times in self.launch_samples(inputs, runs, repeat)]
+
+    def launch_samples(self, inputs: Mapping[str, Any], runs: int = 5, repeat: int = 10) -> list[tuple[dict, list]]:
+        """``time_launches`` with every run's seconds of each launch (a list of ``runs``), not the median."""
         cuda = self._cuda
         self.run(inputs)
         samples: dict[tuple, list[float]] = {}
@@ -488,7 +509,7 @@ class CudaExecutable:
                 continue
             for j, ln in enumerate(step[2]["launches"]):
                 entry = dict(step[2], kernel=ln["kernel"], launch=j)
-                out.append((entry, float(np.median(samples[(step[2]["step"], j)]))))
+                out.append((entry, samples[(step[2]["step"], j)]))
         return out
 
     def save(self, path: str | os.PathLike) -> str:

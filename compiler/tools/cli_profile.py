@@ -24,7 +24,8 @@ def add_commands(sub, parse_shape, parse_input) -> None:
                        epilog="examples:\n  kiln profile zoo:bert --runs 50\n"
                               "  kiln profile light:resnet50 --trace trace.json   # chrome://tracing, ui.perfetto.dev\n"
                               "  kiln profile light:resnet50 --html report.html    # one page, opens offline\n"
-                              "  kiln compile m.onnx -o m.kiln --profile && kiln profile m.kiln --json")
+                              "  kiln compile m.onnx -o m.kiln --profile && kiln profile m.kiln --json\n"
+                              "  kiln profile zoo:resnet --target cuda            # GPU times from CUDA events")
     p.add_argument("model", metavar="ARTIFACT|MODEL")
     p.add_argument("--runs", type=int, default=20, help="timed runs (default 20), after 3 untimed ones")
     p.add_argument("--top", type=int, default=25, help="kernels listed, slowest first (default 25; 0: all)")
@@ -40,6 +41,9 @@ def add_commands(sub, parse_shape, parse_input) -> None:
     p.add_argument("-O", dest="opt_level", type=int, default=2, choices=[0, 1, 2, 3], help="optimization level")
     p.add_argument("--threads", type=int, default=None, help="threads for native code (default: all CPUs)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--target", choices=["cuda"], default=None,
+                   help="compile the model for an NVIDIA GPU (docs/cuda.md) and time each kernel with CUDA "
+                        "events (a CUDA artifact is timed so as it is; default: this machine's CPU)")
     p.set_defaults(func=cmd_profile)
 
     s = sub.add_parser("summary", help=SUMMARY_HELP, formatter_class=fmt,
@@ -69,8 +73,13 @@ def cmd_profile(args) -> int:
     if _is_artifact(args.model):
         if args.input_shape:
             raise KilnError("--input-shape applies to models; an artifact has its input shapes")
+        if args.target:
+            raise KilnError("--target applies to models; an artifact has its target")
         exe = load(args.model, args.threads)
         feeds = artifact_feeds(exe, given, args.seed)
+    elif args.target == "cuda":
+        model, feeds, shapes = model_feeds(args.model, args.input_shape, given, args.seed)
+        exe = compile(model, args.opt_level, shapes, target="cuda", model_name=args.model, progress=sys.stderr.isatty())
     else:
         model, feeds, shapes = model_feeds(args.model, args.input_shape, given, args.seed)
         timings: dict = {}
@@ -83,6 +92,9 @@ def cmd_profile(args) -> int:
             from .summary import summarize_graph
 
             summary = summarize_graph(load_graph(model, shapes or None))
+    from ..runtime.cuda import CudaExecutable
+    if args.html and isinstance(exe, CudaExecutable):
+        raise KilnError("--html reports CPU profiles only; for a CUDA artifact: the table, --json or --trace")
     prof = profile(exe, feeds, runs=args.runs)
     if args.trace:
         with open(args.trace, "w", encoding="utf-8") as f:

@@ -99,6 +99,19 @@ class KernelGroup:
         """The graph's value for a value of the group (itself unless the group is a kernel body)."""
         return self.outer.get(id(v), v)
 
+    def cost(self) -> tuple[int, int]:
+        """(FLOPs, bytes) of the group's nodes from the op table (``Op.cost``; bytes: every node's
+        operands and results, an upper estimate for a fused kernel), as the manifests record them for
+        the profiler; a node whose cost cannot be had counts 0 (the figures are informative only)."""
+        flops = bytes_ = 0
+        for n in self.nodes:
+            try:
+                c = n.op.cost([v.type if v is not None else None for v in n.inputs], [o.type for o in n.outputs])
+                flops, bytes_ = flops + c.flops, bytes_ + c.bytes
+            except Exception:  # noqa: BLE001 - informative only
+                pass
+        return int(flops), int(bytes_)
+
     @staticmethod
     def of(nodes: Sequence[Node], outputs: Sequence[Value] | None = None) -> "KernelGroup":
         nodes = tuple(nodes)
