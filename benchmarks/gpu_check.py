@@ -195,6 +195,10 @@ def model_check(name: str, spec: str, sim: bool, runs: int) -> dict:
         out["slowest_launches"] = [["+".join(s["ops"]), s["node"], " ".join(notes.get((s["step"], s["kernel"]), [])),
                                     round(t * 1e3, 4)] for s, t in top]
         out["gpu_ms_total"] = round(sum(t for _, t in launches) * 1e3, 3)
+        # the profiler's table from the same events (kiln profile --target cuda): its kernel sum
+        prof = compiler.profile(exe, feeds, runs=3)
+        out["profile_kernels_ms"] = round(prof.kernel_sum_s * 1e3, 3)
+        out["profile_latency_ms"] = round(prof.latency_median_s * 1e3, 3)
     except Exception as ex:
         out["timing_error"] = str(ex)
     return out
