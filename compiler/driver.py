@@ -459,8 +459,8 @@ def manifest_of(prog: Program, target: Target, model_name: str, opt_level: int, 
         if st.native and not st.alias:
             flops, bytes_ = st.group.cost()
             kernels.append({"name": st.kernel, "step": st.index, "ops": st.group.ops, "lowering": st.lowering,
-                            "nodes": [n.name or "" for n in st.group.nodes], "flops": int(flops),
-                            "bytes": int(bytes_), "scratch_bytes": st.scratch_bytes, "notes": list(st.notes)})
+                            "nodes": [n.name or "" for n in st.group.nodes], "flops": flops,
+                            "bytes": bytes_, "scratch_bytes": st.scratch_bytes, "notes": list(st.notes)})
     fallback = [{"op": s.node.op.name, "node": s.node.name or "", "index": index[id(s.node)],
                  "reason": s.reason} for s in prog.fallback_steps]
     concats = [{"node": s.node.name or "", "note": s.notes[0]} for s in prog.steps if s.alias and s.notes]

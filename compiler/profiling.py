@@ -66,7 +66,7 @@ class KernelTime:
     gbs: float
     roofline_pct: float | None
     notes: list = field(default_factory=list)
-    device: str | None = None   # a multi-device artifact's device of the kernel's part
+    device: str | None = None   # a multi-device artifact's device of the kernel's part; "cuda": a CUDA artifact's
     part: int | None = None     # the index of its part in ``Profile.parts``
 
 
@@ -270,6 +270,11 @@ def machine_roofline(nthreads: int, cache_dir: str | None = None, refresh: bool 
     return res
 
 
+def _per_second(count: int, seconds: float) -> float:
+    """``count`` (FLOPs or bytes) per second, in billions (0 for a time of 0)."""
+    return count / seconds / 1e9 if seconds > 0 else 0.0
+
+
 def _roofline_pct(flops: int, nbytes: int, seconds: float, roof: dict) -> float | None:
     if seconds <= 0:
         return None
@@ -356,8 +361,7 @@ def profile(exe, feeds: Mapping[str, Any], runs: int = 20, warmup: int = 3, roof
             med = statistics.median(times)
             kernels.append(KernelTime(k["name"], k["step"], list(k["ops"]), list(k["nodes"]), k.get("lowering"),
                                       int(k["flops"]), int(k["bytes"]), med, min(times), max(times),
-                                      k["flops"] / med / 1e9 if med > 0 else 0.0,
-                                      k["bytes"] / med / 1e9 if med > 0 else 0.0,
+                                      _per_second(k["flops"], med), _per_second(k["bytes"], med),
                                       _roofline_pct(int(k["flops"]), int(k["bytes"]), med,
                                                     device_roof.get(device, roof)),
                                       list(k.get("notes", [])), device, u if multi else None))
@@ -388,9 +392,9 @@ def _profile_cuda(exe, feeds: Mapping[str, Any], runs: int, warmup: int) -> Prof
         t0 = time.perf_counter()
         exe.run(feeds)
         latencies.append(time.perf_counter() - t0)
-    steps: dict[int, dict] = {}  # step -> its kernels, notes, first launch's entry, and seconds per run
+    steps: dict[int, dict] = {}  # step -> its ops, its launches' kernels and their seconds per run, added
     for entry, times in exe.launch_samples(feeds, runs, CUDA_REPEAT):
-        st = steps.setdefault(entry["step"], {"entry": entry, "kernels": [], "notes": [], "per_run": [0.0] * runs})
+        st = steps.setdefault(entry["step"], {"ops": entry["ops"], "kernels": [], "per_run": [0.0] * runs})
         st["kernels"].append(entry["kernel"])
         st["per_run"] = [a + b for a, b in zip(st["per_run"], times)]
     meta = {}  # step -> the manifest's record of its first launch (FLOPs, bytes, nodes, notes)
@@ -403,10 +407,9 @@ def _profile_cuda(exe, feeds: Mapping[str, Any], runs: int, warmup: int) -> Prof
         times = st["per_run"]
         med = statistics.median(times)
         flops, nbytes = int(m.get("flops", 0)), int(m.get("bytes", 0))
-        kernels.append(KernelTime("+".join(st["kernels"]), step, list(st["entry"]["ops"]), list(m.get("nodes", [])),
-                                  None, flops, nbytes, med, min(times), max(times),
-                                  flops / med / 1e9 if med > 0 else 0.0, nbytes / med / 1e9 if med > 0 else 0.0,
-                                  None, list(m.get("notes", [])), "cuda"))
+        kernels.append(KernelTime("+".join(st["kernels"]), step, list(st["ops"]), list(m.get("nodes", [])),
+                                  None, flops, nbytes, med, min(times), max(times), _per_second(flops, med),
+                                  _per_second(nbytes, med), None, list(m.get("notes", [])), "cuda"))
         per_step.append(times)
     per_run = [list(r) for r in zip(*per_step)] if per_step else [[] for _ in range(runs)]
     fallback = [dict(f, median_s=0.0) for f in exe.fallback]

@@ -232,12 +232,12 @@ class Int8Emitter:
                         out[n_acc + r] = self.dot(b, out[n_acc + r], sp, ones)
             return out
 
-        init = [zero] * (n_acc + (len(rows) if rowsum else 0) + (t.NV if colsum else 0))
+        n_init = n_acc + (len(rows) if rowsum else 0) + (t.NV if colsum else 0)
+        init = [zero] * n_init
         if start is not None:
             grid0, rowsums0, colsums0 = start
-            init = ([v for row in grid0 for v in row] + (list(rowsums0) if rowsum else [])
-                    + (list(colsums0) if colsum else []))
-            assert len(init) == (n_acc + (len(rows) if rowsum else 0) + (t.NV if colsum else 0))
+            init = [v for row in grid0 for v in row] + list(rowsums0 or []) + list(colsums0 or [])
+            assert len(init) == n_init, "start: sums of another tile shape"
         # the main loop over whole words of 4 k: phis for the accumulators
         pre = b.block
         head, body, end = (f.fn.append_basic_block(x) for x in ("i8.head", "i8.body", "i8.end"))
@@ -283,5 +283,5 @@ class Int8Emitter:
         return grid, (accs[n_acc:after] if rowsum else None), (accs[after:] if colsum else None)
 
 
-__all__ = ["Int8Emitter", "Int8Isa", "Int8Tiling", "MADD256", "MADD512", "PackedB", "INT8_CHUNKS_PER_THREAD", "VNNI",
+__all__ = ["INT8_CHUNKS_PER_THREAD", "Int8Emitter", "Int8Isa", "Int8Tiling", "MADD256", "MADD512", "PackedB", "VNNI",
            "isa_for", "pack_b"]
