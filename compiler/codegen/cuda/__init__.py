@@ -23,11 +23,24 @@ def numba_cuda():
 
 
 from ...passes.fuse import FusionCapabilities  # noqa: E402
-from ..fusion import check, fusable
+from ..fusion import check as _cpu_check, fusable
+from ..kernels import KernelGroup
 
-#: elementwise chains, GEMM/convolution epilogues and row reductions (loop-form kernels); the CPU's
-#: hand-written attention, shuffle and prologue blocks have no GPU kernel
-CUDA_FUSION = FusionCapabilities(fusable=fusable, check=check, blocks=frozenset({"reduction"}))
+
+def check(kind: str, nodes) -> str | None:
+    """Why the GPU cannot run ``nodes`` as one kernel of block ``kind``: the CPU lowering's reason
+    (the group's form), then, for attention, the GPU kernel's own limits (``attention.reason``)."""
+    why = _cpu_check(kind, nodes)
+    if why is None and kind == "attention":
+        from .attention import reason
+
+        why = reason(KernelGroup.of(nodes))
+    return why
+
+
+#: elementwise chains, GEMM/convolution epilogues, row reductions (loop-form kernels) and attention
+#: (``attention.py``); the CPU's hand-written shuffle and prologue blocks have no GPU kernel
+CUDA_FUSION = FusionCapabilities(fusable=fusable, check=check, blocks=frozenset({"reduction", "attention"}))
 
 from .program import CudaProgram, build_cuda_program  # noqa: E402
 

@@ -10,6 +10,8 @@ The group's CPU lowering (``kernels.lowering_for``) decides what the group is; t
 * MaxPool and AveragePool (float32) with a thread per output element (``conv.pool_form``);
 * Softmax and LayerNormalization (float32, trailing axes) with a block of threads per row
   (``rows.py``; the loop form gives a row to one thread);
+* an attention group (``MatMul -> scale, mask -> Softmax -> MatMul``, the head transposes as strides)
+  as one launch, a block per query rows of a head with the scores in shared memory (``attention.py``);
 * Conv (2-D, float32): one group as the GEMM on the image itself (1x1, stride 1, no padding) or on a
   column matrix (``conv.im2col_form``) in the step's scratch memory, the bias in the GEMM; grouped
   and depthwise convolutions as ``conv.direct_form``;
@@ -37,6 +39,7 @@ from ...ir.ops import elementwise as ew
 from ...ir.ops import linalg as la
 from ...ir.types import DType, TensorType
 from ..kernels import EMPTY, KernelGroup
+from ..kernels.attention import Attention
 from ..kernels.base import Slot
 from ..kernels.conv import Conv
 from ..kernels.elementwise import Elementwise
@@ -362,6 +365,13 @@ def cuda_launches(group: KernelGroup, low, binder: StepBinder) -> list[Launch]:
         return _ANCHORS[type(n.op)](n, binder, n.outputs[0], 0)
     if isinstance(low, Epilogue):
         return _epilogue(group, low, binder)
+    if isinstance(low, Attention):
+        from .attention import attention_launch, reason
+
+        why = reason(group)
+        if why:
+            raise NoCuda(why)
+        return [attention_launch(group, binder)]
     if isinstance(low, Pool) and group.node.inputs[0].type.dtype is DType.f32:
         return [binder.form(cconv.pool_form(group.node, "pool"))]
     if isinstance(low, (Softmax, LayerNorm)) and _rows_reason(group.node) is None:

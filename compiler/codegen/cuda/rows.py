@@ -13,7 +13,7 @@ from __future__ import annotations
 THREADS = 128
 
 
-def _reduce(var: str, combine: str, indent: str = "    ") -> list[str]:
+def reduce_lines(var: str, combine: str, indent: str = "    ") -> list[str]:
     """Lines combining every thread's ``var`` into ``var`` of all threads (``combine``: a format of
     two operands)."""
     out = [f"{indent}sh[t] = {var}", f"{indent}cuda.syncthreads()", f"{indent}step = {THREADS // 2}",
@@ -31,10 +31,10 @@ def softmax_source() -> str:
              "    t = cuda.threadIdx.x", "    for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):",
              f"{i}base = r * L", f"{i}m = float32(-math.inf)", f"{i}for j in range(t, L, {THREADS}):",
              f"{i}    v = x[base + j]", f"{i}    if v > m or v != v:", f"{i}        m = v"]
-    lines += _reduce("m", "_fmax({0}, {1})", i)
+    lines += reduce_lines("m", "_fmax({0}, {1})", i)
     lines += [f"{i}s = float32(0.0)", f"{i}for j in range(t, L, {THREADS}):",
               f"{i}    e = float32(math.exp(x[base + j] - m))", f"{i}    y[base + j] = e", f"{i}    s += e"]
-    lines += _reduce("s", "{0} + {1}", i)
+    lines += reduce_lines("s", "{0} + {1}", i)
     lines += [f"{i}inv = float32(1.0) / s", f"{i}for j in range(t, L, {THREADS}):", f"{i}    y[base + j] *= inv"]
     return "\n".join(lines) + "\n"
 
@@ -47,14 +47,14 @@ def layernorm_source() -> str:
              f"    sh = cuda.shared.array({THREADS}, float32)", "    t = cuda.threadIdx.x",
              "    for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):", f"{i}base = r * L",
              f"{i}s = float32(0.0)", f"{i}for j in range(t, L, {THREADS}):", f"{i}    s += x[base + j]"]
-    lines += _reduce("s", "{0} + {1}", i)
+    lines += reduce_lines("s", "{0} + {1}", i)
     lines += [f"{i}mean = s / float32(L)", f"{i}q = float32(0.0)", f"{i}for j in range(t, L, {THREADS}):",
               f"{i}    d = x[base + j] - mean", f"{i}    q += d * d"]
-    lines += _reduce("q", "{0} + {1}", i)
+    lines += reduce_lines("q", "{0} + {1}", i)
     lines += [f"{i}inv = float32(1.0) / float32(math.sqrt(q / float32(L) + eps))",
               f"{i}for j in range(t, L, {THREADS}):", f"{i}    v = (x[base + j] - mean) * inv * scale[j]",
               f"{i}    if has_bias:", f"{i}        v += bias[j]", f"{i}    y[base + j] = v"]
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["THREADS", "layernorm_source", "softmax_source"]
+__all__ = ["THREADS", "layernorm_source", "reduce_lines", "softmax_source"]
