@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
+from compiler.codegen.kernels.int8_tiles import FAST_NOTE
 from compiler.codegen.kernels.qconv import POINTWISE_MAX_CHANNELS, POINTWISE_MAX_DEPTH, ConvInteger, QLinearConv
 from compiler.codegen.kernels.testing import build_kernels, run_cuda_forms, run_kernels
 from compiler.codegen.llvm.target import host_target, target_for
@@ -176,6 +177,55 @@ def test_int8_tile_numbers(cpu):
                     f"the kernel is built)")
     g, feeds = _graph(seed=1)
     _check(g, run_kernels(g, feeds, target=target_for(cpu)), interpret(g, feeds))
+
+
+#: one convolution per int8 path: 1x1 as W x X, 3x3 as W x cols, the NHWC taps, the im2col
+TIE_CASES = [((1, 4, 16, 16), (6, 4, 1, 1), {}), ((1, 4, 16, 16), (5, 4, 3, 3), dict(pads=(1, 1, 1, 1))),
+             ((1, 8, 7, 7), (6, 8, 3, 3), dict(pads=(1, 1, 1, 1))), ((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1)))]
+
+
+@pytest.mark.parametrize("cpu", [c for c, _ in ISAS])
+def test_the_float32_requantization_near_ties(cpu):
+    """QLinearConv's float32 way to its f64 requantization (``int8_tiles.Fast``): with x_scale
+    1 + 2^-23, w_scale 1 - 2^-23 (their product 1 - 2^-46) and y_scale 2, every odd sum 2k + 1 (plus
+    bias) lies just below a tie, at k + 0.5 - (2k + 1) 2^-47, which the reference rounds down, while
+    float32's combined scale is 0.5 and puts it on the tie, rounded to even; the rows holding such a
+    value are finished again in f64, so every value is the reference's (the fast values alone are not)."""
+    if not _runs_here(cpu):
+        pytest.skip(f"this CPU lacks {cpu}'s instructions")
+    rng = np.random.default_rng(3)
+    g = Graph("ties")
+    feeds = {}
+    for xs, ws, attrs in TIE_CASES:
+        x = g.add_input(f"x{len(feeds)}", TensorType(DType.u8, xs))
+        feeds[x.name] = rng.integers(0, 4, xs).astype(np.uint8)
+        w = g.add_constant(rng.integers(-3, 4, ws).astype(np.int8))
+        sw = g.add_constant(np.full(ws[0], 1 - 2.0 ** -23, np.float32))
+        bias = g.add_constant(rng.integers(-9, 10, ws[0]).astype(np.int32))
+        g.add(qn.QLinearConv(**attrs), x, g.add_constant(np.float32(1 + 2.0 ** -23)), g.add_constant(np.uint8(0)), w, sw,
+              g.add_constant(np.int8(0)), g.add_constant(np.float32(2.0)), g.add_constant(np.uint8(128)), bias)
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    _, _, plan = build_kernels(g, target_for(cpu))
+    assert all(FAST_NOTE in k.notes for _, k in plan)
+    want = interpret(g, feeds)
+    _check(g, run_kernels(g, feeds, target=target_for(cpu)), want)
+    # the ties are there: float32 alone rounds some of these sums differently
+    for (xs, ws, attrs), n, name in zip(TIE_CASES, g.nodes, g.output_names):
+        sums = interpret_sums(n, feeds)
+        fast = np.clip(np.rint(sums.astype(np.float32) * np.float32(0.5)) + 128, 0, 255)
+        assert np.count_nonzero(fast != want[name]) > 0, n.describe()
+
+
+def interpret_sums(n, feeds):
+    """The convolution's int32 sums plus its bias (a ConvInteger of the same inputs, by the reference)."""
+    x, _, zx, w, _, zw, _, _, bias = n.inputs
+    g = Graph("sums")
+    xi = g.add_input("x", x.type)
+    s = g.add(qn.ConvInteger(**{k: getattr(n.op, k) for k in ("pads", "strides", "dilations", "group")}), xi,
+              g.add_constant(w.const), g.add_constant(zx.const), g.add_constant(zw.const))
+    g.set_outputs([s])
+    out = interpret(g, {"x": feeds[n.inputs[0].name]})
+    return next(iter(out.values())) + bias.const.reshape(1, -1, 1, 1)
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs numba's CUDA simulator")

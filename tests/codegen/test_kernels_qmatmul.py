@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from compiler.codegen.kernels import KernelGroup, lowering_for
+from compiler.codegen.kernels.int8_tiles import FAST_NOTE
 from compiler.codegen.kernels.qmatmul import MatMulInteger, QLinearMatMul
 from compiler.codegen.gemm.int8 import MADD256, VNNI, Int8Tiling, pack_b
 from compiler.codegen.kernels.testing import build_kernels, run_cuda_forms, run_kernels
@@ -163,6 +164,35 @@ def test_int8_tile_numbers(cpu):
     want, got = interpret(g, feeds), run_kernels(g, feeds, target=target_for(cpu))
     for n, name in zip(g.nodes, g.output_names):
         np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
+
+
+@pytest.mark.parametrize("cpu", [c for c, _ in ISAS])
+def test_the_float32_requantization_near_ties(cpu):
+    """QLinearMatMul's float32 way to its f64 requantization (``int8_tiles.Fast``): a_scale 1 + 2^-23,
+    b_scale 1 - 2^-23 (their product 1 - 2^-46), y_scale 2: every odd sum lies just below a tie,
+    which float32 (combined scale 0.5) puts on it; those rows are finished again in f64, so every
+    value is the reference's, where the fast values alone differ. Per-column y scales: no fast way."""
+    if not target_for(cpu).isa <= host_target().isa:
+        pytest.skip(f"this CPU lacks {cpu}'s instructions")
+    rng = np.random.default_rng(4)
+    g = Graph("ties")
+    a = g.add_input("a", TensorType(DType.u8, (9, 20)))
+    b = g.add_constant(rng.integers(-3, 4, (20, 70)).astype(np.int8))
+    params = [g.add_constant(np.float32(1 + 2.0 ** -23)), g.add_constant(np.uint8(0)), b,
+              g.add_constant(np.full(70, 1 - 2.0 ** -23, np.float32)), g.add_constant(np.int8(0))]
+    g.add(qn.QLinearMatMul(), a, *params, g.add_constant(np.float32(2.0)), g.add_constant(np.uint8(128)))
+    g.add(qn.QLinearMatMul(), a, *params, g.add_constant(np.full(70, 2.0, np.float32)),
+          g.add_constant(np.full(70, 128, np.uint8)))
+    g.set_outputs([n.outputs[0] for n in g.nodes])
+    _, _, plan = build_kernels(g, target_for(cpu))
+    assert [FAST_NOTE in k.notes for _, k in plan] == [True, False]
+    feeds = {"a": rng.integers(0, 4, (9, 20)).astype(np.uint8)}
+    want, got = interpret(g, feeds), run_kernels(g, feeds, target=target_for(cpu))
+    for n, name in zip(g.nodes, g.output_names):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
+    sums = feeds["a"].astype(np.int64) @ b.const.astype(np.int64)
+    fast = np.clip(np.rint(sums.astype(np.float32) * np.float32(0.5)) + 128, 0, 255)
+    assert np.count_nonzero(fast != want[g.output_names[0]]) > 0
 
 
 def test_constant_weights_on_a_baseline_target_run_the_portable_loop():

@@ -16,7 +16,7 @@ from ...ir.graph import Value
 from ...ir.types import DType
 from ..gemm.int8 import INT8_CHUNKS_PER_THREAD, Int8Emitter, Int8Tiling, isa_for, pack_b
 from ..loops import KernelForm
-from ..loops.expr import INDEX, Const, Var, cast
+from ..loops.expr import INDEX, Const, Expr, Var, cast
 from ..loops.llvm import MEMORY_TYPES, expr_llvm, print_llvm
 from .base import I8, I32, FormLowering, KernelBuilder, KernelGroup, c64, par_grain
 
@@ -76,6 +76,46 @@ class Int8Job:
     #: its input in place, one tile loop per tap into the same sums
     taps: int = 1
     tap_rows: Callable | None = None
+    #: (s, m, n, weight: the kernel's pointer to compile-time data) -> a ``Fast`` way to ``finish``'s
+    #: values, or None
+    fast: Callable | None = None
+
+
+#: the note of a kernel whose finishing takes a ``Fast`` way
+FAST_NOTE = "requantized in float32; a row with a value near a rounding tie again in float64 (the reference's bits)"
+#: how near a rounding tie (in units of the result) a fast finishing value may be before the exact
+#: expression runs over its row (``Fast``)
+TIE_MARGIN = 2.0 ** -11
+
+
+@dataclass
+class Fast:
+    """A float32 way to a requantizing finishing expression's values (``value``), and when one may
+    differ from the exact expression's (``doubt``, a bool: near a rounding tie, where float32's
+    error could tip the rounding). ``store_finished`` stores the fast values, then the exact ones
+    over a row where any is in doubt: the exact expression's bits at float32's cost."""
+
+    value: Expr
+    doubt: Expr
+
+
+def store_finished(k: KernelBuilder, n, exact: Expr, fast: Fast | None, env_of, store) -> None:
+    """``store(c, value)`` for ``c < n`` (an i64), the value ``exact``'s on the variables ``env_of(c)``
+    binds; with ``fast``, its values, and ``exact``'s again over the row where any is in doubt."""
+    b = k.b
+    if fast is None:
+        with k.loop(n, "c") as c:
+            store(c, expr_llvm(b, k.math, exact, env_of(c)))
+        return
+    doubt = k.f.alloca(I8, name="doubt")
+    b.store(ir.Constant(I8, 0), doubt)
+    with k.loop(n, "c") as c:
+        env = env_of(c)
+        store(c, expr_llvm(b, k.math, fast.value, env))
+        b.store(b.or_(b.load(doubt), b.zext(expr_llvm(b, k.math, fast.doubt, env), I8)), doubt)
+    with k.f.if_(b.icmp_unsigned("!=", b.load(doubt), ir.Constant(I8, 0))):
+        with k.loop(n, "c") as c:
+            store(c, expr_llvm(b, k.math, exact, env_of(c)))
 
 
 def param_reader(kf: KernelForm, specs, bind=lambda p: p):
@@ -112,7 +152,11 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
         b = k.b
         tile = k.f.alloca(I32, MR * NR, name="tile")  # the finished tile, row by row
         # the finishing expression, on this task's pointers
-        finish = job.finish(s_var, m_var, j_var, param_reader(KernelForm("finish"), job.params, k.ptr))
+        param = param_reader(KernelForm("finish"), job.params, k.ptr)
+        finish = job.finish(s_var, m_var, j_var, param)
+        fast = job.fast(s_var, m_var, j_var, k.weight) if job.fast is not None else None
+        if fast is not None:
+            k.note(FAST_NOTE)
         ap, yp = job.rows(), k.ptr(job.out)
         words, colsum, zbp = k.weight(packed.words), k.weight(packed.colsum), k.weight(packed.zb)
         zap = k.ptr(job.a_zero_point) if job.a_zero_point is not None else None
@@ -160,14 +204,16 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
             bases = [job.out_row(b, m) for m in ms]
             live = [b.icmp_signed("<", b.add(m0, c64(r)), c64(R)) for r in range(MR)]
 
-            def finished(r, c):  # the finished value of the tile's row r, column c
-                s_ = b.load(k.at(tile, b.add(c64(r * NR), c), I32), typ=I32)
-                return expr_llvm(b, k.math, finish, {id(s_var): s_, id(m_var): ms[r], id(j_var): b.add(n0, c)})
+            def finished(r, store):  # the finished values of the tile's row r: store(c, value)
+                def env_of(c):
+                    s_ = b.load(k.at(tile, b.add(c64(r * NR), c), I32), typ=I32)
+                    return {id(s_var): s_, id(m_var): ms[r], id(j_var): b.add(n0, c)}
+                store_finished(k, cols, finish, fast, env_of, store)
 
             if job.col_stride == 1:  # a row's columns are adjacent in out: row by row
                 for r in range(MR):
-                    with k.f.if_(live[r]), k.loop(cols, "c") as c:
-                        b.store(finished(r, c), k.at(yp, b.add(bases[r], b.add(n0, c)), out_t))
+                    with k.f.if_(live[r]):
+                        finished(r, lambda c, v, r=r: b.store(v, k.at(yp, b.add(bases[r], b.add(n0, c)), out_t)))
             else:  # the rows of a column are (mostly) adjacent: finished row by row (a vector loop over
                 # the columns, the per-column operands contiguous), then copied column by column (the
                 # sums themselves straight from the tile)
@@ -175,8 +221,7 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
                 if finish is not s_var:
                     done = k.f.alloca(out_t, MR * NR, name="done")
                     for r in range(MR):
-                        with k.loop(cols, "c") as c:
-                            b.store(finished(r, c), k.at(done, b.add(c64(r * NR), c), out_t))
+                        finished(r, lambda c, v, r=r: b.store(v, k.at(done, b.add(c64(r * NR), c), out_t)))
 
                 def put(r, c):
                     v = b.load(k.at(done, b.add(c64(r * NR), c), out_t), typ=out_t)
@@ -192,4 +237,4 @@ def emit_int8_tiles(k: KernelBuilder, job: Int8Job) -> None:
                             with k.f.if_(live[r]), k.loop(cols, "c") as c:
                                 put(r, c)
 
-__all__ = ["Int8Job", "Int8Lowering", "emit_int8_tiles", "param_reader"]
+__all__ = ["FAST_NOTE", "Fast", "Int8Job", "Int8Lowering", "TIE_MARGIN", "emit_int8_tiles", "param_reader", "store_finished"]

@@ -8,7 +8,9 @@ times the weight less its own, added along the row (the vector axis). Then each 
 
 * ConvInteger: the int32 sums;
 * QLinearConv: ``(sum + B) * (x_scale * w_scale) / y_scale`` in f64 as the reference, ties to even,
-  plus y's zero point, saturated.
+  plus y's zero point, saturated; on the int8 tiles with constant parameters, from float32 with the
+  rows holding a value near a rounding tie finished again in f64 (``fast_finish``,
+  ``int8_tiles.Fast``): the same bits.
 
 On a CPU with AVX-512 VNNI, AVX-512 BW or AVX2, a convolution of one group with constant weights is
 either the transposed product W x cols (``emit_transposed``): the input packed at run time (a 1x1
@@ -32,11 +34,11 @@ from ...ir.types import DType
 from ..loops import Kernel, KernelForm
 from ..gemm.int8 import INT8_CHUNKS_PER_THREAD, Int8Emitter, Int8Tiling
 from ..loops.expr import INDEX, Const, Var, cast, op, select
-from ..loops.llvm import MEMORY_TYPES, expr_llvm, print_llvm
+from ..loops.llvm import MEMORY_TYPES, print_llvm
 from .base import I8, I32, KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
 from ..gemm.int8 import isa_for
-from .int8_tiles import Int8Job, Int8Lowering, emit_int8_tiles, param_reader
-from .qmatmul import requantized
+from .int8_tiles import FAST_NOTE, Fast, Int8Job, Int8Lowering, emit_int8_tiles, param_reader, store_finished
+from .qmatmul import fast_requantized, fast_scales, requantized
 
 _INT8 = (DType.i8, DType.u8)
 #: a 1x1 convolution takes the W x X path (``emit_transposed``) with this many pixels or more, or
@@ -165,6 +167,11 @@ class _IntegerConv(Int8Lowering):
         """Image, channel, pixel."""
         n_, m, oh, ow = (int(d) for d in node.outputs[0].shape)
         return [(n_,), (m,), (oh, ow)]
+
+    def fast_finish(self, n, s, co, weight, out: DType) -> Fast | None:
+        """A float32 way to ``finish_value`` (``int8_tiles.Fast``; ``weight``: the kernel's pointer to
+        compile-time data), or None (the integer sums alone)."""
+        return None
 
     def chain_reason(self, node) -> str | None:
         """Why the chain after this convolution's sums runs better as its own pass (None: computed
@@ -339,6 +346,9 @@ class _IntegerConv(Int8Lowering):
             tile = k.f.alloca(I32, MR * NR, name="tile")
             finish = self.finish_value(s_var, m_var, param_reader(KernelForm("finish"), params, k.ptr),
                                        n.outputs[0].type.dtype)
+            fast = self.fast_finish(n, s_var, m_var, k.weight, y.type.dtype) if chain is None else None
+            if fast is not None:
+                k.note(FAST_NOTE)
             if chain is not None:
                 finish = chain.expr(KernelForm("chain"), finish, [img_var, m_var, j_var], k.ptr)
             ap, yp, panel = k.weight(wm), k.ptr(y), k.again(cols)
@@ -381,11 +391,13 @@ class _IntegerConv(Int8Lowering):
                 ncols = k.f.min(b.sub(c64(P), p0), c64(NR))
                 for r in range(MR):
                     base = b.add(b.mul(b.add(b.mul(img, c64(M)), ms[r]), c64(P)), p0)
-                    with k.f.if_(b.icmp_signed("<", b.add(m0, c64(r)), c64(M))), k.loop(ncols, "c") as cc:
+
+                    def env_of(cc, r=r):
                         s_ = b.load(k.at(tile, b.add(c64(r * NR), cc), I32), typ=I32)
-                        res = expr_llvm(b, k.math, finish, {id(s_var): s_, id(m_var): ms[r], id(img_var): img,
-                                                            id(j_var): b.add(p0, cc)})
-                        b.store(res, k.at(yp, b.add(base, cc), out_t))
+                        return {id(s_var): s_, id(m_var): ms[r], id(img_var): img, id(j_var): b.add(p0, cc)}
+                    with k.f.if_(b.icmp_signed("<", b.add(m0, c64(r)), c64(M))):
+                        store_finished(k, ncols, finish, fast, env_of,
+                                       lambda cc, v, base=base: b.store(v, k.at(yp, b.add(base, cc), out_t)))
 
     @staticmethod
     def _pack_taps(k, n, x, zx, cols, elem, kpw, Pp, shift):
@@ -483,6 +495,7 @@ class _IntegerConv(Int8Lowering):
                    a_signed=x.type.dtype is DType.i8, a_zero_point=zx, a_zero_point_per_row=False,
                    params=self.param_specs(n, M), out=y,
                    finish=lambda s, m, j, param: self.finish_value(s, j, param, y.type.dtype),
+                   fast=lambda s, m, j, weight: self.fast_finish(n, s, j, weight, y.type.dtype),
                    # row m is (image, pixel): its NCHW place, the channels P apart
                    out_row=lambda b, m: b.add(b.mul(b.udiv(m, c64(P)), c64(M * P)), b.urem(m, c64(P))),
                    col_stride=P)
@@ -557,6 +570,23 @@ class QLinearConv(_IntegerConv):
         real = op("div", op("mul", acc, op("mul", param("x_scale", None, f), param("w_scale", co, f))),
                   param("y_scale", None, f))
         return requantized(real, param("y_zero_point", None, f), out)
+
+    def fast_finish(self, n, s, co, weight, out: DType) -> Fast | None:
+        """``finish_value``'s values from float32 (``Fast``), where the scales, zero point and bias are
+        constants and the sums plus the bias stay inside int32; else None."""
+        x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
+        if out not in _INT8 or sx.const is None or sw.const is None:
+            return None
+        M, CG, KH, KW = (int(d) for d in w.shape)
+        scale = float(sx.const.reshape(-1)[0]) * np.broadcast_to(sw.const.astype(np.float64).reshape(-1), (M,))
+        got = fast_scales(CG * KH * KW * 255 * 255, bias, scale, sy, zy)
+        if got is None:
+            return None
+        b, mult, zp = got
+        kf = KernelForm("fast")
+        mb = kf.buffer("mult", DType.f32, (M,), value=weight(mult))
+        bb = kf.buffer("bias", DType.i32, (M,), value=weight(b)) if b is not None else None
+        return fast_requantized(s, bb[(co,)] if bb is not None else None, mb[(co,)], zp, out)
 
 
 LOWERINGS = (ConvInteger(), QLinearConv())
