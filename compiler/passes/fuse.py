@@ -393,7 +393,7 @@ def plan_fusion(graph: Graph, max_ops: int = 32,
                     why = f"{u.op.name} changes the element type: a GEMM's epilogue computes float32"
                 if why is None and kind == "requantize" and isinstance(u.op, qn.DequantizeLinear):
                     why = "a DequantizeLinear does not follow an integer product's sums"
-                if why is None and _left_for_later(u, position):
+                if why is None and (_left_for_later(u, position) or _dequantized_apart(u, ids, order)):
                     why = "the dequantized value is computed in the kernel of the op reading it"
                 if why is None and "qdepthwise" in capabilities.blocks and \
                         _dequantized_depthwise(u, fusable, taken, max_ops, capabilities.check)[0]:
@@ -517,6 +517,17 @@ def _left_for_later(n: Node, position: dict[int, int]) -> bool:
     return u is not None and u.op.pattern <= Pattern.BROADCAST and any(
         v is not None and v is not n.outputs[0] and v.producer is not None
         and position.get(id(v.producer), -1) > position[id(n)] for v in u.inputs)
+
+
+def _dequantized_apart(u: Node, ids: set[int], order) -> bool:
+    """A DequantizeLinear read by one elementwise op alone that cannot join the chain ``ids`` (another
+    of its operands is computed from the chain's results: a residual Add whose other operand comes
+    through the next convolutions): the chain would write a float copy for it, where the kernel of
+    that op computes it from the integers (``_dequantized_operands``) instead."""
+    if not isinstance(u.op, qn.DequantizeLinear):
+        return False
+    w = _only_user(u.outputs[0])
+    return w is not None and w.op.pattern <= Pattern.BROADCAST and _cycle(w, ids | {id(u)}, order) is not None
 
 
 def _integer_product(n: Node) -> bool:

@@ -122,6 +122,39 @@ def test_quantize_and_dequantize_by_one_scale_join_elementwise_chains():
     assert "DequantizeLinear" not in [n.op.name for n in g.nodes]  # a side operand, computed in the kernel
 
 
+def test_a_residual_reads_the_bytes_of_the_add_before():
+    """ONNX Runtime's QOperator models add residuals with QLinearAdd, which Kiln reads as
+    DequantizeLinear, DequantizeLinear, Add, QuantizeLinear, the two dequantizations next to the
+    Add (the convolution's first). The first Add's QuantizeLinear feeds the next convolution and the
+    next Add's skip dequantization; that DequantizeLinear is not taken into the first kernel (which would write a
+    float copy of the skip for the second Add, whose other operand comes through the convolution):
+    the second Add's kernel computes both of its operands from the bytes."""
+    g, p, _ = _fuse("""graph @g(%a: u8[1,4,3,3], %c: u8[1,4,3,3]) -> (y: u8[1,4,3,3]) {
+  %s = const f32[] dense<0.1>
+  %z = const u8[] dense<128>
+  %w = const i8[4,4,1,1]
+  %ws = const f32[] dense<0.01>
+  %wz = const i8[] dense<0>
+  %0 = DequantizeLinear(%a, %s, %z) : f32[1,4,3,3]
+  %1 = DequantizeLinear(%c, %s, %z) : f32[1,4,3,3]
+  %2 = Add(%0, %1) : f32[1,4,3,3]
+  %3 = QuantizeLinear(%2, %s, %z) : u8[1,4,3,3]
+  %4 = QLinearConv(%3, %s, %z, %w, %ws, %wz, %s, %z) : u8[1,4,3,3]
+  %5 = DequantizeLinear(%4, %s, %z) : f32[1,4,3,3]
+  %6 = DequantizeLinear(%3, %s, %z) : f32[1,4,3,3]
+  %7 = Add(%5, %6) : f32[1,4,3,3]
+  %8 = QuantizeLinear(%7, %s, %z) : u8[1,4,3,3]
+  return y=%8
+}""", {"w": RNG.integers(-20, 20, (4, 4, 1, 1)).astype(np.int8)})
+    kernels = [n for n in g.nodes if n.op.name == "Kernel"]
+    assert [sorted(k.op.members()) for k in kernels] == [["Add", "DequantizeLinear", "DequantizeLinear",
+                                                         "QuantizeLinear"]] * 2
+    assert all(v.type.dtype.name == "u8" for k in kernels for v in k.outputs)  # no float copy written
+    why = [d.reason for d in p.decisions if d.producer.op.name == "QuantizeLinear"
+           and d.consumer.op.name == "DequantizeLinear"]
+    assert why == ["the dequantized value is computed in the kernel of the op reading it"]
+
+
 def test_a_gemm_epilogue_stops_before_a_quantizelinear():
     """A float GEMM's epilogue computes float32 in the GEMM's blocks: the QuantizeLinear after the
     Relu is not taken, and says why."""
