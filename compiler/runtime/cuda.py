@@ -14,7 +14,8 @@
 
 Loading needs numba and a CUDA GPU (or numba's simulator, ``NUMBA_ENABLE_CUDASIM=1``), not the
 compiler's code generators. A run copies the inputs to the GPU (a caller's device array, anything
-with ``__cuda_array_interface__``, is copied on the device), launches every kernel in schedule
+with ``__cuda_array_interface__``, is read where it is: the launches reading it get views of it,
+nothing is copied), launches every kernel in schedule
 order on one stream with its buffers' device memory (one arena, the CPU's memory plan), runs the
 fallback nodes on the host between launches (their operands copied out, results copied back), and
 copies the outputs back (``device_outputs=True``: device arrays, still copies of the arena).
@@ -255,8 +256,10 @@ class CudaExecutable:
             args += [getattr(np, t)(v) for t, v in ln["scalars"]]
             if ln["status"]:
                 args.append(self._status)
-            launches.append(_Launch(fn, (tuple(ln["blocks"]), tuple(ln["threads"]), self.stream), args,
-                                    ln["status"]))
+            launch = _Launch(fn, (tuple(ln["blocks"]), tuple(ln["threads"]), self.stream), args, ln["status"])
+            launch.inputs = [(pos, int(where), np.dtype(_np(dt)), int(count))
+                             for pos, (kind, where, dt, count) in enumerate(ln["args"]) if kind == "input"]
+            launches.append(launch)
         return ("launch", launches, step)
 
     # -- running ---------------------------------------------------------------------------------
@@ -302,7 +305,8 @@ class CudaExecutable:
         from .executable import check_feeds
 
         shown = "(" + ", ".join(f"{n}: {d}{list(s)}" if d else f"{n}: {s}" for n, _, s, d in self._signature_) + ")"
-        return check_feeds(self._signature_, inputs, shown, device_array=lambda a: self._cuda.as_cuda_array(a))
+        return check_feeds(self._signature_, inputs, shown,
+                           device_array=lambda a: a if getattr(a, "__cuda_ndarray__", False) else self._cuda.as_cuda_array(a))
 
     def run(self, inputs: Mapping[str, Any], device_outputs: bool = False) -> dict:
         arrays = self._check(inputs)
@@ -378,15 +382,19 @@ class CudaExecutable:
             if isinstance(a, np.ndarray):
                 pinned[:a.size] = a.reshape(-1)
                 flat[:a.size].copy_to_device(pinned[:a.size], stream=s)
-            else:
-                if not a.is_c_contiguous():
-                    raise InputError("a device array input must be C-contiguous")
-                flat[:a.size].copy_to_device(a.reshape(a.size), stream=s)
+            elif not a.is_c_contiguous():
+                raise InputError("a device array input must be C-contiguous")
+        # a caller's device array is read where it is: the launches reading an input take a view of it
+        device = {i: a.reshape(a.size) for i, a in enumerate(arrays)
+                  if self._staging[i] is not None and not isinstance(a, np.ndarray) and a.size}
         env: dict = {}
         for step in self._steps:
             if step[0] == "launch":
                 for launch in step[1]:
-                    launch()
+                    if device and any(where in device for _, where, _, _ in launch.inputs):
+                        launch.with_inputs(device)
+                    else:
+                        launch()
                     if launch.status:
                         self._raise_reported(step[2])
             else:
@@ -574,11 +582,22 @@ class _Launch:
     argument again on every call, tens of microseconds for a GEMM's twenty. Where numba's internals
     are not as expected (another numba-cuda version) it keeps launching through numba."""
 
-    __slots__ = ("fn", "config", "args", "status", "fast")
+    __slots__ = ("fn", "config", "args", "status", "fast", "inputs")
 
     def __init__(self, fn, config, args, status: bool):
         self.fn, self.config, self.args, self.status = fn, config, args, status
         self.fast = None  # None: not tried yet; False: not available
+        self.inputs: list = []  # (argument position, input index, dtype, count) of the args viewing an input
+
+    def with_inputs(self, device: dict) -> None:
+        """The launch with the arguments viewing input i replaced by views of ``device[i]`` (a caller's
+        device array, flat): the kernel reads the caller's memory, nothing copied."""
+        args = list(self.args)
+        for pos, where, dt, count in self.inputs:
+            a = device.get(where)
+            if a is not None:
+                args[pos] = (a if a.dtype == dt else a.view(np.uint8).view(dt))[:max(count, 1)]
+        self.fn[self.config](*args)
 
     def __call__(self) -> None:
         if self.fast:

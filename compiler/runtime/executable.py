@@ -464,7 +464,8 @@ def check_feeds(signature, inputs: Mapping[str, Any], shown: str, device_array=N
     """The inputs in ``signature`` order ((name, NumPy dtype or None, shape, element type name) each),
     checked against it (names, element type, shape) and NumPy ones made contiguous; ``InputError``
     naming the input otherwise (``shown``: the signature as the messages print it). ``device_array``,
-    when given, turns an object with ``__cuda_array_interface__`` into a device array (a CUDA run)."""
+    when given, turns an object with ``__cuda_array_interface__`` (or numba's own device array) into a
+    device array (a CUDA run)."""
     if not isinstance(inputs, Mapping):
         raise InputError(f"run() takes a dict of input name -> array; the model takes {shown}")
     names = [n for n, *_ in signature]
@@ -480,7 +481,8 @@ def check_feeds(signature, inputs: Mapping[str, Any], shown: str, device_array=N
         if dtype is None:
             out.append(a)
             continue
-        if device_array is not None and hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
+        if device_array is not None and not isinstance(a, np.ndarray) and \
+                (hasattr(a, "__cuda_array_interface__") or getattr(a, "__cuda_ndarray__", False)):
             a = device_array(a)
         elif not isinstance(a, np.ndarray):
             a = np.asarray(a)
