@@ -337,7 +337,7 @@ class Conv(Lowering):
 
     # -- depthwise ---------------------------------------------------------------------------------
     def _depthwise(self, k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te=None,
-                   planes_of=None, load=None, store=None, convert=None):
+                   planes_of=None, load=None, store=None, convert=None, weights=None):
         """Planes (image, input channel) split among the threads in ``ntask`` runs, each with a padded
         scratch plane of its own; each plane by a module-level helper taking the sizes at run time
         (one helper per kernel size and width stride). ``te``: a ``TileEpilogue`` run on each output
@@ -348,7 +348,9 @@ class Conv(Lowering):
         ``qdepthwise.py``), run on the padded copy's rows (or on each input plane into scratch);
         ``store``: one computing ``y``'s elements (of another type) from the conv's float32 result,
         run on each output plane computed into scratch; ``convert(b, vector)``: ``load``'s semantics on
-        a vector of elements (or None), for the padded copy of a width stride 2."""
+        a vector of elements (or None), for the padded copy of a width stride 2; ``store`` may also be
+        a Python function ``store(float32 plane, y's plane, n, channel)`` printing that code in place.
+        ``weights``: the float32 weights ``[channels, kh * kw]`` as compile-time data, instead of ``w``'s."""
         hp = (oh - 1) * sh + (kh - 1) * dh + 1
         wpd = (ow - 1) * sw + (kw - 1) * dw + 1
         # tiny planes: each output pixel's sum over its in-bounds taps, unrolled, read in place
@@ -409,7 +411,7 @@ class Conv(Lowering):
         ntask = -(-planes // group_size)
         with k.parallel_for(ntask, min_per_task=max(1, -(-DW_MIN // (per_plane * group_size)))) as (lo, hi):
             b = k.b
-            xp, wp, yp = k.ptr(x), k.ptr(w), k.ptr(y)
+            xp, wp, yp = k.ptr(x), k.weight(weights) if weights is not None else k.ptr(w), k.ptr(y)
             bp = k.ptr(bias) if bias is not None else k.weight(_zeros(c * mg))
             per_task = -(-(psize + wsize + lsize + ssize) // lanes) * lanes  # (each task's scratch aligned)
             scr = k.scratch(ntask * per_task * 4) if per_task else None  # per task run
@@ -524,8 +526,10 @@ class Conv(Lowering):
                                 rowbase = k.at(src, b.mul(r, c64(sh * rs)))
                                 yrow = k.at(yout, b.mul(r, c64(ow)))
                                 row_taps(rowbase, yrow, wts, b0, rws)
-                        if store is not None:
+                        if isinstance(store, ir.Function):
                             b.call(store, [stored, k.at(yp, b.mul(mo, c64(p)), yt), c64(p)])
+                        elif store is not None:
+                            store(stored, k.at(yp, b.mul(mo, c64(p)), yt), c64(p), mch)
                         if ep is not None and not (strip and store is None):
                             # output channel mo is row mo of Y viewed [channels, pixels]
                             b.call(ep[0], [ep[1], mo, b.add(mo, c64(1)), c64(0), c64(p)])

@@ -180,6 +180,8 @@ class _IntegerConv(Int8Lowering):
         separate vectorized pass over the sums (and, computed a tile row at a time into a buffer
         then copied column by column, as fast as the pass: int8 ResNet-50 14.2 vs 14.1 ms); on the
         W x X / W x cols path (a tile row is a run of pixels of one channel) 3-10% faster."""
+        if node.op.group != 1 and self.depthwise_reason(node) is None:
+            return "a depthwise convolution's output planes are finished alone: the chain is a pass of its own"
         if self._transposed(node):
             return None
         return "on the im2col path the sums are written column by column: the chain is a pass of its own"
@@ -247,11 +249,75 @@ class _IntegerConv(Int8Lowering):
         if w.const is None or (zw is not None and zw.const is None):
             return "the weights or their zero point are not constant"
         if group.node.op.group != 1:
-            return "a grouped convolution"
+            why = self.depthwise_reason(group.node)
+            return f"a grouped convolution ({why})" if why else None
         return None
+
+    def depthwise_reason(self, n) -> str | None:
+        """Why a grouped convolution does not take the float32 depthwise kernel on its integers
+        (``emit_depthwise``), or None."""
+        x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
+        (_, C, _, _), (M, CG, KH, KW), *_ = _geometry(n)
+        if len(x.shape) != 4 or n.op.group != C or CG != 1 or C == 0 or M % C:
+            return "not depthwise"
+        if zx is not None and (zx.const is None or zx.const.size != 1):
+            return "x's zero point is not one constant"
+        if KH * KW * 255 * 255 >= 2 ** 24:
+            return f"{KH}x{KW} taps: the sums could pass float32's exact integers"
+        return None
+
+    def emit_depthwise(self, k: KernelBuilder, group: KernelGroup) -> None:
+        """A depthwise convolution by the float32 depthwise kernel (``Conv._depthwise``) on its
+        integers: the input less its zero point and the weights less theirs are small integers in
+        float32, and a sum of at most 258 of their products (each under 2^16) stays below 2^24, so
+        every sum is exact whatever the order of the multiply-adds. Each output plane's sums are then
+        finished as on the tiles (``finish_value``, its float32 way ``fast_finish``)."""
+        from ...ir.graph import Graph
+        from ...ir.types import TensorType
+        from .conv import Conv
+        from .qdepthwise import _row_function
+
+        n = group.node
+        x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
+        (N, C, H, W), (M, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
+        y = n.outputs[0]
+        zwv = zw.const.astype(np.float32).reshape(-1, 1) if zw is not None else np.float32(0)
+        weights = np.ascontiguousarray((w.const.astype(np.float32).reshape(M, KH * KW) - zwv), np.float32)
+        # the input less its zero point, as DequantizeLinear by a scale of 1 (exact) on a scratch graph
+        g = Graph("dw_input")
+        xi = g.add_input("x", TensorType(x.type.dtype, tuple(int(d) for d in x.shape)))
+        d = g.add(qn.DequantizeLinear(), xi, g.add_constant(np.float32(1.0)),
+                  g.add_constant(zx.const.reshape(()).copy() if zx is not None else np.zeros((), x.type.dtype.np)))
+        loads: dict = {}
+
+        def load(stride: int):
+            if stride not in loads:
+                loads[stride] = _row_function(k, f"{k.name}.x{stride}", [d.producer], xi, d, stride)
+            return loads[stride]
+
+        s_var, m_var = Var("s", DType.i32), Var("m", INDEX)
+        out_t = MEMORY_TYPES[y.type.dtype]
+
+        def store(plane, yrow, count, channel):  # the plane's sums finished into y
+            b = k.b
+            param = param_reader(KernelForm("finish"), self.param_specs(n, M), k.ptr)
+            exact = self.finish_value(s_var, m_var, param, y.type.dtype)
+            fast = self.fast_finish(n, s_var, m_var, k.weight, y.type.dtype)
+
+            def env_of(c):
+                s_ = b.fptosi(b.load(k.at(plane, c), typ=ir.FloatType()), I32)
+                return {id(s_var): s_, id(m_var): channel}
+            store_finished(k, count, exact, fast, env_of, lambda c, v: b.store(v, k.at(yrow, c, out_t)))
+
+        k.note("depthwise in float32 on the integers (exact sums), each output plane finished as on the tiles"
+               + ("; " + FAST_NOTE if self.fast_finish(n, s_var, m_var, lambda a: None, y.type.dtype) else ""))
+        Conv()._depthwise(k, x, w, None, y, N, C, H, W, M // C, KH, KW, OH, OW, sh, sw_, dh, dw, ph, pw,
+                          load=load, store=store, weights=weights)
 
     def emit_packed(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
         k.chunks_per_thread = INT8_CHUNKS_PER_THREAD  # (the input's packing or copy too)
+        if group.node.op.group != 1:
+            return self.emit_depthwise(k, group)  # (no chain: ``chain_reason``)
         if self._transposed(group.node):
             return self.emit_transposed(k, group, chain)
         return self.emit_im2col(k, group)  # (no chain on this path: ``chain_reason``)
