@@ -81,6 +81,9 @@ class Int8Job:
     fast: Callable | None = None
 
 
+#: the values a ``Fast`` finishing computes before it looks at their doubt (a tile's row of 64; a
+#: depthwise plane in runs of this many)
+FAST_RUN = 64
 #: the note of a kernel whose finishing takes a ``Fast`` way
 FAST_NOTE = "requantized in float32; a row with a value near a rounding tie again in float64 (the reference's bits)"
 #: how near a rounding tie (in units of the result) a fast finishing value may be before the exact
@@ -93,7 +96,7 @@ class Fast:
     """A float32 way to a requantizing finishing expression's values (``value``), and when one may
     differ from the exact expression's (``doubt``, a bool: near a rounding tie, where float32's
     error could tip the rounding). ``store_finished`` stores the fast values, then the exact ones
-    over a row where any is in doubt: the exact expression's bits at float32's cost."""
+    over a run of them where any is in doubt: the exact expression's bits at float32's cost."""
 
     value: Expr
     doubt: Expr
@@ -101,21 +104,27 @@ class Fast:
 
 def store_finished(k: KernelBuilder, n, exact: Expr, fast: Fast | None, env_of, store) -> None:
     """``store(c, value)`` for ``c < n`` (an i64), the value ``exact``'s on the variables ``env_of(c)``
-    binds; with ``fast``, its values, and ``exact``'s again over the row where any is in doubt."""
+    binds; with ``fast``, its values, and ``exact``'s again over each run of ``FAST_RUN`` values
+    where any is in doubt."""
     b = k.b
     if fast is None:
         with k.loop(n, "c") as c:
             store(c, expr_llvm(b, k.math, exact, env_of(c)))
         return
     doubt = k.f.alloca(I8, name="doubt")
-    b.store(ir.Constant(I8, 0), doubt)
-    with k.loop(n, "c") as c:
-        env = env_of(c)
-        store(c, expr_llvm(b, k.math, fast.value, env))
-        b.store(b.or_(b.load(doubt), b.zext(expr_llvm(b, k.math, fast.doubt, env), I8)), doubt)
-    with k.f.if_(b.icmp_unsigned("!=", b.load(doubt), ir.Constant(I8, 0))):
-        with k.loop(n, "c") as c:
-            store(c, expr_llvm(b, k.math, exact, env_of(c)))
+    with k.loop(b.udiv(b.add(n, c64(FAST_RUN - 1)), c64(FAST_RUN)), "run") as r:
+        c0 = b.mul(r, c64(FAST_RUN))
+        m = k.f.min(b.sub(n, c0), c64(FAST_RUN))
+        b.store(ir.Constant(I8, 0), doubt)
+        with k.loop(m, "c") as i:
+            c = b.add(c0, i)
+            env = env_of(c)
+            store(c, expr_llvm(b, k.math, fast.value, env))
+            b.store(b.or_(b.load(doubt), b.zext(expr_llvm(b, k.math, fast.doubt, env), I8)), doubt)
+        with k.f.if_(b.icmp_unsigned("!=", b.load(doubt), ir.Constant(I8, 0))):
+            with k.loop(m, "c") as i:
+                c = b.add(c0, i)
+                store(c, expr_llvm(b, k.math, exact, env_of(c)))
 
 
 def param_reader(kf: KernelForm, specs, bind=lambda p: p):
