@@ -257,8 +257,10 @@ class _IntegerConv(Int8Lowering):
         """Why a grouped convolution does not take the float32 depthwise kernel on its integers
         (``emit_depthwise``), or None."""
         x, sx, zx, w, sw, zw, sy, zy, bias = self.operands(n)
+        if len(x.shape) != 4:
+            return "not 2-D"
         (_, C, _, _), (M, CG, KH, KW), *_ = _geometry(n)
-        if len(x.shape) != 4 or n.op.group != C or CG != 1 or C == 0 or M % C:
+        if n.op.group != C or CG != 1 or C == 0 or M % C:
             return "not depthwise"
         if zx is not None and (zx.const is None or zx.const.size != 1):
             return "x's zero point is not one constant"
@@ -303,14 +305,15 @@ class _IntegerConv(Int8Lowering):
             param = param_reader(KernelForm("finish"), self.param_specs(n, M), k.ptr)
             exact = self.finish_value(s_var, m_var, param, y.type.dtype)
             fast = self.fast_finish(n, s_var, m_var, k.weight, y.type.dtype)
+            if fast is not None:
+                k.note(FAST_NOTE)
 
             def env_of(c):
                 s_ = b.fptosi(b.load(k.at(plane, c), typ=ir.FloatType()), I32)
                 return {id(s_var): s_, id(m_var): channel}
             store_finished(k, count, exact, fast, env_of, lambda c, v: b.store(v, k.at(yrow, c, out_t)))
 
-        k.note("depthwise in float32 on the integers (exact sums), each output plane finished as on the tiles"
-               + ("; " + FAST_NOTE if self.fast_finish(n, s_var, m_var, lambda a: None, y.type.dtype) else ""))
+        k.note("depthwise in float32 on the integers (exact sums), each output plane finished as on the tiles")
         Conv()._depthwise(k, x, w, None, y, N, C, H, W, M // C, KH, KW, OH, OW, sh, sw_, dh, dw, ph, pw,
                           load=load, store=store, weights=weights)
 
