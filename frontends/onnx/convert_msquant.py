@@ -5,6 +5,8 @@ DequantizeLinear -> float op -> QuantizeLinear meaning (ONNX Runtime's own defin
 * ``QLinearAdd`` / ``QLinearMul``: ``C = Q(DQ(A) + DQ(B))`` (or ``*``); the fuse pass makes the
   dequantization, the op and the quantization one loop;
 * ``QLinearGlobalAveragePool``: ``Y = Q(GlobalAveragePool(DQ(X)))`` (NCHW: ``channels_last=0``);
+* ``QLinearSoftmax``: ``Y = Q(Softmax(DQ(X)))`` along ``axis`` (ONNX Runtime computes it from a table
+  of exponentials of the 256 input steps, so its results can differ by a step more often);
 * ``QGemm``: ``Y = [Q](Gemm(DQ(A), DQ(B), DQ(C)))`` with C the int32 bias at scale
   ``a_scale * b_scale``; without ``y_scale`` the result stays float. ``fold-qdq`` then runs the
   product on the int8 tiles.
@@ -63,6 +65,23 @@ def convert_global_average_pool(ctx: Ctx) -> list[Value]:
     return [_q(ctx, y, sy, zy, x)]
 
 
+def convert_softmax(ctx: Ctx) -> list[Value]:
+    """``Y = Q(Softmax(DQ(X)))`` along ``axis`` (default -1); ``opset``, the Softmax's opset, below 13
+    means ONNX's old 2-D coercion, the same only along the last axis."""
+    from compiler.ir.ops import norm as nm
+
+    x, sx, zx, sy, zy = _inputs(ctx, 5)
+    axis = int(ctx.attrs.get("axis", -1))
+    rank = x.type.rank
+    if rank == 0 or not -rank <= axis < rank:
+        raise UnsupportedError(ctx.where(f"axis {axis} is out of range for the input {x.type}"))
+    if int(ctx.attrs.get("opset", 13)) < 13 and axis % rank != rank - 1:
+        raise UnsupportedError(ctx.where(f"opset {ctx.attrs.get('opset')} (the 2-D coercion) along axis {axis}, "
+                                         "not the last, is not supported"))
+    y = ctx.emit(nm.Softmax(axis=axis), [_dq(ctx, x, sx, zx)])[0]
+    return [_q(ctx, y, sy, zy, x)]
+
+
 def convert_qgemm(ctx: Ctx) -> list[Value]:
     a, sa, za, b, sb, zb, c, sy, zy = _inputs(ctx, 9)
     alpha, ta, tb = float(ctx.attrs.get("alpha", 1.0)), int(ctx.attrs.get("transA", 0)), int(ctx.attrs.get("transB", 0))
@@ -84,4 +103,5 @@ CONVERTERS: dict = {
     (MS, "QLinearMul"): _binary(ew.Mul),
     (MS, "QLinearGlobalAveragePool"): convert_global_average_pool,
     (MS, "QGemm"): convert_qgemm,
+    (MS, "QLinearSoftmax"): convert_softmax,
 }

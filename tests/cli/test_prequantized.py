@@ -117,6 +117,62 @@ def test_qoperator_model_with_contrib_ops(tmp_path):
     assert np.abs(got - want).max() <= step * 1.0001
 
 
+def test_qlinear_softmax_against_onnx_runtime():
+    """com.microsoft QLinearSoftmax (ONNX Runtime's QOperator attention): Q(Softmax(DQ(x))) along the
+    last axis, within one step of ONNX Runtime's (which computes it from a table of exponentials);
+    the old opset's 2-D coercion along another axis is refused, saying so."""
+    from onnx import TensorProto, helper
+
+    def model(axis, opset):
+        node = helper.make_node("QLinearSoftmax", ["x", "sx", "zx", "sy", "zy"], ["y"], domain="com.microsoft",
+                                axis=axis, opset=opset)
+        init = [numpy_helper.from_array(np.float32(0.07), "sx"), numpy_helper.from_array(np.uint8(100), "zx"),
+                numpy_helper.from_array(np.float32(1 / 256), "sy"), numpy_helper.from_array(np.uint8(0), "zy")]
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [3, 4, 37])],
+                                  [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], init)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                       helper.make_opsetid("com.microsoft", 1)])
+
+    x = np.random.default_rng(0).integers(0, 256, (3, 4, 37)).astype(np.uint8)
+    got = compiler.compile(model(-1, 13), 2, fallback=False).run({"x": x})["y"]
+    want = ort.InferenceSession(model(-1, 13).SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    assert got.dtype == np.uint8 and np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    assert np.abs(got.astype(np.float64).sum(-1) / 256 - 1).max() < 0.1  # probabilities
+    with pytest.raises(compiler.errors.UnsupportedError, match="2-D coercion"):
+        compiler.compile(model(1, 11), 2)
+
+
+def test_qoperator_transformer_runs_natively(tmp_path):
+    """A BERT-style model quantized by ONNX Runtime in its QOperator format: QLinearMatMul on
+    [1, seq, hidden] activations (a batch of one) and QLinearSoftmax, every node native, close to
+    ONNX Runtime's outputs."""
+    from compiler.tools import zoo
+
+    proto, feeds, _ = zoo.load("zoo:bert?seq=8,vocab=30,hidden=16,heads=2,layers=1")
+    src, path = str(tmp_path / "float.onnx"), str(tmp_path / "qop.onnx")
+    onnx.save(proto, src)
+    samples = [dict(feeds) for _ in range(3)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(src, path, Reader(), quant_format=QuantFormat.QOperator, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    ops = {n.op_type for n in onnx.load(path).graph.node}
+    assert {"QLinearMatMul", "QLinearSoftmax"} <= ops
+    exe = compiler.compile(path, 2, fallback=False)
+    assert exe.fallback == []
+    got = next(iter(exe.run(feeds).values()))
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    cos = float((got * want).sum() / np.sqrt((got * got).sum() * (want * want).sum()))
+    assert cos > 0.999, cos
+
+
 def test_contrib_ops_say_what_they_do_not_support(tmp_path):
     from onnx import TensorProto, helper
 

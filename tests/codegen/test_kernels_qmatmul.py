@@ -23,6 +23,7 @@ from compiler.ir.ops import quant as qn
 from compiler.ir.types import DType, TensorType
 
 SHAPES = [((3, 5), (5, 7)), ((2, 3, 17), (17, 33)), ((2, 1, 4, 6), (3, 6, 5)), ((1, 4, 3), (2, 3, 1)),
+          ((1, 6, 5), (5, 4)),  # a batch of one (a batch-1 transformer's projections)
           ((6,), (6, 4)), ((2, 6), (6,)), ((4, 1), (1, 19)), ((3, 0), (0, 5))]
 TYPES = [(DType.u8, DType.i8), (DType.i8, DType.u8), (DType.u8, DType.u8), (DType.i8, DType.i8)]
 

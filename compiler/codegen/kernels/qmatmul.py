@@ -126,8 +126,8 @@ class _IntegerMatMul(Int8Lowering):
         param = param_reader(kf, self.param_specs(n, M, N))
         kf.note(f"{n.op.name}: {a.type.dtype} x {b.type.dtype} -> int32 sums over K={K}, then {y.type.dtype}")
         with kf.loop(T * M, "parallel", grain=par_grain(K * N), name="r") as r:
-            if T == 1:
-                t_ix, m = (), r
+            if T == 1:  # (batch dimensions of 1: index 0 of each)
+                t_ix, m = tuple(Const(0, INDEX) for _ in batch), r
             else:
                 t = kf.let(op("div", r, Const(M, INDEX)), name="t")
                 m = kf.let(op("rem", r, Const(M, INDEX)), name="m")
