@@ -68,7 +68,9 @@ def reason(group: KernelGroup) -> str | None:
             return f"{n.op.name} on the scores has no form in the GPU's attention kernel"
         if isinstance(n.op, ew.Where) and n.inputs[0].type.dtype is not DType.bool:
             return "a Where on the scores whose condition is not boolean"
-    _, m, n, d, _ = _dims(parts)
+    _, m, n, d, n2 = _dims(parts)
+    if min(m, n, d, n2) == 0:
+        return "an empty attention (an axis of size 0)"
     if n > SCORES_FLOATS:
         return f"a row of {n} scores is over the {SCORES_FLOATS} floats of shared memory a block keeps"
     if d > Q_FLOATS:
