@@ -172,7 +172,8 @@ def test_the_float32_requantization_near_ties(cpu):
     """QLinearMatMul's float32 way to its f64 requantization (``int8_tiles.Fast``): a_scale 1 + 2^-23,
     b_scale 1 - 2^-23 (their product 1 - 2^-46), y_scale 2: every odd sum lies just below a tie,
     which float32 (combined scale 0.5) puts on it; those rows are finished again in f64, so every
-    value is the reference's, where the fast values alone differ. Per-column y scales: no fast way."""
+    value is the reference's, where the fast values alone differ, on the tiles and on the portable
+    loop (B an input). Per-column y scales: no fast way."""
     if not target_for(cpu).isa <= host_target().isa:
         pytest.skip(f"this CPU lacks {cpu}'s instructions")
     rng = np.random.default_rng(4)
@@ -184,16 +185,21 @@ def test_the_float32_requantization_near_ties(cpu):
     g.add(qn.QLinearMatMul(), a, *params, g.add_constant(np.float32(2.0)), g.add_constant(np.uint8(128)))
     g.add(qn.QLinearMatMul(), a, *params, g.add_constant(np.full(70, 2.0, np.float32)),
           g.add_constant(np.full(70, 128, np.uint8)))
+    bi = g.add_input("b", TensorType(DType.i8, (20, 70)))  # B not constant: the portable loop's sums
+    g.add(qn.QLinearMatMul(), a, *params[:2], bi, *params[3:], g.add_constant(np.float32(2.0)),
+          g.add_constant(np.uint8(128)))
     g.set_outputs([n.outputs[0] for n in g.nodes])
     _, _, plan = build_kernels(g, target_for(cpu))
-    assert [FAST_NOTE in k.notes for _, k in plan] == [True, False]
-    feeds = {"a": rng.integers(0, 4, (9, 20)).astype(np.uint8)}
+    assert [FAST_NOTE in k.notes for _, k in plan] == [True, False, True]
+    assert any(note.startswith("portable int8 loop (B is not a constant matrix)") for note in plan[2][1].notes)
+    feeds = {"a": rng.integers(0, 4, (9, 20)).astype(np.uint8), "b": b.const}
     want, got = interpret(g, feeds), run_kernels(g, feeds, target=target_for(cpu))
     for n, name in zip(g.nodes, g.output_names):
         np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())
     sums = feeds["a"].astype(np.int64) @ b.const.astype(np.int64)
     fast = np.clip(np.rint(sums.astype(np.float32) * np.float32(0.5)) + 128, 0, 255)
     assert np.count_nonzero(fast != want[g.output_names[0]]) > 0
+    np.testing.assert_array_equal(want[g.output_names[2]], want[g.output_names[0]])
 
 
 def test_constant_weights_on_a_baseline_target_run_the_portable_loop():

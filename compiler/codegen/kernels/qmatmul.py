@@ -27,10 +27,12 @@ import numpy as np
 from ...ir.ops import quant as qn
 from ...ir.types import DType
 from ..loops import Kernel, KernelForm
-from ..loops.expr import INDEX, Const, cast, op, select
-from .base import KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
+from ..loops.expr import INDEX, Const, Var, cast, op, select
+from ..loops.llvm import MEMORY_TYPES, print_llvm
+from .base import I32, KernelBuilder, KernelGroup, c64, dtype_reason, par_grain
 from ..gemm.int8 import isa_for
-from .int8_tiles import TIE_MARGIN, Fast, Int8Job, Int8Lowering, emit_int8_tiles, param_reader
+from .int8_tiles import FAST_NOTE, TIE_MARGIN, Fast, Int8Job, Int8Lowering, emit_int8_tiles, param_reader, \
+    store_finished
 
 _INT8 = (DType.i8, DType.u8)
 
@@ -110,7 +112,10 @@ class _IntegerMatMul(Int8Lowering):
         shape = tuple(int(d) for d in node.outputs[0].shape)
         return [shape[:-1], shape[-1:]]
 
-    def form(self, group: KernelGroup, name: str, in_place: dict | None = None, chain=None) -> Kernel:
+    def form(self, group: KernelGroup, name: str, in_place: dict | None = None, chain=None,
+             sums_to=None) -> Kernel:
+        """The portable loop; ``sums_to`` (a pointer of the kernel being built): the int32 sums,
+        [rows, N], written there and not finished."""
         n = group.node
         a, sa, za, b, sb, zb, sy, zy = self.operands(n)
         y = chain.final if chain is not None else n.outputs[0]
@@ -122,7 +127,7 @@ class _IntegerMatMul(Int8Lowering):
         ab = kf.buffer("a", a.type.dtype, batch + [M, K], strides=_broadcast_strides(ash, batch), value=a)
         bb = kf.buffer("b", b.type.dtype, batch + [K, N], strides=_broadcast_strides(bsh, batch), value=b)
         yb = kf.buffer("y", y.type.dtype, batch + [M, N], "out", value=y)
-        acc = kf.buffer("acc", DType.i32, (T * M, N), "scratch")
+        acc = kf.buffer("acc", DType.i32, (T * M, N), "scratch" if sums_to is None else "inout", value=sums_to)
         param = param_reader(kf, self.param_specs(n, M, N))
         kf.note(f"{n.op.name}: {a.type.dtype} x {b.type.dtype} -> int32 sums over K={K}, then {y.type.dtype}")
         with kf.loop(T * M, "parallel", grain=par_grain(K * N), name="r") as r:
@@ -144,10 +149,44 @@ class _IntegerMatMul(Int8Lowering):
                     zb_j = param("b_zero_point", j, DType.i32)
                     bv = bv if zb_j is None else op("sub", bv, zb_j)
                     kf.store(acc, (r, j), op("add", acc[r, j], op("mul", av, bv)))
-            with kf.loop(N, "vector", name="n") as j:
-                v = self.finish_value(acc[r, j], m, j, param, n.outputs[0].type.dtype)
-                kf.store(yb, t_ix + (m, j), v if chain is None else chain.expr(kf, v, [r, j]))
+            if sums_to is None:  # each row finished (with ``sums_to``, the sums are the result)
+                with kf.loop(N, "vector", name="n") as j:
+                    v = self.finish_value(acc[r, j], m, j, param, n.outputs[0].type.dtype)
+                    kf.store(yb, t_ix + (m, j), v if chain is None else chain.expr(kf, v, [r, j]))
         return kf.finish()
+
+    def emit(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
+        """The tiles where ``packed_reason`` allows; else the portable loop, whose sums are finished
+        in float32 where the node has a ``fast_finish`` (B not constant: the attention's products of
+        a transformer quantized by ONNX Runtime), as the tiles' are."""
+        why = self.packed_reason(k, group)
+        n, y = group.node, group.node.outputs[0]
+        a, b_ = self.operands(n)[0], self.operands(n)[3]
+        if why is None or chain is not None or a.type.rank < 2 or b_.type.rank < 2 or \
+                self.fast_params(n, y.type.dtype) is None:
+            return super().emit(k, group, chain)
+        k.note(f"portable int8 loop ({why})")
+        M, N = int(a.shape[-2]), int(y.shape[-1])
+        rows = y.type.numel // max(N, 1)
+        sums = k.scratch(4 * rows * N)
+        print_llvm(k, self.form(group, f"{k.name}.loop", k.in_place, sums_to=sums))
+        s_var, m_var, j_var = Var("s", DType.i32), Var("m", INDEX), Var("j", INDEX)
+        out_t = MEMORY_TYPES[y.type.dtype]
+        with k.parallel_for(rows, min_per_task=max(1, (1 << 14) // max(N, 1))) as (lo, hi):
+            b = k.b
+            param = param_reader(KernelForm("finish"), self.param_specs(n, M, N), k.ptr)
+            exact = self.finish_value(s_var, m_var, j_var, param, y.type.dtype)
+            fast = self.fast_finish(n, s_var, j_var, k.weight, y.type.dtype)
+            k.note(FAST_NOTE)
+            sp, yp = k.again(sums), k.ptr(y)
+            with k.loop(b.sub(hi, lo), "row") as i:
+                r = b.add(lo, i)
+                base = b.mul(r, c64(N))
+                m = b.urem(r, c64(M))
+
+                def env_of(c):
+                    return {id(s_var): b.load(k.at(sp, b.add(base, c), I32), typ=I32), id(m_var): m, id(j_var): c}
+                store_finished(k, c64(N), exact, fast, env_of, lambda c, v: b.store(v, k.at(yp, b.add(base, c), out_t)))
 
     def finish_value(self, s, m, j, param, out: DType):
         return s
@@ -184,10 +223,19 @@ class _IntegerMatMul(Int8Lowering):
             out_row=lambda b_, m: b_.mul(m, c64(N)),
             fast=lambda s, m, j, weight: self.fast_finish(group.node, s, j, weight, own) if chain is None else None))
 
+    def fast_params(self, n, out: DType) -> tuple | None:
+        """(the combined scale per column as float32, the zero point) of ``fast_finish``, or None."""
+        return None
+
     def fast_finish(self, n, s, j, weight, out: DType) -> Fast | None:
         """A float32 way to ``finish_value`` (``int8_tiles.Fast``; ``weight``: the kernel's pointer to
         compile-time data), or None (the integer sums alone)."""
-        return None
+        got = self.fast_params(n, out)
+        if got is None:
+            return None
+        mult, zp = got
+        kf = KernelForm("fast")
+        return fast_requantized(s, None, kf.buffer("mult", DType.f32, (len(mult),), value=weight(mult))[(j,)], zp, out)
 
 
 class MatMulInteger(_IntegerMatMul):
@@ -205,20 +253,18 @@ class QLinearMatMul(_IntegerMatMul):
         a, sa, za, b, sb, zb, sy, zy = n.inputs
         return a, sa, za, b, sb, zb, sy, zy
 
-    def fast_finish(self, n, s, j, weight, out: DType) -> Fast | None:
-        """``finish_value``'s values from float32 (``Fast``), where A's scale is one constant, B's and
-        y's scales and y's zero point constants (y's one per tensor); else None."""
+    def fast_params(self, n, out: DType) -> tuple | None:
+        """(the combined scale per column, float32, and the zero point) of ``finish_value``'s float32
+        way, where A's scale is one constant, B's and y's scales and y's zero point constants (y's
+        one per tensor); else None."""
         a, sa, za, b, sb, zb, sy, zy = self.operands(n)
         if out not in _INT8 or sa.const is None or sa.const.size != 1 or sb.const is None:
             return None
-        K, N = (int(d) for d in b.shape)
+        K = int(_promoted(a.shape, True)[-1])
+        N = int(_promoted(b.shape, False)[-1])
         scale = float(sa.const.reshape(-1)[0]) * np.broadcast_to(sb.const.astype(np.float64).reshape(-1), (N,))
         got = fast_scales(K * 255 * 255, None, scale, sy, zy)
-        if got is None:
-            return None
-        _, mult, zp = got
-        kf = KernelForm("fast")
-        return fast_requantized(s, None, kf.buffer("mult", DType.f32, (N,), value=weight(mult))[(j,)], zp, out)
+        return None if got is None else (got[1], got[2])
 
     def finish_value(self, s, m, j, param, out: DType):
         f = DType.f64
