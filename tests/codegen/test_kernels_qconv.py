@@ -26,6 +26,7 @@ CASES = [((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=(1, 1, 1, 1))), ((2, 5, 9, 8), (
          # depthwise (the float32 kernel on the integers): stride 2 with a channel multiplier of 2 over
          # two images; grouped but not depthwise (the portable loop)
          ((2, 3, 12, 11), (6, 1, 3, 3), dict(group=3, strides=(2, 2), pads=(1, 1, 1, 1))),
+         ((2, 3, 1, 9), (3, 1, 1, 3), dict(group=3, pads=(0, 1, 0, 1))),  # depthwise on one-row images
          ((1, 6, 7, 7), (4, 3, 3, 3), dict(group=2, pads=(1, 1, 1, 1))),
          ((1, 2, 8, 8), (3, 2, 2, 3), dict(dilations=(2, 1), pads=(0, 1, 2, 0))),
          ((1, 70, 5, 5), (20, 70, 3, 3), dict(pads=(1, 1, 1, 1))),

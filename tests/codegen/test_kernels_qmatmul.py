@@ -188,11 +188,15 @@ def test_the_float32_requantization_near_ties(cpu):
     bi = g.add_input("b", TensorType(DType.i8, (20, 70)))  # B not constant: the portable loop's sums
     g.add(qn.QLinearMatMul(), a, *params[:2], bi, *params[3:], g.add_constant(np.float32(2.0)),
           g.add_constant(np.uint8(128)))
+    a3 = g.add_input("a3", TensorType(DType.u8, (2, 1, 20)))  # a batch of two one-row matrices
+    g.add(qn.QLinearMatMul(), a3, *params[:2], bi, *params[3:], g.add_constant(np.float32(2.0)),
+          g.add_constant(np.uint8(128)))
     g.set_outputs([n.outputs[0] for n in g.nodes])
     _, _, plan = build_kernels(g, target_for(cpu))
-    assert [FAST_NOTE in k.notes for _, k in plan] == [True, False, True]
+    assert [FAST_NOTE in k.notes for _, k in plan] == [True, False, True, True]
     assert any(note.startswith("portable int8 loop (B is not a constant matrix)") for note in plan[2][1].notes)
-    feeds = {"a": rng.integers(0, 4, (9, 20)).astype(np.uint8), "b": b.const}
+    feeds = {"a": rng.integers(0, 4, (9, 20)).astype(np.uint8), "b": b.const,
+             "a3": rng.integers(0, 4, (2, 1, 20)).astype(np.uint8)}
     want, got = interpret(g, feeds), run_kernels(g, feeds, target=target_for(cpu))
     for n, name in zip(g.nodes, g.output_names):
         np.testing.assert_array_equal(got[name], want[name], err_msg=n.describe())

@@ -9,6 +9,7 @@ import pytest
 
 import compiler
 from compiler.codegen.cuda import CUDA_FUSION
+from compiler.codegen.cuda import check as cuda_check
 from compiler.codegen.cuda import attention as cuda_attention
 from compiler.ir.interpreter import interpret
 from compiler.ir.parser import parse
@@ -91,6 +92,10 @@ def test_refusals_keep_separate_kernels_and_say_why(monkeypatch):
     exe = compiler.compile(parse(TANH), target="cuda")
     assert _attention_steps(exe) == [] and exe.fallback == []
     np.testing.assert_allclose(exe.run(feeds)["y"], interpret(parse(TANH), feeds)["y"], rtol=1e-5, atol=1e-5)
+    # a head size of 0 (K = 0: the scores are all zeros), which the block sizes cannot divide by
+    g = parse(CROSS.replace("f32[2,6,3]", "f32[2,6,0]").replace("f32[2,3,4]", "f32[2,0,4]"))
+    assert cuda_check("attention", [n for n in g.nodes if n.op.name in ("MatMul", "Mul", "Where", "Softmax")]) == \
+        "an empty attention (an axis of size 0)"
     # a row of scores longer than the shared memory a block keeps
     monkeypatch.setattr(cuda_attention, "SCORES_FLOATS", 3)
     g = parse(CROSS)

@@ -32,6 +32,7 @@ from ...ir.ops import elementwise as ew
 from ...ir.types import DType
 from ..kernels import KernelGroup
 from ..kernels.attention import Parts
+from ..kernels.tile_epilogue import _broadcast_strides
 from .rows import reduce_lines
 
 #: threads per block
@@ -93,9 +94,7 @@ def _literal(a: np.ndarray) -> str:
 def _broadcast(v: Value, shape: tuple[int, ...]) -> tuple[list[int], int, int]:
     """(one element offset per batch index, the row stride, the column stride) of ``v`` read as
     broadcast to ``shape`` (batch..., m, n)."""
-    vs = [1] * (len(shape) - len(v.shape)) + [int(d) for d in v.shape]
-    dense = [int(np.prod(vs[a + 1:])) for a in range(len(vs))]
-    st = [0 if d == 1 else s for d, s in zip(vs, dense)]
+    st = _broadcast_strides(v.shape, shape)
     batch = shape[:-2]
     if batch:
         idx = np.indices(batch).reshape(len(batch), -1)

@@ -161,7 +161,7 @@ class _IntegerMatMul(Int8Lowering):
         a transformer quantized by ONNX Runtime), as the tiles' are."""
         why = self.packed_reason(k, group)
         n, y = group.node, group.node.outputs[0]
-        a, b_ = self.operands(n)[0], self.operands(n)[3]
+        a, b_ = (self.operands(n)[i] for i in (0, 3))
         if why is None or chain is not None or a.type.rank < 2 or b_.type.rank < 2 or \
                 self.fast_params(n, y.type.dtype) is None:
             return super().emit(k, group, chain)
