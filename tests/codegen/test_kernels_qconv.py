@@ -7,6 +7,7 @@ each instruction set (AVX-512 VNNI, AVX-512 BW, AVX2) the host can run."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -247,3 +248,25 @@ def test_on_the_cuda_printer():
         one.set_outputs([one.add_node(n.op, ins).outputs[0]])
         got = run_cuda_forms(one, {v.name: feeds[v.name] for v in one.inputs})
         np.testing.assert_array_equal(got[one.output_names[0]], want[name], err_msg=n.describe())
+
+
+#: register tiles other than the ones the shapes above choose (``Int8Tiling.for_shape``): rows not
+#: dividing the channels or pixels, narrow panels, one row
+FORCED_TILES = [(8, 3), (7, 3), (5, 4), (3, 2), (1, 4)]
+
+
+@pytest.mark.parametrize("mr,nv", FORCED_TILES)
+def test_every_tile_shape_gives_the_same_numbers(mr, nv, monkeypatch):
+    """Each path (W x X, W x cols, the NHWC taps, the im2col), forced to other register tiles than it
+    chooses, bit for bit against the reference (VNNI: the tiles whose choice weighs padded sums)."""
+    from compiler.codegen.gemm.int8 import VNNI, Int8Tiling
+
+    if not _runs_here("icelake-server"):
+        pytest.skip("this CPU lacks AVX-512 VNNI")
+    monkeypatch.setattr(Int8Tiling, "for_shape", staticmethod(
+        lambda m, n, isa=VNNI, narrow_last=False: Int8Tiling(MR=min(mr, max(m, 1)), NV=nv, isa=isa)))
+    cases = [CASES[i] for i in (1, 8, 11, 14, 15, 19, 23, 25)]
+    g, feeds = _graph(cases=cases, types=TYPES[1:2], seed=3)
+    _, _, plan = build_kernels(g, target_for("icelake-server"))
+    assert all(any(re.search(rf"\bof \d+x{16 * nv}\b", x) for x in k.notes) for _, k in plan)
+    _check(g, run_kernels(g, feeds, target=target_for("icelake-server")), interpret(g, feeds))

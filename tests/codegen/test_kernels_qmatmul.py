@@ -237,3 +237,27 @@ def test_packed_b_layout(dtype, isa):
     np.testing.assert_array_equal(p.colsum[:37], b.astype(np.int64).sum(0) - 10 * shift)
     np.testing.assert_array_equal(p.zb[:37], zb.astype(np.int32) - shift)
     assert not p.colsum[37:].any() and not p.zb[37:].any()
+
+
+def _padded(t: Int8Tiling, m: int, n: int, narrow_last: bool) -> int:
+    cols = -(-n // t.isa.lanes) * t.isa.lanes if narrow_last else -(-n // t.NR) * t.NR
+    return -(-m // t.MR) * t.MR * cols
+
+
+@pytest.mark.parametrize("narrow_last", [False, True])
+def test_the_tile_computes_few_padded_sums(narrow_last):
+    """With VNNI the tile fits the registers (at most 24 accumulators, 8 rows, 4 vectors, none past
+    M or N) and pads less than the old fixed 6 x 4 wherever a fitting tile pads less by a margin:
+    ResNet-50's 7x7 layers (49 pixels as rows) no longer compute 54, the 3x3 layers' 128 channels
+    no longer 132 (the W x X path: its last panel narrowed). The vpmaddwd tiles keep their rule."""
+    for m in range(1, 70):
+        for n in (1, 15, 16, 37, 48, 64, 100, 196, 512, 784):
+            t = Int8Tiling.for_shape(m, n, VNNI, narrow_last)
+            assert t.MR * t.NV <= 24 and 1 <= t.MR <= min(m, 8) and 1 <= t.NV <= min(4, -(-n // 16)), (m, n, t)
+            old = Int8Tiling(MR=min(m, 6), NV=min(4, -(-n // 16)))
+            assert _padded(t, m, n, narrow_last) <= 1.1 * _padded(old, m, n, narrow_last), (m, n, t)
+    assert Int8Tiling.for_shape(49, 512, VNNI).MR in (5, 7)
+    assert Int8Tiling.for_shape(128, 784, VNNI, narrow_last=True).MR == 8
+    assert Int8Tiling.for_shape(1, 512, VNNI) == Int8Tiling(MR=1, NV=4)
+    assert Int8Tiling.for_shape(0, 0, VNNI) == Int8Tiling(MR=1, NV=1)
+    assert Int8Tiling.for_shape(128, 784, MADD256, narrow_last) == Int8Tiling(MR=6, NV=2, isa=MADD256)

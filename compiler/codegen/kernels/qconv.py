@@ -356,7 +356,7 @@ class _IntegerConv(Int8Lowering):
         (N, C, H, W), (M, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
         P = OH * OW
         isa = isa_for(k.target)
-        tiling = Int8Tiling.for_shape(M, P, isa)
+        tiling = Int8Tiling.for_shape(M, P, isa, narrow_last=True)
         MR, NR, kpw, lanes = tiling.MR, tiling.NR, tiling.KPW, isa.lanes
         panels = -(-P // NR)
         x_signed, w_signed = x.type.dtype is DType.i8, w.type.dtype is DType.i8
