@@ -258,3 +258,21 @@ def test_dequantized_on_explicit_vectors(monkeypatch, cpu, hw, stride, pad, flat
     _close(vec, want["y"])
     monkeypatch.setattr(RowChain, "vector_reason", lambda self, outputs: "refused here")
     np.testing.assert_array_equal(vec, run_kernels(g, feeds, target=target)["y"])
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+def test_flat_rows_copied_out_in_vectors(monkeypatch, cpu):
+    """The flat form through scratch copies each output row out of its wide plane in vectors of a
+    whole, half or quarter vector, the last overlapping (``conv._copy_row``), one value at a time
+    below 4: output rows 2 to 32 wide on every ISA the host runs (16, 8 or 1 float per vector)."""
+    from compiler.codegen.kernels import conv as conv_lowering
+
+    if target_for(cpu).isa > host_target().isa:
+        pytest.skip(f"this CPU lacks {cpu}'s instructions")
+    monkeypatch.setattr(conv_lowering, "DW_REGS", False)
+    for h, w in ((9, 2), (4, 4), (5, 6), (7, 8), (9, 10), (16, 16), (17, 18), (28, 28), (31, 32)):
+        g, p, feeds, want = _fused(h=h, w=w, c=3, n=2)
+        _, _, plan = build_kernels(g, target_for(cpu))
+        notes = [x for _, k in plan if k is not None for x in k.notes]
+        assert "the padded plane and outputs in registers" not in notes
+        _close(run_kernels(g, feeds, target=target_for(cpu))["y"], want["y"])
