@@ -263,8 +263,9 @@ def test_dequantized_on_explicit_vectors(monkeypatch, cpu, hw, stride, pad, flat
 @pytest.mark.parametrize("cpu", CPUS)
 def test_flat_rows_copied_out_in_vectors(monkeypatch, cpu):
     """The flat form through scratch copies each output row out of its wide plane in vectors of a
-    whole, half or quarter vector, the last overlapping (``conv._copy_row``), one value at a time
-    below 4: output rows 2 to 32 wide on every ISA the host runs (16, 8 or 1 float per vector)."""
+    whole, half or quarter vector (of at least 2 floats), the last overlapping (``conv._copy_row``),
+    narrower rows by LLVM's loop: rows 2 to 32 wide on every ISA the host runs (AVX-512, AVX2, SSE:
+    vectors of 16, 8 or 4 floats)."""
     from compiler.codegen.kernels import conv as conv_lowering
 
     if target_for(cpu).isa > host_target().isa:
