@@ -264,14 +264,14 @@ def test_dequantized_on_explicit_vectors(monkeypatch, cpu, hw, stride, pad, flat
 def test_flat_rows_copied_out_in_vectors(monkeypatch, cpu):
     """The flat form through scratch copies each output row out of its wide plane in vectors of a
     whole, half or quarter vector (of at least 2 floats), the last overlapping (``conv._copy_row``),
-    narrower rows by LLVM's loop: rows 2 to 32 wide on every ISA the host runs (AVX-512, AVX2, SSE:
+    narrower rows by LLVM's loop: rows 2 to 32 wide (and a one-row image) on every ISA the host runs (AVX-512, AVX2, SSE:
     vectors of 16, 8 or 4 floats)."""
     from compiler.codegen.kernels import conv as conv_lowering
 
     if target_for(cpu).isa > host_target().isa:
         pytest.skip(f"this CPU lacks {cpu}'s instructions")
     monkeypatch.setattr(conv_lowering, "DW_REGS", False)
-    for h, w in ((9, 2), (4, 4), (5, 6), (7, 8), (9, 10), (16, 16), (17, 18), (28, 28), (31, 32)):
+    for h, w in ((9, 2), (1, 32), (4, 4), (5, 6), (7, 8), (9, 10), (16, 16), (17, 18), (28, 28), (31, 32)):
         g, p, feeds, want = _fused(h=h, w=w, c=3, n=2)
         _, _, plan = build_kernels(g, target_for(cpu))
         notes = [x for _, k in plan if k is not None for x in k.notes]

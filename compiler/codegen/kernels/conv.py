@@ -49,7 +49,7 @@ from ...ir.ops.base import OpError
 from ..llvm.elementwise import _For
 from .base import F32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
 from .dw_regs import DW_REG_OUTPUTS, DW_REG_VECTORS, RegisterPlane, padded_vectors
-from .im2col import (_fill_zero, _gep, _helper_fn, _span, im2col, im2col_phased, im2col_table,
+from .im2col import (_copy, _fill_zero, _gep, _helper_fn, _span, im2col, im2col_phased, im2col_table,
                      im2col_table_packed_a, pad_plane, table_applies, window_table)
 from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
 from .packed_cols import emit_packed_cols, packed_cols_applies, reads_input, scratch_floats
@@ -548,9 +548,7 @@ def _copy_row(k, src, dst, n: int, lanes: int) -> None:
     b = k.b
     cl = next((v for v in (lanes, lanes // 2, lanes // 4) if 1 < v <= n), None)
     if cl is None:
-        with k.loop(n, "cq") as q:
-            k.store(k.load(src, q), dst, q)
-        return
+        return _copy(k, dst, src, n, 1, "cq")
     ct = ir.VectorType(F32, cl)
     with k.loop(-(-n // cl), "cv") as v:
         q = k.f.min(b.mul(v, c64(cl)), c64(n - cl))
