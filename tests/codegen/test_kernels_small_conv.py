@@ -45,12 +45,48 @@ def test_pack_weight_layout():
                 assert wp[m // 4, c, t, m % 4] == want
 
 
+ONES = np.ones((2, 2, 3, 3), np.float32)
+
+
 def test_applies_only_to_tiny_maps_of_one_group_and_constant_weights():
-    assert small_conv_applies(1, 1, 4, True)
-    assert small_conv_applies(8, 1, SMALL_PIXELS, True)      # several images too
-    assert not small_conv_applies(1, 1, SMALL_PIXELS + 1, True)
-    assert not small_conv_applies(1, 2, 4, True)             # groups: the GEMM paths
-    assert not small_conv_applies(1, 1, 4, False)            # weights an input: nothing to pack
+    assert small_conv_applies(1, 1, 4, ONES)
+    assert small_conv_applies(8, 1, SMALL_PIXELS, ONES)      # several images too
+    assert not small_conv_applies(1, 1, SMALL_PIXELS + 1, ONES)
+    assert not small_conv_applies(1, 2, 4, ONES)             # groups: the GEMM paths
+    assert not small_conv_applies(1, 1, 4, None)            # weights an input: nothing to pack
+    for bad in (np.nan, np.inf, -np.inf):  # a non-finite weight: its taps over the padding count
+        assert not small_conv_applies(1, 1, 4, np.where(np.arange(ONES.size).reshape(ONES.shape) == 7, bad, ONES))
+
+
+def test_non_finite_weights_keep_the_products_with_the_padding():
+    """A tap over the padding adds ``w * 0``: nothing for a finite weight, NaN for a NaN or infinite
+    one, so every pixel of that output channel is NaN (the reference, ONNX Runtime). The kernels that
+    sum the in-bounds taps only (the tiny-map direct one, the tiny depthwise planes) would leave the
+    border pixels finite: such weights take the paths that multiply the padding (found by the
+    fuzzer's mutants, 0xff bytes written over a depthwise weight: 6 of 288 values finite)."""
+    from compiler.ir.graph import Graph
+    from compiler.ir.ops import conv as cv
+    from compiler.ir.types import DType, TensorType
+
+    rng = np.random.default_rng(5)
+    g, feed = Graph("nonfinite"), {}
+    for i, (xs, ws, attrs) in enumerate([((1, 8, 2, 2), (6, 8, 3, 3), {}),  # a tiny map (direct kernel)
+                                         ((1, 8, 4, 4), (8, 1, 3, 3), dict(group=8)),  # tiny depthwise
+                                         ((1, 8, 6, 6), (8, 1, 3, 3), dict(group=8, strides=(2, 2)))]):
+        w = rng.standard_normal(ws).astype(np.float32)
+        w[1, 0, 0, 0], w[2, 0, 2, 2], w[3, 0, 0, 2] = np.nan, np.inf, -np.inf  # corner taps: over the padding
+        x = g.add_input(f"x{i}", TensorType(DType.f32, xs))
+        feed[f"x{i}"] = rng.standard_normal(xs).astype(np.float32)
+        g.add(cv.Conv(pads=(1, 1, 1, 1), **attrs), x, g.add_constant(w), g.add_constant(np.ones(ws[0], np.float32)))
+    g.set_outputs([n.outputs[0] for n in g.nodes], ["y0", "y1", "y2"])
+    _, _, plan = build_kernels(g, host_target())
+    for _, k in plan:  # (structure) the in-bounds-only kernels refused
+        assert not any("in-bounds taps" in note or note.startswith("tiny map") for note in k.notes), k.notes
+    got, want = run_kernels(g, feed), interpret(g, feed)
+    for name in want:
+        assert np.isnan(want[name][0, 1]).all() and not np.isfinite(want[name][0, 2:4]).any()
+        np.testing.assert_array_equal(np.isnan(got[name]), np.isnan(want[name]), err_msg=name)
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
 
 
 def _bench():

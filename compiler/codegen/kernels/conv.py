@@ -11,9 +11,12 @@ By shape:
   outputs land ``rs`` (the plane's row length) apart and are compacted into Y's rows after; on the
   smallest of those planes all of it in registers (``dw_regs.py``). A fused chain runs on each
   output plane as soon as it is computed (one image).
-* **small output maps** (at most 64 pixels: 8x8, 7x7, 4x4, 2x2; one group, constant weights): a direct kernel
-  vectorized over output channels, each pixel summed over its in-bounds taps only
-  (``small_conv.py``; a 2x2 map of a padded 3x3 window has 4 of its 9 taps inside).
+* **small output maps** (at most 64 pixels: 8x8, 7x7, 4x4, 2x2; one group, constant weights, all
+  finite): a direct kernel vectorized over output channels, each pixel summed over its in-bounds
+  taps only (``small_conv.py``; a 2x2 map of a padded 3x3 window has 4 of its 9 taps inside). A tap
+  over the padding adds ``w * 0``, which is NaN for a NaN or infinite weight: such weights (and
+  weights given at run time) take the paths that multiply the padding, as the tiny depthwise
+  planes do.
 * **3x3, stride 1, many tiles and channels** (ResNet's 56x56 and 28x28 stages; one group,
   constant weights): Winograd F(4x4, 3x3) (``winograd.py``): 36 GEMMs of a quarter of the
   arithmetic between an input and an output transform.
@@ -143,7 +146,7 @@ class Conv(Lowering):
             # one image: the chain on each output plane as soon as it is computed (in cache)
             te, _ = plan_tile_epilogue(k, y, epilogue if n == 1 else None, None, row_axis=1)
             self._depthwise(k, x, w, bias, y, n, c, h, wd, mg, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te)
-            k.note("depthwise: each pixel over its in-bounds taps, unrolled (a tiny map)" if oh * ow <= DW_TINY_PIXELS
+            k.note("depthwise: each pixel over its in-bounds taps, unrolled (a tiny map)" if tiny_depthwise(oh, ow, w.const)
                    else "depthwise: direct loop on padded planes")
             if te is not None:
                 k.note("chain on each output plane as it is computed")
@@ -154,7 +157,7 @@ class Conv(Lowering):
             if te is not None:
                 k.note("chain on each output channel's plane as it is computed")
             return fused
-        if prologue is None and small_conv_applies(n, g, oh * ow, w.const is not None):
+        if prologue is None and small_conv_applies(n, g, oh * ow, w.const):
             te, fused = plan_tile_epilogue(k, y, epilogue, None, row_axis=1)
             emit_small_conv(k, x, np.asarray(w.const, np.float32).reshape(m, c, kh, kw), bias, y, n, c, h, wd, m,
                             kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, te)
@@ -354,7 +357,7 @@ class Conv(Lowering):
         hp = (oh - 1) * sh + (kh - 1) * dh + 1
         wpd = (ow - 1) * sw + (kw - 1) * dw + 1
         # tiny planes: each output pixel's sum over its in-bounds taps, unrolled, read in place
-        tiny = oh * ow <= DW_TINY_PIXELS
+        tiny = tiny_depthwise(oh, ow, weights if weights is not None else w.const)
         # small planes: one flat loop of explicit vectors over the padded plane (always copied: the
         # last vector reads past it into slack of its own)
         flat = not tiny and ow * sw <= DW_FLAT_SPAN
@@ -553,6 +556,13 @@ def _copy_row(k, src, dst, n: int, lanes: int) -> None:
     with k.loop(-(-n // cl), "cv") as v:
         q = k.f.min(b.mul(v, c64(cl)), c64(n - cl))
         b.store(b.load(k.at(src, q), typ=ct, align=4), k.at(dst, q), align=4)
+
+
+def tiny_depthwise(oh: int, ow: int, weights) -> bool:
+    """Whether a depthwise plane is computed pixel by pixel over its in-bounds taps only
+    (``DW_TINY_PIXELS``): only with constant weights, all finite, since a tap over the padding adds
+    ``w * 0``, which is 0 for a finite weight but NaN for a NaN or infinite one."""
+    return oh * ow <= DW_TINY_PIXELS and weights is not None and bool(np.isfinite(weights).all())
 
 
 #: a depthwise plane of at most this many output pixels (a 2x2 or 4x4 map) is computed pixel by

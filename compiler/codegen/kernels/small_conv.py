@@ -46,10 +46,13 @@ SMALL_PIXELS = 64
 MIN_TASK_MACS = 1 << 16
 
 
-def small_conv_applies(n: int, groups: int, pixels: int, const_weight: bool) -> bool:
-    """Whether a conv takes the direct tiny-map kernel: one group, a constant weight and an output
-    map of at most ``SMALL_PIXELS`` pixels."""
-    return groups == 1 and const_weight and pixels <= SMALL_PIXELS and n >= 1
+def small_conv_applies(n: int, groups: int, pixels: int, weight) -> bool:
+    """Whether a conv takes the direct tiny-map kernel: one group, a constant ``weight`` (None: an
+    input), all of it finite, and an output map of at most ``SMALL_PIXELS`` pixels. (The kernel
+    skips the taps over the padding, which add ``w * 0``: 0 for a finite weight, NaN for a NaN or
+    infinite one, as the reference has it.)"""
+    return (groups == 1 and weight is not None and pixels <= SMALL_PIXELS and n >= 1
+            and bool(np.isfinite(weight).all()))
 
 
 def _accumulators(lanes: int) -> int:
