@@ -6,8 +6,8 @@ STAMP  := $(VENV)/.installed
 # The default model: SqueezeNet from the ONNX model zoo, shipped inside the onnx package.
 MODEL  ?= light:squeezenet
 JOBS   ?= 2
-# `make fuzz N=1000`: N random graphs at every -O level, MUTANTS malformed files and tampered
-# artifacts (tests/fuzz/); SEED replays a run (default: a new seed, printed)
+# `make fuzz N=1000`: N random graphs at every -O level, N/4 random int8 models, MUTANTS malformed
+# files and tampered artifacts (tests/fuzz/); SEED replays a run (default: a new seed, printed)
 N       ?= 200
 MUTANTS ?= $(N)
 SEED    ?=

@@ -1,6 +1,7 @@
-"""``python -m tests.fuzz N --seed S --mutants M --out DIR``: N random graphs at every -O level and M
-malformed files and tampered artifacts; a summary, failures saved (minimized) under DIR. Exit status 1
-when anything failed. ``--replay DIR/TAG`` runs one saved case again."""
+"""``python -m tests.fuzz N --seed S --mutants M --quantized Q --out DIR``: N random graphs at every -O
+level, Q random int8 models (default N/4) and M malformed files and tampered artifacts; a summary,
+failures saved (graphs minimized) under DIR. Exit status 1 when anything failed. ``--replay DIR/TAG``
+runs one saved graph again."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +15,8 @@ def main(argv=None) -> int:
     p.add_argument("n", type=int, nargs="?", default=200, help="random graphs (default 200)")
     p.add_argument("--seed", type=int, default=None, help="the stream of graphs and mutants (default: the time)")
     p.add_argument("--mutants", type=int, default=None, help="malformed files and tampered artifacts (default N)")
+    p.add_argument("--quantized", type=int, default=None,
+                   help="random int8 models, the artifact against the reference on the quantized IR (default N/4)")
     p.add_argument("--out", default=os.path.join("tests", "fuzz", "failures"),
                    help="where failures are saved (default tests/fuzz/failures)")
     p.add_argument("--levels", default="0,1,2,3", help="-O levels (default 0,1,2,3)")
@@ -40,15 +43,22 @@ def main(argv=None) -> int:
             return 0
         seed = args.seed if args.seed is not None else int(time.time()) % 100000
         mutants = args.n if args.mutants is None else args.mutants
+        int8 = args.n // 4 if args.quantized is None else args.quantized
         os.makedirs(args.out, exist_ok=True)
         t0 = time.perf_counter()
-        print(f"kiln fuzz: {args.n} graphs x -O{args.levels} and {mutants} mutants, seed {seed}, "
+        print(f"kiln fuzz: {args.n} graphs x -O{args.levels}, {int8} int8 models and {mutants} mutants, seed {seed}, "
               f"{args.workers} workers; failures go to {args.out}", flush=True)
         reports = []
         if args.n:
             d = Diff(pool, args.out, levels, args.timeout, not args.no_minimize,
                      log=lambda s: print(s, flush=True))
             reports.append(d.run(args.n, seed, batch=max(1, args.batch), first=args.first))
+            print(reports[-1].text(), flush=True)
+        if int8:
+            from .quantized import run as run_quantized
+
+            reports.append(run_quantized(pool, int8, seed, args.out, timeout=max(args.timeout, 120.0),
+                                         log=lambda s: print(s, flush=True)))
             print(reports[-1].text(), flush=True)
         if mutants:
             from .mutate import Mutants

@@ -1,7 +1,7 @@
-"""The fuzzers in the test suite: a fixed-seed batch of random graphs at every -O level and of malformed
-files and tampered artifacts must give no failure (``make fuzz`` runs as many as asked); and the
-harness's own parts: the generator is deterministic and valid, the comparison and the worker pool
-classify what they see."""
+"""The fuzzers in the test suite: a fixed-seed batch of random graphs at every -O level, of random int8
+models and of malformed files and tampered artifacts must give no failure (``make fuzz`` runs as many
+as asked); and the harness's own parts: the generators are deterministic and valid, the comparisons
+and the worker pool classify what they see."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from . import gen
+from . import gen, quantized
 from .harness import Diff, Report, classify, compare
 from .mutate import Mutants
 from .pool import Outcome, Pool
@@ -17,6 +17,7 @@ from .pool import Outcome, Pool
 SEED = 20260521
 GRAPHS = 40        # x 4 levels
 MUTANTS = 150
+QUANTIZED = 24
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,14 @@ def test_random_graphs_match_onnxruntime_at_every_level(pool, out):
 
 
 @pytest.mark.slow
+def test_random_int8_models_match_the_reference_on_their_quantized_ir(pool, out):
+    report = quantized.run(pool, QUANTIZED, SEED, out, log=lambda s: None)
+    print(report.text())
+    assert report.counts["models"] == QUANTIZED and report.counts["quantized layers"] > QUANTIZED
+    assert report.counts["ok"] == QUANTIZED and not report.failures, _explain(report, out)
+
+
+@pytest.mark.slow
 def test_malformed_files_and_tampered_artifacts_give_clear_errors(pool, out):
     report = Mutants(pool, out, cli_every=15, log=lambda s: None).run(MUTANTS, SEED)
     print(report.text())
@@ -61,6 +70,34 @@ def test_generator_is_deterministic_and_valid():
         c = gen.generate(6, i)
         assert c.model.graph.node and c.reference
         assert c.reference.keys() == gen.validate(c.model, c.feeds).keys()
+
+
+def test_int8_generator_is_deterministic_and_valid():
+    import onnx
+
+    a, b = quantized.generate(5, 3), quantized.generate(5, 3)
+    assert a.model.SerializeToString() == b.model.SerializeToString() and a.options == b.options
+    np.testing.assert_array_equal(a.feeds["x"], b.feeds["x"])
+    kinds = set()
+    for i in range(30):
+        c = quantized.generate(7, i)
+        onnx.checker.check_model(c.model)
+        ops = {n.op_type for n in c.model.graph.node}
+        kinds.add("Conv" if "Conv" in ops else "MatMul")
+        assert bool(c.calibration) == (c.options["mode"] == "int8")
+    assert kinds == {"Conv", "MatMul"}
+
+
+def test_int8_judge_takes_a_step_and_not_a_wrong_value():
+    rng = np.random.default_rng(0)
+    ref = {"y": rng.standard_normal((2, 8, 5, 5)).astype(np.float32)}
+    step = ref["y"].copy()
+    step[0, 3, 2, 2] += np.abs(ref["y"]).max() / 255  # one value a uint8 quantization step off
+    assert quantized.judge({"y": step}, ref) is None
+    swapped = ref["y"][:, ::-1].copy()  # channels in the wrong order
+    assert "largest difference" in quantized.judge({"y": swapped}, ref)
+    assert "not finite" in quantized.judge({"y": np.full_like(ref["y"], np.nan)}, ref)
+    assert "outputs" in quantized.judge({"z": ref["y"]}, ref)
 
 
 def test_merged_cases_are_one_valid_model_with_every_reference():
