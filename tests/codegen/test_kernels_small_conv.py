@@ -104,6 +104,9 @@ def _bench():
     conv(t, (1, 40, 7, 7), 36, (3, 3), pads=(1, 1, 1, 1))                      # a 7x7 map: 3 pixel groups
     conv(t, (2, 48, 8, 8), 20, (1, 1), bias=False)                               # 8x8, the limit, 2 images
     conv(t, (1, 24, 14, 14), 32, (3, 3), pads=(1, 1, 1, 1), strides=(2, 2))     # 7x7 of a stride 2
+    # every tap of every pixel over the padding (the bias alone; found by the fuzzer, seed 60606:
+    # a division by the kernel's zero multiply-adds)
+    conv(t, (1, 6, 1, 1), 7, (2, 2), pads=(1, 1, 1, 1), strides=(1, 3), dilations=(2, 1))
     t.g.set_outputs(t.outs, [f"y{i}" for i in range(len(t.outs))])
     return t
 

@@ -104,14 +104,14 @@ def emit_small_conv(k: KernelBuilder, x, w: np.ndarray, bias, y, n: int, c: int,
     taps = kh * kw
     nblk = -(-m // vb)
     wp = pack_weight(w, vb)
-    macs = vb * c * sum(len(q) for q in pairs)  # per block and image
+    macs = vb * c * sum(len(q) for q in pairs)  # per block and image (0: every tap over the padding)
     k.note(f"tiny map: direct, {vb} channels x in-bounds taps only "
            f"({sum(len(q) for q in pairs)} of {p * taps} pixel-taps)")
     vt = ir.VectorType(F32, lanes)
     fma = k.module.globals.get(f"llvm.fmuladd.v{lanes}f32") or ir.Function(
         k.module, ir.FunctionType(vt, [vt] * 3), f"llvm.fmuladd.v{lanes}f32")
     ntask = n * nblk * len(groups)
-    with k.parallel_for(ntask, min_per_task=max(1, -(-MIN_TASK_MACS * len(groups) // macs))) as (lo, hi):
+    with k.parallel_for(ntask, min_per_task=max(1, -(-MIN_TASK_MACS * len(groups) // max(macs, 1)))) as (lo, hi):
         b = k.b
         xp, yp, wq = k.ptr(x), k.ptr(y), k.weight(wp)
         bp = k.ptr(bias) if bias is not None else None
