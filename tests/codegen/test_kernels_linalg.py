@@ -20,19 +20,23 @@ def rand(*shape):
 class Bench:
     """One graph holding many independent nodes; inputs random."""
 
-    def __init__(self):
+    def __init__(self, seed: int | None = None):
+        """``seed``: inputs and constants from a generator of their own (the same numbers whichever
+        tests ran before in the process); None: the module's."""
+        self.rng = RNG if seed is None else np.random.default_rng(seed)
         self.g = Graph("t")
         self.feed: dict[str, np.ndarray] = {}
         self.outs: list = []
 
     def input(self, *shape, dtype=DType.f32):
         name = f"x{len(self.feed)}"
-        arr = rand(*shape) if dtype is DType.f32 else RNG.integers(-3, 3, shape).astype(dtype.np)
+        arr = (self.rng.standard_normal(shape).astype(np.float32) if dtype is DType.f32
+               else self.rng.integers(-3, 3, shape).astype(dtype.np))
         self.feed[name] = arr
         return self.g.add_input(name, TensorType(dtype, tuple(shape)))
 
     def const(self, *shape):
-        return self.g.add_constant(rand(*shape))
+        return self.g.add_constant(self.rng.standard_normal(shape).astype(np.float32))
 
     def add(self, op, *ins):
         v = self.g.add(op, *ins)
