@@ -36,7 +36,8 @@ def lib(request):
 def tiny():
     """Host ISA with tiny cache blocks: small matrices then cross every KC/MC/NC boundary."""
     base = config_for()
-    cfg = base.replace(KC=7, MC=2 * base.MR, NC=2 * base.NR, par_min_flops=0.0, direct_b_max_m=3)
+    cfg = base.replace(KC=7, MC=2 * base.MR, NC=2 * base.NR, par_min_flops=0.0, direct_b_max_m=3,
+                       direct_b_narrow_max_m=2 * base.MR)
     return GemmLib(build_shared(cfg), cfg)
 
 
@@ -68,6 +69,18 @@ SHAPES = [(1, 1, 1), (1, 512, 784), (2, 3, 4), (7, 13, 5), (13, 1, 9), (1, 37, 3
 def test_shapes(lib, m, n, k):
     a, b = rand(m, k), rand(k, n)
     check(lib.gemm(a, b), ref(a, b), k)
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 196, 384), (96, 196, 576), (96, 196, 383), (20, 50, 90), (21, 33, 83)])
+def test_narrowing_products(lib, tiny, m, n, k):
+    """K >= 4 M: B read in place up to ``direct_b_narrow_max_m`` rows (AVX-512: MobileNetV2's 1x1
+    projections; the tiny blocks: 2 row tiles), packed past it or for a K just short of 4 M; on
+    1 and 2 threads, with beta."""
+    a, b = rand(m, k), rand(k, n)
+    for g in (lib, tiny):
+        for nthreads in (1, 2):
+            c = rand(m, n)
+            check(g.gemm(a, b, c.copy(), beta=0.5, nthreads=nthreads), ref(a, b, c, 1.0, 0.5), k)
 
 
 @pytest.mark.parametrize("ta,tb", [(False, True), (True, False), (True, True)])

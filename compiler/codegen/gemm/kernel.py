@@ -441,7 +441,9 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         # B read in place (no packing) for small M, unless its rows are far apart (then the
         # NR-wide column stripes touch a new page per k and packing may win: per ISA, measured)
         bdirect = b.and_(b.and_(b.icmp_signed("==", tb, ir.Constant(I32, 0)), b.not_(has_pb)),
-                         b.and_(b.icmp_signed("<=", M, c64(cfg.direct_b_max_m)),
+                         b.and_(b.or_(b.icmp_signed("<=", M, c64(cfg.direct_b_max_m)),
+                                      b.and_(b.icmp_signed("<=", M, c64(cfg.direct_b_narrow_max_m)),
+                                             b.icmp_signed(">=", K, b.mul(M, c64(4))))),
                                 b.or_(b.icmp_signed("<=", M, c64(4)),
                                       b.icmp_signed("<=", ldb, c64(cfg.direct_b_max_ldb)))))
         # threads
