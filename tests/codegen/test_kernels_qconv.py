@@ -178,12 +178,15 @@ def test_a_target_without_avx2_runs_the_portable_loop():
     assert all(any("neither AVX-512 BW nor AVX2" in x for x in k.notes) for _, k in plan)
 
 
+@pytest.mark.parametrize("types", range(len(TYPES)))
 @pytest.mark.parametrize("cpu", [c for c, _ in ISAS])
-def test_int8_tile_numbers(cpu):
+def test_int8_tile_numbers(cpu, types):
+    """Every case on each ISA, one pair of operand types per test (one module each: the suite's
+    workers share them out)."""
     if not _runs_here(cpu):
         pytest.skip(f"this CPU lacks {cpu}'s instructions (test_constant_weights_take_the_int8_tiles checks "
                     f"the kernel is built)")
-    g, feeds = _graph(seed=1)
+    g, feeds = _graph(types=TYPES[types:types + 1], seed=1 + types)
     _check(g, run_kernels(g, feeds, target=target_for(cpu)), interpret(g, feeds))
 
 
