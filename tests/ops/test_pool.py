@@ -187,12 +187,27 @@ def test_pool_refuses_bad_inputs(make, types, message):
     (P.MaxPool, {"kernel_shape": (2, 2), "auto_pad": "same"}, "auto_pad must be one of"),
     (P.AveragePool, {"kernel_shape": (2, 2), "count_include_pad": 3}, "count_include_pad must be 0 or 1"),
     (P.LpPool, {"kernel_shape": (2,), "p": 0}, "p must be a positive int"),
+    # a window wholly in the padding (ONNX Runtime refuses it as well): a pad as big as the window's
+    # extent, at an axis' end, a huge one (the fuzzer's MaxPool.pads = 2^40), and a dilated window
+    (P.MaxPool, {"kernel_shape": (4, 1), "pads": (2, 1 << 40, 2, 0)}, r"extent along their axis .* \[4, 1\]"),
+    (P.AveragePool, {"kernel_shape": (3, 3), "pads": (1, 1, 1, 3)}, "wholly in the padding"),
+    (P.LpPool, {"kernel_shape": (2,), "pads": (2, 0)}, "wholly in the padding"),
+    (P.MaxPool, {"kernel_shape": (3,), "dilations": (2,), "pads": (5, 0)}, r"extent .* \[5\]"),
     (P.MaxUnpool, {}, "kernel_shape is required"),
     (P.MaxRoiPool, {"pooled_shape": (2,)}, "pooled_shape must be two positive ints"),
 ])
 def test_pool_refuses_bad_attributes(cls, attrs, message):
     with pytest.raises(OpError, match=message):
         cls(**attrs)
+
+
+def test_a_dilated_window_may_pad_past_its_kernel_size():
+    """The bound is the window's extent, not kernel_shape: a 3-tap window dilated by 3 spans 7
+    positions, so pads of 4 leave a tap of the first and last window inside the input."""
+    op = P.MaxPool(kernel_shape=(3,), dilations=(3,), pads=(4, 4))
+    x = np.arange(5, dtype=np.float32).reshape(1, 1, 5)
+    want = [max(x[0, 0, i] for i in (o - 4, o - 1, o + 2) if 0 <= i < 5) for o in range(7)]
+    np.testing.assert_array_equal(run_op(op, x)[0].reshape(-1), want)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,6 +54,13 @@ class _Pool(OpDef):
             raise self.fail("kernel_shape is required (the pooling window's size per spatial axis)")
         check_window_attrs(self, auto_pad=self.auto_pad, strides=self.strides, dilations=self.dilations,
                            pads=self.pads, kernel_shape=self.kernel_shape)
+        nd = len(self.kernel_shape)
+        dil = self.dilations if len(self.dilations) == nd else (1,) * nd
+        extent = [(k - 1) * d + 1 for k, d in zip(self.kernel_shape, dil)]
+        if len(self.pads) == 2 * nd and any(p >= extent[i % nd] for i, p in enumerate(self.pads)):
+            raise self.fail(f"pads {list(self.pads)} must each be smaller than the window's extent along their "
+                            f"axis ((kernel_shape - 1) * dilations + 1 = {extent}): else a window lies wholly in "
+                            f"the padding")
         check_flags(self, "ceil_mode")
 
     def _attrs(self, rank: int):
