@@ -301,6 +301,48 @@ def test_task_grid_balances_the_threads(isa, m):
     assert len(areas) >= threads and ranges[0] == ranges[1], (rows, cols, ranges)
 
 
+@pytest.mark.parametrize("isa", [i for i in _isas() if i != "sse"])
+@pytest.mark.parametrize("m, n", [(128, 784), (32, 169)])
+def test_task_grid_splits_uneven_panels(isa, m, n):
+    """Panels that do not split evenly into T * tasks_per_thread column tasks: the grid search also
+    tries up to twice as many, so that the two threads' ranges differ by at most one column of
+    tiles (ResNet-50's 3x3/2 conv, M 128 x N 784 in 25 panels of 32, on 2 threads: 4 column tasks of
+    7, 7, 7 and 4 panels gave 14 and 11; SqueezeNet's 13x13 maps, N 169). The tasks are read from
+    the blocks of B the GEMM asks the caller to pack (``kiln_sgemm_cb``: each task packs its own)."""
+    cfg = config_for(isa)
+    lib = GemmLib(build_shared(cfg), cfg)
+    k, threads = 384, 2  # (over the serial threshold)
+    a, b = rand(m, k), rand(k, n)
+    asked = []
+    fp = ctypes.POINTER(ctypes.c_float)
+    i64 = ctypes.c_int64
+    NR = cfg.NR
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, i64, i64, i64, i64, fp)
+    def pack(ctx, p0, kc, j0, nc, dst):
+        if p0 == 0:  # (the first block of depth of each task)
+            asked.append((j0, nc))
+        panels = -(-nc // NR)
+        block = np.zeros((kc, panels * NR), np.float32)
+        block[:, :nc] = b[p0:p0 + kc, j0:j0 + nc]
+        np.ctypeslib.as_array(dst, (panels, kc, NR))[...] = block.reshape(kc, panels, NR).transpose(1, 0, 2)
+
+    fn = lib.lib.kiln_sgemm_cb
+    fn.restype = ctypes.c_int32
+    fn.argtypes = lib.sgemm.argtypes + [ctypes.c_void_p] * 4
+    c = np.zeros((m, n), np.float32)
+    rc = fn(0, 0, m, n, k, 1.0, a.ctypes.data_as(fp), k, None, 0, 0.0, c.ctypes.data_as(fp), n, threads,
+            None, None, ctypes.cast(pack, ctypes.c_void_p), None)
+    assert rc == 0
+    check(c, ref(a, b), k)
+    cols = sorted(set(asked))
+    assert len(asked) % len(cols) == 0 and sum(nc for _, nc in cols) == n
+    gm = len(asked) // len(cols)  # rows of tasks (each packs the columns of its task again)
+    panels = [-(-nc // NR) for _, nc in cols] * gm  # row-major tasks, rows alike up to the last's tiles
+    ranges = [sum(panels[t * len(panels) // threads:(t + 1) * len(panels) // threads]) for t in range(threads)]
+    assert len(panels) >= threads and max(ranges) - min(ranges) <= 1, (cols, gm, ranges)
+
+
 def test_linked_into_a_generated_module(tmp_path):
     """The code generator's path: emit_gemm into its own module, call it from its own function."""
     import subprocess

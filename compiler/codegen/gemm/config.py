@@ -35,7 +35,7 @@ class GemmConfig:
     #: also read B in place up to this M when K >= 4 M (a narrowing product: a 1x1 projection)
     direct_b_narrow_max_m: int = 0
     par_min_flops: float = 3e6  # below 2*M*N*K = this, run on the calling thread only
-    tasks_per_thread: int = 2  # dynamic scheduling granularity (more: better balance, more packing)
+    tasks_per_thread: int = 2  # tasks per thread, the fewest the grid search tries (it tries up to 2x)
     max_threads: int = 64
     pool_spin: int = 300  # sched_yield polls of an idle pool thread before it sleeps on its condvar
     #: use the artifact's shared thread pool (``kiln_parallel_for``, codegen/native/parallel.c) instead

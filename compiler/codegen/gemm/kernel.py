@@ -14,9 +14,9 @@ BLIS-style single-precision GEMM:
   transposed B is packed with ``W x W`` in-register transposes);
 * optional *pre-packed* operands (constant weights packed once, at load time), and reading a
   row-major B in place when M is tiny (GEMV-like shapes: nothing to amortize packing over);
-* parallelism: the C matrix is cut into a grid of rectangular tasks (about ``tasks_per_thread``
-  tasks per thread; the grid of least estimated time per thread: rounds of tasks times a task's
-  padded area, plus the operand traffic its tasks stream and pack), which the calling thread and up to ``nthreads - 1``
+* parallelism: the C matrix is cut into a grid of rectangular tasks (``tasks_per_thread`` tasks
+  per thread up to twice that; the grid of least estimated time per thread: the padded area of the
+  largest thread's range of tasks, plus the operand traffic its tasks stream and pack), which the calling thread and up to ``nthreads - 1``
   threads of a persistent pool take: thread k the tasks of its own contiguous range first (the k-th
   T-th of the grid, from a counter in its own cache line), then those left in the others' ranges.
   The same tasks (the same weight panels) go to the same threads call after call, so each finds them
@@ -453,40 +453,44 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                        b.fmul(b.sitofp(K, ir.DoubleType()), ir.Constant(ir.DoubleType(), 2.0)))
         small = b.fcmp_ordered("<", flops, ir.Constant(ir.DoubleType(), cfg.par_min_flops))
         T = b.select(small, one, T)
-        # task grid gm x gn (about T * tasks_per_thread tasks) of least estimated time per thread:
-        # the most area any thread's range of tasks covers (its tiles, padding included: the cost
-        # of an unbalanced grid), plus its share of the operand traffic (every task streams its A
-        # rows and B columns, gn*M + gm*N, and packs those not pre-packed)
+        # task grid gm x gn (T * tasks_per_thread tasks up to twice that) of least estimated time
+        # per thread: the most area any thread's range of tasks covers (its tiles, padding included:
+        # the cost of an unbalanced grid), plus its share of the operand traffic (every task streams
+        # its A rows and B columns, gn*M + gm*N, and packs those not pre-packed). The columns of a
+        # row of tasks take ceil(want / gm) to ceil(2 want / gm) tasks: a product whose panels do
+        # not split evenly into want tasks often does into a few more (ResNet-50's 3x3/2 conv, M 128
+        # x N 784 on 2 threads: 4 column tasks of 7, 7, 7 and 4 panels, 14 against 11 per thread;
+        # 7 of 4 panels, 12 against 13)
         want = b.select(b.icmp_signed("==", T, one), one, b.mul(T, c64(cfg.tasks_per_thread)))
         best = f.alloca(I64, 4, name="best")  # cost, tm, tn, tasks
         worst = f.alloca(I64, 1, name="worst")
         for j, v in enumerate([c64(2 ** 62), M, N, one]):
             b.store(v, b.gep(best, [c64(j)]))
         with f.loop(1, b.add(want, one), 1, "gm") as gm:
-            gn = f.ceildiv(want, gm)
-            tm = f.roundup(f.ceildiv(M, gm), MR)
-            tn = f.roundup(f.ceildiv(N, gn), NR)
-            real_gm, real_gn = f.ceildiv(M, tm), f.ceildiv(N, tn)
-            tasks = b.mul(real_gm, real_gn)
-            a_rows, b_cols = b.mul(real_gn, M), b.mul(real_gm, N)  # what the tasks stream, all told
-            packed = b.add(b.select(apacked, c64(0), a_rows), b.select(bpacked, c64(0), b_cols))
-            traffic = b.add(b.mul(b.add(a_rows, b_cols), c64(READ_COST)), b.mul(packed, c64(PACK_COST)))
-            b.store(c64(0), worst)
-            ranges = f.min(T, tasks)
-            with f.loop(0, ranges, 1, "range") as rk:  # thread k's tasks: [k*tasks/T, (k+1)*tasks/T)
-                lo = b.sdiv(b.mul(rk, tasks), ranges)
-                hi = b.sdiv(b.mul(b.add(rk, one), tasks), ranges)
-                area = b.sub(self._area_before(f, hi, M, N, tm, tn, real_gm, real_gn),
-                             self._area_before(f, lo, M, N, tm, tn, real_gm, real_gn))
-                b.store(f.max(area, b.load(worst)), worst)
-            cost = b.add(b.load(worst), b.sdiv(traffic, T))
-            old, old_tasks = b.load(b.gep(best, [c64(0)])), b.load(b.gep(best, [c64(3)]))
-            # equal cost: the grid of more tasks (a thread the OS deschedules holds up less)
-            better = b.or_(b.icmp_signed("<", cost, old),
-                           b.and_(b.icmp_signed("==", cost, old), b.icmp_signed(">", tasks, old_tasks)))
-            with f.if_(better, "better"):
-                for j, v in enumerate([cost, tm, tn, tasks]):
-                    b.store(v, b.gep(best, [c64(j)]))
+            with f.loop(f.ceildiv(want, gm), b.add(f.ceildiv(b.mul(want, c64(2)), gm), one), 1, "gn") as gn:
+                tm = f.roundup(f.ceildiv(M, gm), MR)
+                tn = f.roundup(f.ceildiv(N, gn), NR)
+                real_gm, real_gn = f.ceildiv(M, tm), f.ceildiv(N, tn)
+                tasks = b.mul(real_gm, real_gn)
+                a_rows, b_cols = b.mul(real_gn, M), b.mul(real_gm, N)  # what the tasks stream, all told
+                packed = b.add(b.select(apacked, c64(0), a_rows), b.select(bpacked, c64(0), b_cols))
+                traffic = b.add(b.mul(b.add(a_rows, b_cols), c64(READ_COST)), b.mul(packed, c64(PACK_COST)))
+                b.store(c64(0), worst)
+                ranges = f.min(T, tasks)
+                with f.loop(0, ranges, 1, "range") as rk:  # thread k's tasks: [k*tasks/T, (k+1)*tasks/T)
+                    lo = b.sdiv(b.mul(rk, tasks), ranges)
+                    hi = b.sdiv(b.mul(b.add(rk, one), tasks), ranges)
+                    area = b.sub(self._area_before(f, hi, M, N, tm, tn, real_gm, real_gn),
+                                 self._area_before(f, lo, M, N, tm, tn, real_gm, real_gn))
+                    b.store(f.max(area, b.load(worst)), worst)
+                cost = b.add(b.load(worst), b.sdiv(traffic, T))
+                old, old_tasks = b.load(b.gep(best, [c64(0)])), b.load(b.gep(best, [c64(3)]))
+                # equal cost: the grid of more tasks (a thread the OS deschedules holds up less)
+                better = b.or_(b.icmp_signed("<", cost, old),
+                               b.and_(b.icmp_signed("==", cost, old), b.icmp_signed(">", tasks, old_tasks)))
+                with f.if_(better, "better"):
+                    for j, v in enumerate([cost, tm, tn, tasks]):
+                        b.store(v, b.gep(best, [c64(j)]))
         tm = b.load(b.gep(best, [c64(1)]))
         tn = b.load(b.gep(best, [c64(2)]))
         tiles_n = f.ceildiv(N, tn)
