@@ -265,6 +265,42 @@ def test_caller_packs_b(tiny, nthreads):
     assert len({(p0, kc) for p0, kc, _, _ in asked}) > 1 and len({j0 for _, _, j0, _ in asked}) > 1
 
 
+@pytest.mark.parametrize("m", [5, 13, 32, 70])
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_taps_read_b_in_groups(lib, tiny, m, nthreads):
+    """``kiln_sgemm_taps``: B's row k is ``B + boff[k // bgroup] + (k % bgroup) * ldb`` (a conv's taps
+    read in place from padded planes); B read in place (small M) or packed from those rows (M 70;
+    the tiny-block config packs from M 4), columns past a multiple of NR, beta and the epilogue."""
+    groups, bgroup, ldb, n = 9, 11, 300, 150
+    planes = rand(bgroup * ldb + 80)
+    boff = np.array([(t // 3) * 17 + t % 3 for t in range(groups)], np.int64)
+    rows = [boff[k // bgroup] + (k % bgroup) * ldb for k in range(groups * bgroup)]
+    bm = np.stack([planes[r:r + n] for r in rows])  # the B the taps describe
+    a = rand(m, groups * bgroup)
+    c0 = rand(m, n)
+    blocks = []
+    fp = ctypes.POINTER(ctypes.c_float)
+    i64 = ctypes.c_int64
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, i64, i64, i64, i64)
+    def ep(ctx, i0, i1, j0, j1):
+        blocks.append((i0, i1, j0, j1))
+
+    for g in (lib, tiny):
+        fn = g.lib.kiln_sgemm_taps
+        fn.restype = ctypes.c_int32
+        fn.argtypes = g.sgemm.argtypes + [ctypes.c_void_p] * 5 + [i64]
+        for beta in (0.0, 0.5):
+            c = c0.copy()
+            blocks.clear()
+            rc = fn(0, 0, m, n, a.shape[1], 1.0, a.ctypes.data_as(fp), a.shape[1], planes.ctypes.data_as(fp), ldb,
+                    beta, c.ctypes.data_as(fp), n, nthreads, ctypes.cast(ep, ctypes.c_void_p), None, None, None,
+                    boff.ctypes.data, bgroup)
+            assert rc == 0
+            check(c, ref(a, bm, c0, beta=beta), a.shape[1])
+            assert sum((i1 - i0) * (j1 - j0) for i0, i1, j0, j1 in blocks) == m * n  # each block once, final
+
+
 @pytest.mark.parametrize("isa", [i for i in _isas() if i != "sse"])
 @pytest.mark.parametrize("m", [64, 96])
 def test_task_grid_balances_the_threads(isa, m):

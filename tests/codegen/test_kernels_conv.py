@@ -29,6 +29,19 @@ def conv(t: Bench, x_shape, m, k, group=1, bias=True, const_w=True, **attrs):
     t.add(cv.Conv(group=group, **attrs), x, w, b)
 
 
+def check_on(t: Bench, target, cpu: str) -> None:
+    """``t``'s kernels compiled for ``target`` against the interpreter on 1 to 3 threads, where the
+    host runs that code (else the test is skipped, saying so)."""
+    if target.isa > host_target().isa:
+        pytest.skip(f"compiled for {cpu}; this CPU lacks its instructions to run it")
+    want = interpret(t.g, t.feed)
+    for threads in (1, 2, 3):
+        got = run_kernels(t.g, t.feed, target=target, nthreads=threads)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4,
+                                       atol=1e-4 * max(1.0, np.abs(want[name]).max()), err_msg=name)
+
+
 @pytest.mark.parametrize("task_budget", [None, 0])
 def test_conv_gemm_paths(monkeypatch, task_budget):
     """Every GEMM path; images x groups whose GEMMs are small run as parallel tasks when they fit
@@ -204,14 +217,7 @@ def test_conv_packer_reads_input(cpu):
     assert not reads_input(64, 3, 3, 56, 56, 1, 1, 1, 1, nr)   # big planes: padded by the threads
     assert not reads_input(16, 3, 3, 16, 16, 1, 3, 1, 1, nr)   # width stride 3: phase planes
     assert not reads_input(128, 3, 3, 2, 2, 1, 1, 1, 1, nr)    # 2 wide: the transposed GEMM's path
-    if target.isa <= host_target().isa:
-        for threads in (1, 2, 3):
-            got = run_kernels(t.g, t.feed, target=target, nthreads=threads)
-            want = interpret(t.g, t.feed)
-            for name in want:
-                np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want[name]).max()))
-    else:
-        pytest.skip(f"compiled for {cpu}; this CPU lacks its instructions to run it")
+    check_on(t, target, cpu)
 
 
 def test_conv_depthwise():

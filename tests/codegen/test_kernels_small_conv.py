@@ -12,7 +12,7 @@ from compiler.codegen.llvm.target import host_target, target_for
 from compiler.ir.interpreter import interpret
 
 from .fused import check_native, residual_block
-from .test_kernels_conv import conv
+from .test_kernels_conv import check_on, conv
 from .test_kernels_linalg import Bench
 
 
@@ -122,15 +122,7 @@ def test_small_maps_take_the_direct_kernel(cpu):
         assert any(note.startswith("tiny map: direct") for note in k.notes), k.notes
     # the notes count the pixel-taps computed: ResNet-18's layer 4 does 16 of 36
     assert "(16 of 36 pixel-taps)" in plan[0][1].notes[0]
-    if target.isa <= host_target().isa:
-        want = interpret(t.g, t.feed)
-        for threads in (1, 2, 3):
-            got = run_kernels(t.g, t.feed, target=target, nthreads=threads)
-            for name in want:
-                np.testing.assert_allclose(got[name], want[name], rtol=1e-4,
-                                           atol=1e-4 * max(1.0, np.abs(want[name]).max()), err_msg=name)
-    else:
-        pytest.skip(f"compiled for {cpu}; this CPU lacks its instructions to run it")
+    check_on(t, target, cpu)
 
 
 @pytest.mark.parametrize("cpu", ["znver3", "znver4"])

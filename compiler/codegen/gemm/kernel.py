@@ -48,6 +48,12 @@ The C ABI of the emitted functions (``prefix`` = ``kiln_sgemm`` by default; row-
         each block a task multiplies, into that thread's buffer (B and ldb are not read). A conv
         packs its im2col windows this way, block by block while they are in cache, instead of
         making the whole matrix first. pb == NULL: as kiln_sgemm_ep.
+    int32 kiln_sgemm_taps(... the same as kiln_sgemm_cb ..., void *pbctx, const int64 *boff, int64 bgroup)
+        the same, B's rows in groups of bgroup (boff == NULL: as kiln_sgemm_cb): row k of B is
+        B + boff[k / bgroup] + (k % bgroup) * ldb (tb = 0, no pb). A convolution's taps read in
+        place (``kernels/conv_taps.py``): group t holds the channels of tap t, ``boff[t]`` the tap's
+        offset in the padded input planes (``ldb`` apart). The depth blocks are then the groups
+        (bgroup at most 512).
     int64 kiln_sgemm_packed_a_size(int64 M, int64 K)        floats needed by a packed A
     void  kiln_sgemm_pack_a(int32 ta, int64 M, int64 K, const float *A, int64 lda, float *Ap)
     int64 kiln_sgemm_packed_b_size(int64 K, int64 N)
@@ -97,6 +103,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
             ("tm", I64), ("tn", I64), ("tiles_n", I64), ("ntasks", I64), ("kstep", I64),
             ("abuf", I64), ("bbuf", I64), ("nranges", I64), ("done", I64), ("refs", I64),
             ("helpers", I64), ("max_helpers", I64), ("ep", I8P), ("epctx", I8P), ("pb", I8P), ("pbctx", I8P),
+            ("boff", I8P), ("bgroup", I64),
             # the next task of each thread's range, one per cache line (``claim_ptr``)
             ("claims", ir.ArrayType(I64, CLAIM_STRIDE * cfg.max_threads)),
         ]
@@ -305,17 +312,25 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                 kc = f.min(g["kstep"], b.sub(K, pc))
                 beta = b.select(b.icmp_signed("==", pc, c64(0)), g["beta"], cf(1.0))
                 nfull = b.mul(b.sdiv(nc, c64(NR)), c64(NR))
-                # B: pre-packed, packed here, or (direct) read in place except the tail panel
+                # B: pre-packed, packed here, or (direct) read in place except the tail panel;
+                # row pc of B (a plain B: B + pc * brs; taps: the group's offset, then its row)
                 bpre_base = f.at(g["B"], b.add(b.mul(b.sdiv(jc, c64(NR)), b.mul(K, c64(NR))),
                                                b.mul(pc, c64(NR))))
+                taps = b.icmp_unsigned("!=", g["boff"], ir.Constant(I8P, None))
+                toff = b.bitcast(g["boff"], ir.IntType(64).as_pointer())
+                grow = b.sdiv(pc, g["bgroup"])
+                slot = b.select(taps, b.gep(toff, [grow]), self.field_ptr(b, ctx, "bgroup"))  # (no null load)
+                rowoff = b.select(taps, b.add(b.load(slot), b.mul(b.srem(pc, g["bgroup"]), g["brs"])),
+                                  b.mul(pc, g["brs"]))
+                brow = f.at(g["B"], rowoff)
                 with f.if_(b.not_(b.or_(g["bpacked"], g["bdirect"])), "packb"):
                     with f.if_else(b.icmp_unsigned("!=", g["pb"], ir.Constant(I8P, None)), "pb") as (cb, own):
                         with cb:  # the caller's packer makes the block (e.g. a conv's im2col)
                             b.call(b.bitcast(g["pb"], self.pb_type.as_pointer()), [g["pbctx"], pc, kc, jc, nc, bbuf])
                         with own:
-                            b.call(pack_b, [g["B"], g["brs"], g["bcs"], pc, kc, jc, nc, bbuf])
+                            b.call(pack_b, [brow, g["brs"], g["bcs"], c64(0), kc, jc, nc, bbuf])
                 with f.if_(b.and_(g["bdirect"], b.icmp_signed("<", nfull, nc)), "packtail"):
-                    b.call(pack_b, [g["B"], g["brs"], g["bcs"], pc, kc, b.add(jc, nfull),
+                    b.call(pack_b, [brow, g["brs"], g["bcs"], c64(0), kc, b.add(jc, nfull),
                                     b.sub(nc, nfull), bbuf])
                 bbase = b.select(g["bpacked"], bpre_base, bbuf)
                 bpstride = b.select(g["bpacked"], b.mul(K, c64(NR)), b.mul(kc, c64(NR)))
@@ -333,7 +348,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                         direct = b.and_(g["bdirect"], b.icmp_signed("==", nr, c64(NR)))
                         # in direct mode the packed tail panel is panel 0 of bbuf
                         bptr = b.select(g["bdirect"], bbuf, bptr)
-                        bsrc = f.at(g["B"], b.add(b.mul(pc, g["brs"]), b.add(jc, jr)))
+                        bsrc = f.at(brow, b.add(jc, jr))
                         cbase = f.at(g["C"], b.add(jc, jr))
                         mfull = b.mul(b.sdiv(mc, c64(MR)), c64(MR))
 
@@ -410,15 +425,17 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         """``{p}_cb`` (an epilogue and a B packer), and ``{p}_ep`` and ``{p}``, which call it without
         the packer / without either."""
         cfg, MR, NR = self.cfg, self.MR, self.NR
-        fn = _new_fn(self.mod, f"{self.p}_cb", I32, self.ARGS + [(I8P, "ep"), (I8P, "epctx"), (I8P, "pb"),
-                                                               (I8P, "pbctx")], internal=False)
-        for name, extra in ((f"{self.p}_ep", [(I8P, "ep"), (I8P, "epctx")]), (self.p, [])):
-            wrap = _new_fn(self.mod, name, I32, self.ARGS + extra, internal=False)
+        fn = _new_fn(self.mod, f"{self.p}_taps", I32, self.ARGS + [(I8P, "ep"), (I8P, "epctx"), (I8P, "pb"),
+                                                                 (I8P, "pbctx"), (I8P, "boff"), (I64, "bgroup")],
+                     internal=False)
+        null = ir.Constant(I8P, None)
+        for name, extra in ((f"{self.p}_cb", 4), (f"{self.p}_ep", 2), (self.p, 0)):
+            wrap = _new_fn(self.mod, name, I32, self.ARGS + [(I8P, f"x{i}") for i in range(extra)], internal=False)
             wb = _Fn(wrap).b
-            wb.ret(wb.call(fn, list(wrap.args) + [ir.Constant(I8P, None)] * (4 - len(extra))))
+            wb.ret(wb.call(fn, list(wrap.args) + [null] * (5 - extra) + [c64(1)]))
         f = _Fn(fn)
         b = f.b
-        ta, tb, M, N, K, alpha, Ap, lda, Bp, ldb, beta, C, ldc, nth, ep, epctx, pbf, pbctx = fn.args
+        ta, tb, M, N, K, alpha, Ap, lda, Bp, ldb, beta, C, ldc, nth, ep, epctx, pbf, pbctx, boff, bgroup = fn.args
         has_pb = b.icmp_unsigned("!=", pbf, ir.Constant(I8P, None))
         empty = b.or_(b.icmp_signed("<=", M, c64(0)), b.icmp_signed("<=", N, c64(0)))
         with f.if_(empty, "empty"):
@@ -499,6 +516,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         # K blocks of balanced depth (576 = 2 x 288 rather than 256 + 256 + 64: each block
         # re-reads and re-writes C, so a thin last block costs nearly a full one)
         kcb = f.ceildiv(K, f.ceildiv(K, c64(cfg.KC)))
+        kcb = b.select(b.icmp_unsigned("!=", boff, null), bgroup, kcb)  # (taps: a block per group)
         # packing buffers (floats): none for a pre-packed operand, one panel for a direct B
         abuf = b.select(apacked, one, b.mul(f.min(c64(cfg.MC), f.roundup(tm, MR)), kcb))
         bbuf = b.mul(f.min(c64(cfg.NC), f.roundup(tn, NR)), kcb)
@@ -506,7 +524,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         vals = dict(M=M, N=N, K=K, alpha=alpha, beta=beta, A=Ap, ars=ars, acs=acs, apacked=apacked,
                     B=Bp, brs=brs, bcs=bcs, bpacked=bpacked, bdirect=bdirect, C=C, ldc=ldc, tm=tm,
                     tn=tn, tiles_n=tiles_n, ntasks=ntasks, abuf=abuf, bbuf=bbuf, kstep=kcb, ep=ep, epctx=epctx,
-                    pb=pbf, pbctx=pbctx, nranges=T, done=c64(0))
+                    pb=pbf, pbctx=pbctx, boff=boff, bgroup=bgroup, nranges=T, done=c64(0))
         free = _declare(self.mod, "free", VOID, [I8P])
         size = b.ptrtoint(b.gep(ir.Constant(self.ctx_ty.as_pointer(), None), [ir.Constant(I32, 1)]), I64)
         memalign = _declare(self.mod, "posix_memalign", I32, [I8P.as_pointer(), I64, I64])

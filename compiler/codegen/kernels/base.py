@@ -197,6 +197,17 @@ class Services:
             ir.Function(self.module, ir.FunctionType(t.return_type, list(t.args) + [PTR] * 4), "kiln_sgemm_cb")
         return self.module.globals["kiln_sgemm_cb"]
 
+    def sgemm_taps(self) -> ir.Function:
+        """``int32 kiln_sgemm_taps(..., nthreads, ep, epctx, pb, pbctx, boff, bgroup)``: ``sgemm_cb``
+        whose B rows come in groups of ``bgroup``, group t at ``boff[t]`` (an i64 table) and its rows
+        ``ldb`` apart: a convolution's taps read in place (docs/gemm.md)."""
+        self.sgemm()
+        if "kiln_sgemm_taps" not in self.module.globals:
+            t = _sgemm_type()
+            ir.Function(self.module, ir.FunctionType(t.return_type, list(t.args) + [PTR] * 5 + [I64]),
+                        "kiln_sgemm_taps")
+        return self.module.globals["kiln_sgemm_taps"]
+
     def parallel_for(self, chunks: bool = False) -> ir.Function:
         """``void kiln_parallel_for(void (*task)(void *ctx, i64 begin, i64 end), void *ctx, i64 n,
         i32 nthreads)`` (``codegen/native/parallel.c``, linked when used: ``uses_parallel``); with

@@ -52,6 +52,7 @@ from ...ir.ops.base import OpError
 from ..llvm.elementwise import _For
 from .base import F32, I64, PTR, KernelBuilder, KernelGroup, Lowering, c64, dtype_reason
 from .dw_regs import DW_REG_OUTPUTS, DW_REG_VECTORS, RegisterPlane, padded_vectors
+from .conv_taps import emit_conv_taps, taps_applies
 from .im2col import (_copy, _fill_zero, _gep, _helper_fn, _span, im2col, im2col_phased, im2col_table,
                      im2col_table_packed_a, pad_plane, table_applies, window_table)
 from .linalg import TASK_MAX_FLOPS, call_sgemm, const_table, gemm_loop, table_load
@@ -164,8 +165,14 @@ class Conv(Lowering):
             if te is not None:
                 k.note("chain on each block of channels as it is computed")
             return fused
-        kk, p = cg * kh * kw, oh * ow
         cfg = k.services.gemm_cfg
+        # few panels of pixels (where the im2col path packs them all first): the taps read in place
+        if (prologue is None and -(-(oh * ow) // cfg.NR) <= PREPACK_PANELS
+                and taps_applies(n, g, kh, kw, sh, sw, w.const, mg, cg, cfg.direct_b_max_m)):
+            emit_conv_taps(k, x, np.asarray(w.const, np.float32), bias, y, c, h, wd, m, kh, kw, oh, ow, dh, dw, pt, pl)
+            k.note("taps read in place by the GEMM from padded planes (no col matrix); the chain after it")
+            return False
+        kk, p = cg * kh * kw, oh * ow
         direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and oh == h and ow == wd
         # a strided 1x1 of one image and group reading no padding, on planes too big for the packer
         # to read the input itself: the pixels it reads subsampled into a [C, OH*OW] matrix first (a

@@ -104,24 +104,7 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, cg: int, h: int, wd: int, kh: in
     if reads_input(cg, kh, kw, oh, ow, sh, sw, dh, dw, nr):
         return _direct_packer(k, h, wd, kh, kw, ow, sh, sw, dh, dw, pt, pl, nr, lanes)
     g = _planes(kh, kw, oh, ow, sh, sw, dh, dw, nr)
-
-    def pad_body(b, a):  # channels [c0, c1) into their phase planes (one helper per width stride)
-        with _For(b, b.sub(a["c1"], a["c0"]), "padc") as i:
-            c = b.add(i, a["c0"])
-            pad_plane_rt(b, b.gep(a["x"], [b.mul(c, b.mul(a["h"], a["wd"]))], inbounds=True, source_etype=F32),
-                         b.gep(a["xpad"], [b.mul(c, a["chan"])], inbounds=True, source_etype=F32),
-                         a["h"], a["wd"], a["hp"], a["wq"], a["pt"], a["pl"], sw)
-    pad = _helper_fn(k, f"kiln_pad_planes_s{sw}", [("x", PTR), ("xpad", PTR)] + [
-        (nm, I64) for nm in ("c0", "c1", "h", "wd", "chan", "hp", "wq", "pt", "pl")], pad_body)
-    # (a few planes are padded by the calling thread: less than a parallel loop costs to start)
-    with k.parallel_for(cg, min_per_task=-(-PAD_MIN_FLOATS // g.chan)) as (lo, hi):
-        b = k.b
-        xt, pt_ = k.ptr(x), k.again(xpad)
-        b.call(pad, [xt, pt_, lo, hi] + [c64(v) for v in (h, wd, g.chan, g.hp, g.wq, pt, pl)])
-        last = b.icmp_signed("==", hi, c64(cg))
-        with b.if_then(last):  # the margin: finite values for the lanes past the last pixel
-            with _For(b, c64(g.margin), "padm") as i:
-                k.store(ir.Constant(F32, 0.0), pt_, b.add(i, c64(cg * g.chan)))
+    pad_planes(k, x, xpad, cg, h, wd, g.hp, g.wq, pt, pl, sw, g.margin)
     rows = _pieces(ow, nr)
     name = f"kiln_pack_cols_{nr}_{lanes}_{rows}"
     fn = k.services.helper(name, lambda mod: _build_pack(mod, name, nr, lanes, rows))
@@ -136,6 +119,32 @@ def emit_packed_cols(k: KernelBuilder, x, xpad, cg: int, h: int, wd: int, kh: in
     b.call(fn, [ctx, dst, table, p0, kc, jp0, jp1, c64(ow), c64(sh * g.wq)])
     b.ret_void()
     return cb
+
+
+def pad_planes(k: KernelBuilder, x, xpad, cg: int, h: int, wd: int, hp: int, wq: int, pt: int, pl: int, sw: int,
+               margin: int) -> None:
+    """The ``cg`` channels of ``x`` (one image) zero-padded into ``xpad`` by the threads, each
+    channel ``sw * hp * wq`` floats split by column phase (``pad_plane_rt``), then ``margin``
+    zeros (finite values for what reads past the last plane)."""
+    chan = sw * hp * wq
+
+    def pad_body(b, a):  # channels [c0, c1) into their phase planes (one helper per width stride)
+        with _For(b, b.sub(a["c1"], a["c0"]), "padc") as i:
+            c = b.add(i, a["c0"])
+            pad_plane_rt(b, b.gep(a["x"], [b.mul(c, b.mul(a["h"], a["wd"]))], inbounds=True, source_etype=F32),
+                         b.gep(a["xpad"], [b.mul(c, a["chan"])], inbounds=True, source_etype=F32),
+                         a["h"], a["wd"], a["hp"], a["wq"], a["pt"], a["pl"], sw)
+    pad = _helper_fn(k, f"kiln_pad_planes_s{sw}", [("x", PTR), ("xpad", PTR)] + [
+        (nm, I64) for nm in ("c0", "c1", "h", "wd", "chan", "hp", "wq", "pt", "pl")], pad_body)
+    # (a few planes are padded by the calling thread: less than a parallel loop costs to start)
+    with k.parallel_for(cg, min_per_task=-(-PAD_MIN_FLOATS // chan)) as (lo, hi):
+        b = k.b
+        xt, pt_ = k.ptr(x), k.again(xpad)
+        b.call(pad, [xt, pt_, lo, hi] + [c64(v) for v in (h, wd, chan, hp, wq, pt, pl)])
+        last = b.icmp_signed("==", hi, c64(cg))
+        with b.if_then(last):  # the margin: finite values for the lanes past the last pixel
+            with _For(b, c64(margin), "padm") as i:
+                k.store(ir.Constant(F32, 0.0), pt_, b.add(i, c64(cg * chan)))
 
 
 def _direct_packer(k: KernelBuilder, h, wd, kh, kw, ow, sh, sw, dh, dw, pt, pl, nr: int,
