@@ -422,8 +422,9 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
             (I64, "lda"), (FP, "B"), (I64, "ldb"), (F32, "beta"), (FP, "C"), (I64, "ldc"), (I32, "nthreads")]
 
     def emit_main(self, alloc, run, release, worker, scale):
-        """``{p}_cb`` (an epilogue and a B packer), and ``{p}_ep`` and ``{p}``, which call it without
-        the packer / without either."""
+        """``{p}_taps`` (an epilogue, a B packer, B's rows in groups at a table of offsets), and
+        ``{p}_cb``, ``{p}_ep`` and ``{p}``, which call it without the groups / also without the
+        packer / without any of them."""
         cfg, MR, NR = self.cfg, self.MR, self.NR
         fn = _new_fn(self.mod, f"{self.p}_taps", I32, self.ARGS + [(I8P, "ep"), (I8P, "epctx"), (I8P, "pb"),
                                                                  (I8P, "pbctx"), (I8P, "boff"), (I64, "bgroup")],
