@@ -265,6 +265,19 @@ def test_caller_packs_b(tiny, nthreads):
     assert len({(p0, kc) for p0, kc, _, _ in asked}) > 1 and len({j0 for _, _, j0, _ in asked}) > 1
 
 
+def recording_epilogue():
+    """(blocks, ep): an ``ep(epctx, i0, i1, j0, j1)`` for ``kiln_sgemm_ep``/``_taps`` appending each
+    block it is called on to ``blocks``."""
+    blocks = []
+    i64 = ctypes.c_int64
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, i64, i64, i64, i64)
+    def ep(ctx, i0, i1, j0, j1):
+        blocks.append((i0, i1, j0, j1))
+
+    return blocks, ep
+
+
 @pytest.mark.parametrize("m", [5, 13, 32, 70])
 @pytest.mark.parametrize("nthreads", [1, 2])
 def test_taps_read_b_in_groups(lib, tiny, m, nthreads):
@@ -278,13 +291,9 @@ def test_taps_read_b_in_groups(lib, tiny, m, nthreads):
     bm = np.stack([planes[r:r + n] for r in rows])  # the B the taps describe
     a = rand(m, groups * bgroup)
     c0 = rand(m, n)
-    blocks = []
+    blocks, ep = recording_epilogue()
     fp = ctypes.POINTER(ctypes.c_float)
     i64 = ctypes.c_int64
-
-    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, i64, i64, i64, i64)
-    def ep(ctx, i0, i1, j0, j1):
-        blocks.append((i0, i1, j0, j1))
 
     for g in (lib, tiny):
         fn = g.lib.kiln_sgemm_taps
@@ -313,14 +322,8 @@ def test_task_grid_balances_the_threads(isa, m):
     lib = GemmLib(build_shared(cfg), cfg)
     n, k, threads = 196, 384, 2
     a, b = rand(m, k), rand(k, n)
-    blocks = []
+    blocks, ep = recording_epilogue()
     fp = ctypes.POINTER(ctypes.c_float)
-    i64 = ctypes.c_int64
-
-    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, i64, i64, i64, i64)
-    def ep(ctx, i0, i1, j0, j1):
-        blocks.append((i0, i1, j0, j1))
-
     fn = lib.lib.kiln_sgemm_ep
     fn.restype = ctypes.c_int32
     fn.argtypes = lib.sgemm.argtypes + [ctypes.c_void_p] * 2
