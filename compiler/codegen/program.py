@@ -34,7 +34,7 @@ from ..ir.graph import Graph, Node, Value
 from .gemm.config import model_config
 from .kernels import KernelGroup, Services, lowering_for
 from .kernels.base import ALIGN, I32, I64, PTR, VOID, c64
-from .llvm.elementwise import new_module
+from .llvm.elementwise import new_module, release_module
 from .llvm.target import Target
 from .places import MemoryPlan, Place, align
 from .sharing import emit_kernels
@@ -179,6 +179,7 @@ def build_program(graph: Graph, target: Target, fallback: bool = True, reuse_mem
         _emit_segment(module, prog.segment_name(j), [steps[i] for i in seg], services.uses_parallel,
                       prog.profile_offset, prog.status_offset, len(steps))
     prog.llvm_ir = str(module)
+    release_module(module)
     prog.uses_gemm, prog.gemm_cfg = services.uses_gemm, services.gemm_cfg
     prog.uses_parallel = services.uses_parallel
     prog.profiled = profile and bool(segments)

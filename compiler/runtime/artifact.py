@@ -297,7 +297,7 @@ def write_weights_and_ir(directory: str, weights, weights_bytes: int, graph, int
     with open(os.path.join(directory, WEIGHTS), "wb") as f:
         for off, arr in weights:
             f.seek(off)
-            f.write(np.ascontiguousarray(arr).tobytes())
+            f.write(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))  # (its bytes, not a copy)
         f.truncate(weights_bytes)
     if interpreted:
         save_text(graph, os.path.join(directory, IR_TEXT))  # the interpreter needs the constants too

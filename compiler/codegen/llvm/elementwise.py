@@ -1,5 +1,6 @@
 """Small LLVM helpers the lowerings share: a counted loop in the form LLVM's passes expect (``_For``),
-loop metadata (interleave, no vectorization) and an empty module for a target.
+loop metadata (interleave, no vectorization), an empty module for a target and the release of one
+whose text has been taken.
 
 (The float32 elementwise code generator that lived here is gone: elementwise kernels, fused chains
 and the row functions of the GEMM's epilogues and prologues are printed from the loop form,
@@ -80,4 +81,24 @@ def new_module(name: str = "kiln", target: Target | None = None) -> ir.Module:
     return module
 
 
-__all__ = ["loop_metadata", "new_module", "no_vectorize_metadata"]
+def release_module(module: ir.Module) -> None:
+    """Break ``module``'s reference cycles (an instruction and its block, a block and its function,
+    ...), once its text has been taken: its objects are then freed as it is dropped, not left to
+    Python's cycle collector. A model's module is hundreds of thousands of objects, which a
+    collection after the compile scanned and freed in 0.2 s (Inception-v1; 0.03 s released). The
+    module cannot be used afterwards."""
+    for g in list(module.globals.values()):
+        if isinstance(g, ir.Function):
+            for block in g.blocks:
+                for ins in block.instructions:
+                    ins.__dict__.clear()
+                block.__dict__.clear()
+            for a in g.args:
+                a.__dict__.clear()
+        g.__dict__.clear()
+    for md in [*module.metadata, *module.namedmetadata.values()]:  # (loop IDs name themselves)
+        md.__dict__.clear()
+    module.__dict__.clear()
+
+
+__all__ = ["loop_metadata", "new_module", "no_vectorize_metadata", "release_module"]
