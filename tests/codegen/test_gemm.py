@@ -105,10 +105,13 @@ def test_beta_zero_does_not_read_c(lib):
     check(lib.gemm(a, b, c), ref(a, b), 20)
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 25, 26, 27, 49])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 9, 11, 17, 19, 20, 24, 25, 26, 27, 33, 36, 40, 41, 44, 49, 196])
 def test_narrow_column_remainders(lib, tiny, n):
-    """N remainders of 1-3 columns run through the rows-as-lanes kernel where the ISA has one
-    (col_tail); M with a row remainder too, alpha/beta, pre-packed operands, tiny blocks."""
+    """N remainders whose last columns run through the rows-as-lanes kernel where the ISA has one
+    (col_tail), alone or after whole vectors (AVX2's 24-wide panels: 9 = 8 + 1, 17 = 16 + 1, 49 =
+    2 x 24 + 1; AVX-512's 32: 17 = 16 + 1, 36 = 32 + 4, 40 = 32 + 8, 49 = 32 + 16 + 1, 196 = 6 x 32
+    + 4), and past col_tail (11, 20, 44) the masked vector; M with a row remainder too, alpha/beta,
+    pre-packed operands, tiny blocks."""
     m, k = 37, 70
     a, b = rand(m, k), rand(k, n)
     for g in (lib, tiny):
@@ -118,10 +121,17 @@ def test_narrow_column_remainders(lib, tiny, n):
         check(g.gemm(g.pack_a(a), g.pack_b(b), nan, shape=(m, n, k), nthreads=2), ref(a, b), k)
 
 
-def test_the_column_tail_kernel_is_built_for_avx2():
-    assert config_for("avx2").col_tail == 3
-    text = str(emit_gemm(ir.Module(), config_for("avx2")).module)
-    assert "kiln_sgemm.tail1" in text and "kiln_sgemm.tail3" in text
+@pytest.mark.parametrize("isa,tail", [("avx2", 3), ("avx512", 8)])
+def test_the_column_tail_kernel_is_built(isa, tail):
+    """Structure: the tail kernels of 1..col_tail columns, each called alone and after every count
+    of whole vectors a panel has fewer of (its block labels: nv{q}tail{c})."""
+    cfg = config_for(isa)
+    assert cfg.col_tail == tail
+    text = str(emit_gemm(ir.Module(), cfg).module)
+    assert f"kiln_sgemm.tail{tail}" in text and f"kiln_sgemm.tail{tail + 1}" not in text
+    for q in range(cfg.NV):
+        assert f"nv{q}tail1:" in text and f"nv{q}tail{tail}:" in text
+    assert f"nv{cfg.NV}tail" not in text
 
 
 def test_k_zero_and_alpha_zero_scale_c(lib):

@@ -25,8 +25,8 @@ class GemmConfig:
     NC: int
     unroll: int = 4  # unrolling of the microkernel's k loop
     prefetch_b: int = 0  # k steps ahead to software-prefetch the packed B panel (0: none)
-    #: N remainders of at most this many columns (< W) run through a kernel with C's rows as the
-    #: vector lanes (``emit_col_tail``), not the masked full-width one; 0: never
+    #: the last columns of an N remainder, at most this many (< W) past its whole vectors, run through a
+    #: kernel with C's rows as the vector lanes (``emit_col_tail``), not a masked vector; 0: never
     col_tail: int = 0
     direct_b_max_m: int = 16  # M at or below which B (row-major) is read in place, not packed
     #: ... when B's rows are at most this many floats apart, or M <= 4 (rows far apart put each k step
@@ -74,8 +74,11 @@ PRESETS = {
     # the narrowing 1x1 projections (2 threads, Zen 4: MobileNetV2's 576->96 and 384->96 on 14x14
     # 0.150 -> 0.138 and 0.103 -> 0.088 ms, SqueezeNet's 512->64 on 13x13 0.113 -> 0.074; the model
     # 0.973-0.993x; reading B in place for every M up to 96 or 192 slowed the expanding 1x1 layers)
+    # The last 1-8 columns of an N remainder by the rows-as-lanes kernel (a 7x7 map's 49 = 32 + 16 +
+    # 1 pixels, 14x14's 196 = 6 x 32 + 4; 1 thread, Zen 4, A packed: 960x49x160 196 -> 158 us,
+    # 2048x49x512 1236 -> 987, 576x196x96 229 -> 215; from about 12 columns the masked vector wins)
     "avx512": GemmConfig("avx512", W=16, MR=12, NV=2, KC=256, MC=192, NC=1024, direct_b_max_m=48,
-                         direct_b_max_ldb=1 << 40, direct_b_narrow_max_m=96),
+                         direct_b_max_ldb=1 << 40, direct_b_narrow_max_m=96, col_tail=8),
     "avx2": GemmConfig("avx2", W=8, MR=4, NV=3, KC=256, MC=144, NC=1008, col_tail=3),
     "sse": GemmConfig("sse", W=4, MR=6, NV=2, KC=256, MC=144, NC=2048),
 }

@@ -6,9 +6,10 @@ BLIS-style single-precision GEMM:
 * a register-blocked ``MR x NR`` microkernel on ``<W x float>`` vectors (``llvm.fmuladd``, which is
   one FMA instruction where the target has FMA), k loop unrolled; the M remainder of a block runs
   through smaller kernels (one per set bit of it: 8, 4, 2, 1 rows), the N remainder through masked
-  loads/stores, so no edge tile is computed through a scratch buffer; a remainder of at most
-  ``col_tail`` columns (a 7x7 feature map's 49 = 2 x 24 + 1 pixels) through a kernel with C's rows
-  as the vector lanes (``microkernel.py``);
+  loads/stores, so no edge tile is computed through a scratch buffer; a remainder whose last vector
+  would hold at most ``col_tail`` columns (a 7x7 feature map's 49 = 2 x 24 + 1 pixels with AVX2, 32
+  + 16 + 1 with AVX-512) as its whole vectors, then those columns through a kernel with C's rows as
+  the vector lanes (``microkernel.py``);
 * packing of A into ``MR``-row panels and of B into ``NR``-column panels (zero-padded), cache blocking
   ``NC`` / ``KC`` / ``MC`` (see ``config.py``), transposed operands handled by the packing (a
   transposed B is packed with ``W x W`` in-register transposes);
@@ -364,17 +365,23 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                                 with otherwise:
                                     args = [kc, aptr, bptr, cptr, g["ldc"], g["alpha"], beta, nr]
                                     end = f.block("nv.end")
-                                    # narrow N remainders: a column tail (full row tiles), else
-                                    # fewer vectors; the first case that holds runs
-                                    cases = [(f"tail{c}", b.icmp_signed("==", nr, c64(c)), kern)
-                                             for c, kern in (tails.items() if rows == MR else ())]
-                                    cases += [(f"nv{nv}", b.icmp_signed("==", nvneed, c64(nv)), ukr[rows, nv])
+                                    # narrow N remainders (full row tiles): q whole vectors and a
+                                    # column tail of c (the panel's last c columns), else fewer
+                                    # vectors; the first case that holds runs
+                                    cases = [(f"nv{q}tail{c}", b.icmp_signed("==", nr, c64(q * self.W + c)),
+                                              q * self.W, kern)
+                                             for q in range(self.NV) for c, kern in
+                                             (tails.items() if rows == MR else ())]
+                                    cases += [(f"nv{nv}", b.icmp_signed("==", nvneed, c64(nv)), 0, ukr[rows, nv])
                                               for nv in range(1, self.NV)]
-                                    for label, cond, kern in cases:
+                                    for label, cond, whole, kern in cases:
                                         blk, nxt = f.block(label), f.block(f"{label}.not")
                                         b.cbranch(cond, blk, nxt)
                                         b.position_at_end(blk)
-                                        b.call(kern, args)
+                                        if whole:  # the whole vectors (no mask), then the tail after them
+                                            b.call(ukr[rows, whole // self.W], args[:-1] + [c64(whole)])
+                                        b.call(kern, [kc, aptr, f.at(bptr, c64(whole)), f.at(cptr, c64(whole)),
+                                                      *args[4:]])
                                         b.branch(end)
                                         b.position_at_end(nxt)
                                     b.call(ukr[rows, self.NV], args)
