@@ -31,6 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.ab import worktree  # noqa: E402
 from benchmarks.models import SUITE  # noqa: E402
 
 WORKER = r'''
@@ -73,12 +74,6 @@ def export_deit(path: str) -> bool:
     return True
 
 
-def worktree(rev: str, where: str) -> str:
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-f", where, rev], check=True,
-                   capture_output=True)
-    return where
-
-
 def compile_once(tree: str, spec: str, cache: str) -> dict:
     env = dict(os.environ, PYTHONPATH=tree, KILN_CACHE_DIR=cache)
     out = subprocess.run([sys.executable, "-c", WORKER, spec], env=env, cwd=tree, capture_output=True, text=True)
@@ -112,47 +107,55 @@ def main(argv=None) -> None:
             print("deit-tiny: PyTorch is not installed; not measured")
         if args.only:
             models = [m for m in models if any(o in m[0] for o in args.only.split(","))]
-        trees = {"after": ROOT}
-        if args.before:
-            trees = {"before": worktree(args.before, os.path.join(tmp, "before")), "after": ROOT}
-        seeds = {}
-        for name, tree in trees.items():
-            seeds[name], took = seed_cache(tree, os.path.join(tmp, f"seed-{name}"))
-            print(f"{name}: GEMM and thread-pool objects built in {took:.1f} s (once per machine)")
-        rows = []
-        for label, spec in models:
-            best: dict = {}
-            for run in range(args.runs):
-                for name, tree in trees.items():
-                    cache = os.path.join(tmp, f"run-{name}")
-                    shutil.rmtree(cache, ignore_errors=True)
-                    shutil.copytree(seeds[name], cache)
-                    for mode in ("cold", "warm"):
-                        got = compile_once(tree, spec, cache)
-                        key = (name, mode)
-                        if key not in best or got["wall"] < best[key]["wall"]:
-                            best[key] = got
-            rows.append((label, best))
-            print(label, " ".join(f"{n} {m} {r['wall']:.2f}s" for (n, m), r in best.items()), flush=True)
-        names = list(trees)
-        head = ["model"] + [f"{m} {n} s" for m in ("cold", "warm") for n in names]
-        if args.before:
-            head += ["cold after/before", "warm after/before"]
-        head += ["warm phases (after)", "gc after (warm)"]
-        print()
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for label, best in rows:
-            cells = [label] + [f"{best[(n, m)]['wall']:.2f}" for m in ("cold", "warm") for n in names]
+        trees = {"before": worktree(args.before, tmp), "after": ROOT} if args.before else {"after": ROOT}
+        try:
+            rows = measure(trees, models, args.runs, tmp)
+        finally:
             if args.before:
-                cells += [f"{best[('after', m)]['wall'] / best[('before', m)]['wall']:.2f}" for m in ("cold", "warm")]
-            ph = best[("after", "warm")]["phases"]
-            cells += [", ".join(f"{k} {v:.2f}" for k, v in ph.items() if k != "total"),
-                      f"{best[('after', 'warm')]['gc']:.2f}"]
-            print("| " + " | ".join(cells) + " |")
-        if args.before:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", trees["before"]], capture_output=True)
+                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", trees["before"]],
+                               capture_output=True)
+        print_table(rows, list(trees))
 
+
+def measure(trees: dict, models: list, runs: int, tmp: str) -> list:
+    """[(label, {(tree name, "cold" | "warm"): the fastest compile's record})], the trees taking turns."""
+    seeds = {}
+    for name, tree in trees.items():
+        seeds[name], took = seed_cache(tree, os.path.join(tmp, f"seed-{name}"))
+        print(f"{name}: GEMM and thread-pool objects built in {took:.1f} s (once per machine)")
+    rows = []
+    for label, spec in models:
+        best: dict = {}
+        for _ in range(runs):
+            for name, tree in trees.items():
+                cache = os.path.join(tmp, f"run-{name}")
+                shutil.rmtree(cache, ignore_errors=True)
+                shutil.copytree(seeds[name], cache)
+                for mode in ("cold", "warm"):
+                    got = compile_once(tree, spec, cache)
+                    if (name, mode) not in best or got["wall"] < best[name, mode]["wall"]:
+                        best[name, mode] = got
+        rows.append((label, best))
+        print(label, " ".join(f"{n} {m} {r['wall']:.2f}s" for (n, m), r in best.items()), flush=True)
+    return rows
+
+
+def print_table(rows: list, names: list) -> None:
+    before = "before" in names
+    head = ["model"] + [f"{m} {n} s" for m in ("cold", "warm") for n in names]
+    if before:
+        head += ["cold after/before", "warm after/before"]
+    head += ["warm phases (after)", "gc after (warm)"]
+    print()
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for label, best in rows:
+        cells = [label] + [f"{best[n, m]['wall']:.2f}" for m in ("cold", "warm") for n in names]
+        if before:
+            cells += [f"{best['after', m]['wall'] / best['before', m]['wall']:.2f}" for m in ("cold", "warm")]
+        warm = best["after", "warm"]
+        cells += [", ".join(f"{k} {v:.2f}" for k, v in warm["phases"].items() if k != "total"), f"{warm['gc']:.2f}"]
+        print("| " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":
     main()
