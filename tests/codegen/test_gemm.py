@@ -156,6 +156,40 @@ def test_strided_operands(lib):
     np.testing.assert_array_equal(big_c, untouched)  # nothing outside the view written
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 11])
+@pytest.mark.parametrize("b_form", ["plain", "transposed", "packed"])
+def test_few_rows_read_in_place(lib, tiny, m, b_form):
+    """Fewer rows than a panel (a batch-1 GEMV): A's rows are read in place, not packed. A strided
+    view (lda > K) with beta, on the host config and across the tiny config's K blocks (each block
+    reads its own columns of A's rows)."""
+    k, n = 45, 70
+    big_a = rand(m + 2, k + 9)
+    a = big_a[1:m + 1, 4:4 + k]
+    b = rand(k, n)
+    for g in (lib, tiny):
+        if m >= g.cfg.MR:
+            continue
+        c = rand(m, n)
+        want = ref(a, b, c, 1.5, 0.5)
+        if b_form == "packed":
+            got = g.gemm(a, g.pack_b(b), c.copy(), alpha=1.5, beta=0.5, shape=(m, n, k), nthreads=2)
+        elif b_form == "transposed":
+            got = g.gemm(a, b.T.copy(), c.copy(), alpha=1.5, beta=0.5, trans_b=True, nthreads=2)
+        else:
+            got = g.gemm(a, b, c.copy(), alpha=1.5, beta=0.5, nthreads=2)
+        check(got, want, k)
+
+
+def test_the_in_place_row_kernels_are_built():
+    """Structure: a kernel reading A in place for each edge row count and panel width, packed or
+    in-place B, and none for a full panel of MR rows."""
+    cfg = config_for("avx512")
+    text = str(emit_gemm(ir.Module(), cfg).module)
+    for rows in (1, 2, 4, 8):
+        assert f"kiln_sgemm.ukr{rows}x{cfg.NV}_ar" in text and f"kiln_sgemm.ukr{rows}_direct_ar" in text
+    assert f"kiln_sgemm.ukr{cfg.MR}x1_ar" not in text
+
+
 @pytest.mark.parametrize("m,n,k", [(1, 512, 784), (37, 45, 70), (130, 50, 300), (12, 64, 5)])
 def test_packed_operands(lib, m, n, k):
     cfg = lib.cfg

@@ -98,7 +98,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         # context of one call (shared by the threads)
         self.ctx_fields = [
             ("M", I64), ("N", I64), ("K", I64), ("alpha", F32), ("beta", F32),
-            ("A", FP), ("ars", I64), ("acs", I64), ("apacked", I1),
+            ("A", FP), ("ars", I64), ("acs", I64), ("apacked", I1), ("adirect", I1),
             ("B", FP), ("brs", I64), ("bcs", I64), ("bpacked", I1), ("bdirect", I1),
             ("C", FP), ("ldc", I64),
             ("tm", I64), ("tn", I64), ("tiles_n", I64), ("ntasks", I64), ("kstep", I64),
@@ -294,7 +294,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                 b.store(b.load(f.at(colrow[cc], off), align=4), f.at(drow, cc), align=4)
 
     # -- one task: C[i0:i1, j0:j1] -------------------------------------------------------------
-    def emit_task(self, name, ukr, ukr_direct, tails, pack_a, pack_b):
+    def emit_task(self, name, ukr, ukr_direct, ukr_ar, ukr_direct_ar, tails, pack_a, pack_b):
         cfg, MR, NR = self.cfg, self.MR, self.NR
         fn = _new_fn(self.mod, name, VOID, [(self.ctx_ty.as_pointer(), "ctx"), (FP, "abuf"),
                                            (FP, "bbuf"), (I64, "i0"), (I64, "i1"), (I64, "j0"),
@@ -339,7 +339,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                     mc = f.min(c64(cfg.MC), b.sub(i1, ic))
                     apre_base = f.at(g["A"], b.add(b.mul(b.sdiv(ic, c64(MR)), b.mul(K, c64(MR))),
                                                    b.mul(pc, c64(MR))))
-                    with f.if_(b.not_(g["apacked"]), "packa"):
+                    with f.if_(b.not_(b.or_(g["apacked"], g["adirect"])), "packa"):
                         b.call(pack_a, [g["A"], g["ars"], g["acs"], ic, mc, pc, kc, abuf])
                     abase = b.select(g["apacked"], apre_base, abuf)
                     apstride = b.select(g["apacked"], b.mul(K, c64(MR)), b.mul(kc, c64(MR)))
@@ -356,12 +356,24 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                         nvneed = f.ceildiv(nr, self.W)  # vectors the panel needs (< NV: narrow)
 
                         def tile(rows, ir_, roff):
+                            row = b.add(b.add(ic, ir_), roff)
                             aptr = f.at(abase, b.add(b.mul(b.sdiv(ir_, c64(MR)), apstride), roff))
-                            cptr = f.at(cbase, b.mul(b.add(b.add(ic, ir_), roff), g["ldc"]))
+                            cptr = f.at(cbase, b.mul(row, g["ldc"]))
+                            if rows == MR:
+                                return kernels(rows, aptr, cptr, ukr, ukr_direct, [])
+                            # fewer rows than a panel: A read in place where it is not packed
+                            with f.if_else(g["adirect"], "adir") as (then, otherwise):
+                                with then:
+                                    arow = f.at(g["A"], b.add(b.mul(row, g["ars"]), pc))
+                                    kernels(rows, arow, cptr, ukr_ar, ukr_direct_ar, [g["ars"]])
+                                with otherwise:
+                                    kernels(rows, aptr, cptr, ukr, ukr_direct, [])
+
+                        def kernels(rows, aptr, cptr, ukr, ukr_direct, extra):
                             with f.if_else(direct, "dir") as (then, otherwise):
                                 with then:  # (direct panels are always full)
                                     b.call(ukr_direct[rows], [kc, aptr, bsrc, g["brs"], cptr,
-                                                              g["ldc"], g["alpha"], beta, nr])
+                                                              g["ldc"], g["alpha"], beta, nr] + extra)
                                 with otherwise:
                                     args = [kc, aptr, bptr, cptr, g["ldc"], g["alpha"], beta, nr]
                                     end = f.block("nv.end")
@@ -379,12 +391,12 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
                                         b.cbranch(cond, blk, nxt)
                                         b.position_at_end(blk)
                                         if whole:  # the whole vectors (no mask), then the tail after them
-                                            b.call(ukr[rows, whole // self.W], args[:-1] + [c64(whole)])
+                                            b.call(ukr[rows, whole // self.W], args[:-1] + [c64(whole)] + extra)
                                         b.call(kern, [kc, aptr, f.at(bptr, c64(whole)), f.at(cptr, c64(whole)),
-                                                      *args[4:]])
+                                                      *args[4:]] + extra)  # (tails: full panels, no extra)
                                         b.branch(end)
                                         b.position_at_end(nxt)
-                                    b.call(ukr[rows, self.NV], args)
+                                    b.call(ukr[rows, self.NV], args + extra)
                                     b.branch(end)
                                     b.position_at_end(end)
 
@@ -463,6 +475,9 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         brs, bcs = b.select(tb_t, one, ldb), b.select(tb_t, ldb, one)
         apacked = b.icmp_signed("==", ta, ir.Constant(I32, 2))
         bpacked = b.icmp_signed("==", tb, ir.Constant(I32, 2))
+        # A read in place when it has fewer rows than a panel and k stride 1: packing its rows
+        # into a panel of MR would cost as much as multiplying them (a batch-1 GEMV)
+        adirect = b.and_(b.icmp_signed("==", ta, ir.Constant(I32, 0)), b.icmp_signed("<", M, c64(MR)))
         # B read in place (no packing) for small M, unless its rows are far apart (then the
         # NR-wide column stripes touch a new page per k and packing may win: per ISA, measured)
         bdirect = b.and_(b.and_(b.icmp_signed("==", tb, ir.Constant(I32, 0)), b.not_(has_pb)),
@@ -524,12 +539,13 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
         # K blocks of balanced depth (576 = 2 x 288 rather than 256 + 256 + 64: each block
         # re-reads and re-writes C, so a thin last block costs nearly a full one)
         kcb = f.ceildiv(K, f.ceildiv(K, c64(cfg.KC)))
+        kcb = b.select(b.and_(adirect, bpacked), K, kcb)
         kcb = b.select(b.icmp_unsigned("!=", boff, null), bgroup, kcb)  # (taps: a block per group)
         # packing buffers (floats): none for a pre-packed operand, one panel for a direct B
-        abuf = b.select(apacked, one, b.mul(f.min(c64(cfg.MC), f.roundup(tm, MR)), kcb))
+        abuf = b.select(b.or_(apacked, adirect), one, b.mul(f.min(c64(cfg.MC), f.roundup(tm, MR)), kcb))
         bbuf = b.mul(f.min(c64(cfg.NC), f.roundup(tn, NR)), kcb)
         bbuf = b.select(bpacked, one, b.select(bdirect, b.mul(c64(NR), kcb), bbuf))
-        vals = dict(M=M, N=N, K=K, alpha=alpha, beta=beta, A=Ap, ars=ars, acs=acs, apacked=apacked,
+        vals = dict(M=M, N=N, K=K, alpha=alpha, beta=beta, A=Ap, ars=ars, acs=acs, apacked=apacked, adirect=adirect,
                     B=Bp, brs=brs, bcs=bcs, bpacked=bpacked, bdirect=bdirect, C=C, ldc=ldc, tm=tm,
                     tn=tn, tiles_n=tiles_n, ntasks=ntasks, abuf=abuf, bbuf=bbuf, kstep=kcb, ep=ep, epctx=epctx,
                     pb=pbf, pbctx=pbctx, boff=boff, bgroup=bgroup, nranges=T, done=c64(0))
@@ -706,10 +722,15 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter):
             for nv in range(1, self.NV + 1):
                 ukr[rows, nv] = self.emit_microkernel(f"{p}.ukr{rows}x{nv}", rows, self.NR, nv)
             ukr_direct[rows] = self.emit_microkernel(f"{p}.ukr{rows}_direct", rows, None)
+        ukr_ar, ukr_direct_ar = {}, {}  # the same with A's rows read in place (fewer than MR rows)
+        for rows in self.edge_rows():
+            for nv in range(1, self.NV + 1):
+                ukr_ar[rows, nv] = self.emit_microkernel(f"{p}.ukr{rows}x{nv}_ar", rows, self.NR, nv, a_rows=True)
+            ukr_direct_ar[rows] = self.emit_microkernel(f"{p}.ukr{rows}_direct_ar", rows, None, a_rows=True)
         tails = {c: self.emit_col_tail(f"{p}.tail{c}", c) for c in range(1, self.cfg.col_tail + 1)}
         pack_a = self.emit_pack_a(f"{p}.pack_a")
         pack_b = self.emit_pack_b(f"{p}.pack_b")
-        task = self.emit_task(f"{p}.task", ukr, ukr_direct, tails, pack_a, pack_b)
+        task = self.emit_task(f"{p}.task", ukr, ukr_direct, ukr_ar, ukr_direct_ar, tails, pack_a, pack_b)
         alloc = self.emit_alloc(f"{p}.alloc")
         run = self.emit_run(f"{p}.run", task)
         release = self.emit_release(f"{p}.release")

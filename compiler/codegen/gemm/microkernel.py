@@ -40,10 +40,13 @@ def _kloop(f: _Fn, kc, name, start, a_start, b_start, accs_in, step, steps, a_ks
 
 class MicrokernelEmitter:
     # -- microkernel -------------------------------------------------------------------------
-    def emit_microkernel(self, name: str, rows: int, b_kstride: int | None, nv: int | None = None):
-        """ukr(kc, a, b, [bks,] c, ldc, alpha, beta, nr): C[rows, nr] = alpha*Ap@Bp (+ beta*C).
+    def emit_microkernel(self, name: str, rows: int, b_kstride: int | None, nv: int | None = None,
+                         a_rows: bool = False):
+        """ukr(kc, a, b, [bks,] c, ldc, alpha, beta, nr[, ars]): C[rows, nr] = alpha*Ap@Bp (+ beta*C).
 
-        a: ``rows`` rows of a packed A panel (k stride MR); b: a packed B panel (k stride NR) or,
+        a: ``rows`` rows of a packed A panel (k stride MR) or, with ``a_rows``, A read in place:
+        row r at ``a + r * ars``, k stride 1 (a product of fewer than MR rows, whose packing would
+        cost as much as its arithmetic: a batch-1 GEMV's one row); b: a packed B panel (k stride NR) or,
         when ``b_kstride`` is None, a row-major B read in place with k stride ``bks``. nr <= NR
         (columns past nr are computed from B's zero padding and not stored: masked stores).
         beta == 0 does not read C. With ``nv`` < NV only the first nv vectors of the panel are
@@ -62,6 +65,8 @@ class MicrokernelEmitter:
         if b_kstride is None:
             args.append((I64, "bks"))
         args += [(FP, "c"), (I64, "ldc"), (F32, "alpha"), (F32, "beta"), (I64, "nr")]
+        if a_rows:
+            args.append((I64, "ars"))
         fn = _new_fn(self.mod, name, VOID, args)
         fn.attributes.add("noinline")
         f = _Fn(fn)
@@ -91,16 +96,18 @@ class MicrokernelEmitter:
                         b.call(self.prefetch, [b.bitcast(pf, I8P), ir.Constant(I32, 0),
                                                ir.Constant(I32, 3), ir.Constant(I32, 1)])
                 for r in range(rows):
-                    av = self.splat(b, b.load(f.at(ap, u * MR + r), align=4))
+                    at = b.add(b.mul(c64(r), A["ars"]), c64(u)) if a_rows else u * MR + r
+                    av = self.splat(b, b.load(f.at(ap, at), align=4))
                     for v in range(NV):
                         k = ph + r * NV + v
                         accs[k] = b.call(self.fmuladd, [av, bv[v], accs[k]])
             return accs
 
         accs = [zero] * (nacc * phases)
-        k, ap, bp, accs = _kloop(f, kc, "kmain", c64(0), a0, b0, accs, U, steps, MR, bks)
+        aks = 1 if a_rows else MR
+        k, ap, bp, accs = _kloop(f, kc, "kmain", c64(0), a0, b0, accs, U, steps, aks, bks)
         if U > 1:
-            k, ap, bp, accs = _kloop(f, kc, "krem", k, ap, bp, accs, 1, steps, MR, bks)
+            k, ap, bp, accs = _kloop(f, kc, "krem", k, ap, bp, accs, 1, steps, aks, bks)
         for ph in range(1, phases):
             accs[:nacc] = [b.fadd(x, y) for x, y in zip(accs[:nacc], accs[ph * nacc:(ph + 1) * nacc])]
         accs = accs[:nacc]
