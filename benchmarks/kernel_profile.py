@@ -1,6 +1,7 @@
 """Where a compiled model spends its time: every kernel timed (``compile(..., profile=True)``).
 
     PYTHONPATH=. .venv/bin/python benchmarks/kernel_profile.py light:squeezenet [--runs 50] [--top 25]
+                                  [--quantize int8|int8-dynamic]
 
 Prints the kernels by total time with their member ops, GFLOP/s and GB/s (from the ops' cost
 model), and the total against the wall time per run (the clock reads cost well under a µs a step).
@@ -27,8 +28,17 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=30)
     p.add_argument("-O", dest="opt", type=int, default=2)
     p.add_argument("--disable-pass", action="append", default=[])
+    p.add_argument("--quantize", choices=["int8", "int8-dynamic"],
+                   help="the model quantized (static int8: calibrated on --samples random feeds)")
+    p.add_argument("--samples", type=int, default=8)
     a = p.parse_args(argv)
-    exe = kiln_compile(model_of(a.model), a.opt, nthreads=a.threads, profile=True, disabled_passes=a.disable_pass)
+    model = model_of(a.model)
+    calibration = None
+    if a.quantize == "int8":
+        inputs = kiln_compile(model, a.opt, nthreads=a.threads).inputs
+        calibration = [random_feeds(inputs, seed=1 + i) for i in range(a.samples)]
+    exe = kiln_compile(model, a.opt, nthreads=a.threads, profile=True, disabled_passes=a.disable_pass,
+                       quantize=a.quantize, calibration=calibration)
     feeds = random_feeds(exe.inputs)
     for _ in range(5):
         exe.run(feeds)
