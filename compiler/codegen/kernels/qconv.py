@@ -328,15 +328,15 @@ class _IntegerConv(Int8Lowering):
     def emit_transposed(self, k: KernelBuilder, group: KernelGroup, chain=None) -> None:
         """The convolution as the transposed product: per image ``Y[m, p] = W[m, :] . cols[:, p]``, the
         weights as A (rows: the output channels, read in place from a compile-time copy) and the
-        input as B, packed at run time (``KPW`` channels per word), so a tile's vectors are runs of
+        input as B, packed at run time (``KPW`` values of k per word), so a tile's vectors are runs of
         pixels of one channel: NCHW rows, stored whole (no im2col transposing the input).
 
         A 1x1 convolution of stride 1 without padding packs the input itself into the tiles' panels
-        (``NR`` pixels per word row, ``_pack_pointwise``). Any other shape packs per tap (r, s) and
-        word of channels the input under the tap for every output pixel, in pixel order (``_pack_taps``:
+        (``NR`` pixels per word row, ``_pack_pointwise``). Any other shape packs, per word of k, the
+        input under its taps for every output pixel, in pixel order (``_pack_taps``:
         [image, word, pixel, KPW], the tiles reading a panel's words a row of pixels apart); k runs
-        over (r, s, channel), the channels padded to whole words with weights equal to their zero
-        point (a product of 0), the padding of the image written as x's zero point.
+        over (r, s, channel) flattened, padded to whole words with weights equal to their zero point
+        (a product of 0), the padding of the image written as x's zero point.
 
         With VNNI the dot products take the input (B) as their unsigned operand and the weights (A,
         broadcast) as the signed one (``swap``): the packer writes ``x' = x + 128`` for an int8 x (a
@@ -375,13 +375,13 @@ class _IntegerConv(Int8Lowering):
             if KWD:
                 self._pack_pointwise(k, x, cols, elem, (N, C, P), (panels, KWD, NR, kpw), shift)
             stride, per_image, per_panel = None, panels * KWD * NR, KWD * NR
-        else:  # k over (tap, channel), the channels padded to whole words with w = zw (adds 0)
-            G = -(-C // kpw)
-            K = KH * KW * G * kpw
+        else:  # k over (tap, channel) flattened, padded to whole words with w = zw (adds 0)
+            KC = KH * KW * C
+            K = -(-KC // kpw) * kpw
             KWD = K // kpw
-            wt = np.broadcast_to(zw_v.reshape(M, 1, 1, 1), (M, KH, KW, G * kpw)).astype(w.const.dtype)
-            wt[:, :, :, :C] = w.const.transpose(0, 2, 3, 1)
-            wm = np.ascontiguousarray(wt.reshape(M, K))
+            wt = np.broadcast_to(zw_v.reshape(M, 1), (M, K)).astype(w.const.dtype)
+            wt[:, :KC] = w.const.transpose(0, 2, 3, 1).reshape(M, KC)
+            wm = np.ascontiguousarray(wt)
             Pp = panels * NR
             cols = k.scratch(N * KWD * Pp * 4)
             if KWD:
@@ -470,42 +470,45 @@ class _IntegerConv(Int8Lowering):
 
     @staticmethod
     def _pack_taps(k, n, x, zx, cols, elem, kpw, Pp, shift):
-        """The input under each tap into ``cols`` [N, taps * G words, Pp pixels, kpw channels] less
-        ``shift``, channels past C 0 (their weights are their zero point). With padding, the image is
-        first copied into scratch with a border of x's zero point, so that the pixels of an output
-        row read a contiguous (stride 1) or strided run of the input under every tap: vector loads,
-        no selects."""
+        """The input under each tap into ``cols`` [N, words, Pp pixels, kpw values] less ``shift``:
+        value j of word t is k = t * kpw + j of (tap, channel) flattened, ``KH * KW * C`` of them
+        padded to whole words with 0 (their weights are their zero point). Words span taps where C
+        is not a multiple of kpw: a stem's 3 channels under a 7x7 window make 148 values (37 words),
+        not 49 taps of a word each (196). With padding, the image is first copied into scratch with
+        a border of x's zero point, so that the pixels of an output row read a contiguous (stride
+        1) or strided run of the input under every tap: vector loads, no selects."""
         (N, C, H, W), (_, _, KH, KW), (OH, OW), (sh, sw_), (dh, dw), (ph, pw) = _geometry(n)
         Hp, Wp = _padded_extent(n)
-        G = -(-C // kpw)
+        KC = KH * KW * C
+        words = -(-KC // kpw)
         src = x
         if (ph, pw) != (0, 0) or Hp > H or Wp > W:
             src, H, W = _padded_copy(k, n, x, zx, nhwc=False), Hp, Wp
         shift = Const(shift, DType.i32)
-        taps = KH * KW
         kf = KernelForm(f"{k.name}.pack")
         xb = kf.buffer("x", x.type.dtype, (N, C, H, W), value=src)
-        cb = kf.buffer("cols", elem, (N, taps * G, Pp, kpw), "out", value=cols)
-        with kf.loop(N * taps * G, "parallel", grain=par_grain(OH * OW * kpw, 1 << 14), name="word") as t:
-            img = kf.let(op("div", t, Const(taps * G, INDEX)), name="img")
-            kw = kf.let(op("rem", t, Const(taps * G, INDEX)), name="kw")
-            tap = kf.let(op("div", kw, Const(G, INDEX)), name="tap")
-            g = kf.let(op("rem", kw, Const(G, INDEX)), name="g")
-            r = kf.let(op("div", tap, Const(KW, INDEX)), name="r")
-            s_ = kf.let(op("rem", tap, Const(KW, INDEX)), name="s")
-            chans = [kf.let(op("add", op("mul", g, Const(kpw, INDEX)), Const(j, INDEX)), name="c")
-                     for j in range(kpw)]
+        cb = kf.buffer("cols", elem, (N, words, Pp, kpw), "out", value=cols)
+        with kf.loop(N * words, "parallel", grain=par_grain(OH * OW * kpw, 1 << 14), name="word") as t:
+            img = kf.let(op("div", t, Const(words, INDEX)), name="img")
+            wd = kf.let(op("rem", t, Const(words, INDEX)), name="wd")
+            ks = [op("add", op("mul", wd, Const(kpw, INDEX)), Const(j, INDEX)) for j in range(kpw)]
+            # (tap, channel) of each value; past KC (the last word's padding) clamped, then zeroed
+            kc = [kf.let(kj if KC % kpw == 0 else op("min", kj, Const(KC - 1, INDEX)), name="k") for kj in ks]
+            tap = [kf.let(op("div", x_, Const(C, INDEX)), name="tap") for x_ in kc]
+            chans = [kf.let(op("rem", x_, Const(C, INDEX)), name="c") for x_ in kc]
+            rs = [kf.let(op("div", tp, Const(KW, INDEX)), name="r") for tp in tap]
+            ss = [kf.let(op("rem", tp, Const(KW, INDEX)), name="s") for tp in tap]
             with kf.loop(OH, name="oh") as oh:
-                ih = kf.let(op("add", op("mul", oh, Const(sh, INDEX)), op("mul", r, Const(dh, INDEX))), name="ih")
+                ihs = [kf.let(op("add", op("mul", oh, Const(sh, INDEX)), op("mul", r, Const(dh, INDEX))), name="ih")
+                       for r in rs]
                 with kf.loop(OW, "vector", name="ow") as ow:
-                    iw = op("add", op("mul", ow, Const(sw_, INDEX)), op("mul", s_, Const(dw, INDEX)))
                     p = op("add", op("mul", oh, Const(OW, INDEX)), ow)
-                    for j, c in enumerate(chans):
-                        cc = c if C % kpw == 0 else op("min", c, Const(C - 1, INDEX))
-                        v = op("sub", cast(xb[img, cc, ih, iw], DType.i32), shift)
-                        if C % kpw:
-                            v = select(op("lt", c, Const(C, INDEX)), v, Const(0, DType.i32))
-                        kf.store(cb, (img, kw, p, Const(j, INDEX)), cast(v, elem))
+                    for j in range(kpw):
+                        iw = op("add", op("mul", ow, Const(sw_, INDEX)), op("mul", ss[j], Const(dw, INDEX)))
+                        v = op("sub", cast(xb[img, chans[j], ihs[j], iw], DType.i32), shift)
+                        if KC % kpw:
+                            v = select(op("lt", ks[j], Const(KC, INDEX)), v, Const(0, DType.i32))
+                        kf.store(cb, (img, wd, p, Const(j, INDEX)), cast(v, elem))
         print_llvm(k, kf.finish())
 
     @staticmethod
