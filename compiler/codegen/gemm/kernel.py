@@ -14,7 +14,9 @@ BLIS-style single-precision GEMM:
   ``NC`` / ``KC`` / ``MC`` (see ``config.py``), transposed operands handled by the packing (a
   transposed B is packed with ``W x W`` in-register transposes);
 * optional *pre-packed* operands (constant weights packed once, at load time), and reading a
-  row-major B in place when M is tiny (GEMV-like shapes: nothing to amortize packing over);
+  row-major B in place when M is tiny (GEMV-like shapes: nothing to amortize packing over), and a
+  row-major A's rows when there are fewer than MR (a batch-1 GEMV: then, with B pre-packed, the
+  whole depth K in one block);
 * parallelism: the C matrix is cut into a grid of rectangular tasks (``tasks_per_thread`` tasks
   per thread up to twice that; the grid of least estimated time per thread: the padded area of the
   largest thread's range of tasks, plus the operand traffic its tasks stream and pack), which the calling thread and up to ``nthreads - 1``
