@@ -15,6 +15,7 @@ from compiler.codegen.gemm import (
 from compiler.codegen.gemm.build import _init_llvm, compile_object
 from compiler.codegen.gemm.config import PRESETS, host_isa
 from compiler.codegen.gemm.kernel import pack_a_numpy, pack_b_numpy, sgemm_type
+from compiler.codegen.gemm.stream import STREAM_COLS
 
 from ..threads import run_threads
 
@@ -189,6 +190,46 @@ def test_the_in_place_row_kernels_are_built():
         assert f"kiln_sgemm.ukr{rows}x{cfg.NV}_ar" in text and f"kiln_sgemm.ukr{rows}_direct_ar" in text
     assert f"kiln_sgemm.ukr{cfg.MR}x1_ar" not in text
 
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize("n", [70, 2 * STREAM_COLS + 37])
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_few_rows_stream_b(lib, tiny, m, n, nthreads):
+    """A row-major B in place against at most ``stream_max_m`` rows is streamed a row at a time
+    (``gemm/stream.py``): B a strided view, K odd (the last row of B alone), columns past whole
+    vectors and past ``STREAM_COLS`` (more than one pass), alpha, beta (0: C holding NaN is not read)
+    and the epilogue, on every panel of at most NR columns exactly once. M 3 (the register tiles)
+    gives the same numbers."""
+    k = 45
+    a = rand(m, k)
+    b = rand(k + 3, n + 11)[2:2 + k, 5:5 + n]
+    c0 = rand(m, n)
+    fp = ctypes.POINTER(ctypes.c_float)
+    for g in (lib, tiny):
+        fn = g.lib.kiln_sgemm_ep
+        fn.restype = ctypes.c_int32
+        fn.argtypes = g.sgemm.argtypes + [ctypes.c_void_p] * 2
+        for beta in (0.0, 0.5):
+            c = c0.copy() if beta else np.full((m, n), np.nan, np.float32)
+            blocks, ep = recording_epilogue()
+            rc = fn(0, 0, m, n, k, 1.5, a.ctypes.data_as(fp), k, b.ctypes.data_as(fp), b.strides[0] // 4, beta,
+                    c.ctypes.data_as(fp), n, nthreads, ctypes.cast(ep, ctypes.c_void_p), None)
+            assert rc == 0
+            check(c, ref(a, b, c0, 1.5, beta), k)
+            assert sum((i1 - i0) * (j1 - j0) for i0, i1, j0, j1 in blocks) == m * n
+            assert max(j1 - j0 for _, _, j0, j1 in blocks) <= g.cfg.NR
+
+
+def test_the_stream_kernels_are_built():
+    """Structure: a streaming kernel per row count up to ``stream_max_m``, none with it 0."""
+    cfg = config_for("avx512")
+    text = str(emit_gemm(ir.Module(), cfg).module)
+    assert cfg.stream_max_m >= 1
+    for rows in range(1, cfg.stream_max_m + 1):
+        assert f"kiln_sgemm.srows{rows}" in text
+    assert f"kiln_sgemm.srows{cfg.stream_max_m + 1}" not in text
+    assert "kiln_sgemm.srows" not in str(emit_gemm(ir.Module(), cfg.replace(stream_max_m=0)).module)
 
 @pytest.mark.parametrize("m,n,k", [(1, 512, 784), (37, 45, 70), (130, 50, 300), (12, 64, 5)])
 def test_packed_operands(lib, m, n, k):

@@ -34,6 +34,8 @@ class GemmConfig:
     direct_b_max_ldb: int = 1024
     #: also read B in place up to this M when K >= 4 M (a narrowing product: a 1x1 projection)
     direct_b_narrow_max_m: int = 0
+    #: M at or below which a row-major B (not pre-packed) is streamed row by row (``stream.py``)
+    stream_max_m: int = 4
     par_min_flops: float = 3e6  # below 2*M*N*K = this, run on the calling thread only
     tasks_per_thread: int = 2  # tasks per thread, the fewest the grid search tries (it tries up to 2x)
     max_threads: int = 64
@@ -60,6 +62,8 @@ class GemmConfig:
             raise ValueError(f"col_tail must be in [0, W): {self}")
         if self.unroll < 1 or self.unroll & (self.unroll - 1):
             raise ValueError("unroll must be a power of two")
+        if self.stream_max_m < 0:
+            raise ValueError(f"stream_max_m must be >= 0: {self}")
 
 
 # Register tiles and blocks measured on the machines Kiln runs on (docs/gemm.md):

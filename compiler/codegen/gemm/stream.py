@@ -1,0 +1,146 @@
+"""A product of a few rows of A against a row-major B read in place, by streaming B's rows (a batch-1
+GEMV whose B is an activation, not a packed weight).
+
+The register-tile path reads such a B in place too (``bdirect``), as ``NR``-column stripes: each k
+step of a stripe is a few cache lines ``ldb`` floats after the last, so the hardware prefetchers
+see short runs at a large stride, and with ``ldb`` a multiple of 1024 every row of a stripe falls
+in the same cache sets (a 1 x 1024 x 1280 product ran at 5.7 GFLOP/s, against 22 for the same B
+pre-packed). Here a task's columns are instead taken ``STREAM_COLS`` at a time: each pass over
+them reads ``STREAM_DEPTH`` whole rows of B, contiguously, and adds their products into the rows'
+sums, kept in a buffer that stays in L1 (the task's packing buffer: at most 4 x 1024 floats); the
+sums are then scaled into C (``alpha``, ``beta``) and the epilogue runs on each ``NR``-column
+panel. Every column is summed in k order, the same way whatever its position. That 1 x 1024 x 1280
+product: 446 -> 84 us on one Zen 4 core (docs/gemm.md has the rest); from 5 rows on, loading and
+storing every row's sums each pass costs more than the stripes lose (``GemmConfig.stream_max_m``).
+
+A mixin of the GEMM emitter (``kernel.py``), which provides ``mod``, ``cfg``, ``W``, ``NR``, ``vec``,
+``vecp``, ``fmuladd``, ``splat``, ``vload`` and ``vstore``.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .irbuild import FP, I1, I32, I64, VOID, _declare, _Fn, _new_fn, c64, cf
+
+#: columns of a task streamed at once (their sums: ``STREAM_COLS`` floats a row, in L1)
+STREAM_COLS = 1024
+#: rows of B a pass over the columns adds
+STREAM_DEPTH = 2
+
+
+class StreamEmitter:
+    def _masks(self, f, n):
+        """The lanes of a vector at ``n % W`` columns from the end of ``n``: (whole vectors' floats,
+        the tail's lane mask)."""
+        b, W = f.b, self.W
+        whole = b.mul(b.sdiv(n, c64(W)), c64(W))
+        lim = self.splat(b, b.sub(n, whole), ir.VectorType(I64, W))
+        return whole, b.icmp_signed("<", ir.Constant(ir.VectorType(I64, W), list(range(W))), lim)
+
+    def _masked(self):
+        W = self.W
+        mask_ty = ir.VectorType(I1, W)
+        mload = _declare(self.mod, f"llvm.masked.load.v{W}f32.p0", self.vec, [self.vecp, I32, mask_ty, self.vec])
+        mstore = _declare(self.mod, f"llvm.masked.store.v{W}f32.p0", VOID, [self.vec, self.vecp, I32, mask_ty])
+        return mload, mstore
+
+    def emit_stream_rows(self, name: str, rows: int):
+        """srows(K, a, ars, bm, brs, n, acc, accs): acc[r, 0:n] += sum_k a[r*ars + k] * bm[k*brs + 0:n]
+        for r < ``rows`` (the sums' rows ``accs`` floats apart, padded to whole vectors)."""
+        W = self.W
+        fn = _new_fn(self.mod, name, VOID, [(I64, "K"), (FP, "a"), (I64, "ars"), (FP, "bm"), (I64, "brs"),
+                                           (I64, "n"), (FP, "acc"), (I64, "accs")])
+        fn.attributes.add("noinline")
+        f = _Fn(fn)
+        b = f.b
+        K, a, ars, bm, brs, n, acc, accs = fn.args
+        mload, _ = self._masked()
+        zero = ir.Constant(self.vec, [0.0] * W)
+        i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
+        whole, tail = self._masks(f, n)
+        accrow = [f.at(acc, b.mul(c64(r), accs)) for r in range(rows)]
+
+        def rows_of_b(k, depth):
+            """Add B's rows k .. k + depth - 1 times A's columns into the sums."""
+            arow = [[self.splat(b, b.load(f.at(a, b.add(b.mul(c64(r), ars), b.add(k, c64(d)))), align=4))
+                     for d in range(depth)] for r in range(rows)]
+            brow = [f.at(bm, b.mul(b.add(k, c64(d)), brs)) for d in range(depth)]
+
+            def add(j, bvals):
+                for r in range(rows):
+                    c = self.vload(f, accrow[r], j)
+                    for d in range(depth):
+                        c = b.call(self.fmuladd, [arow[r][d], bvals[d], c])
+                    self.vstore(f, c, accrow[r], j)
+
+            with f.loop(0, whole, W, "sv") as j:
+                add(j, [self.vload(f, brow[d], j) for d in range(depth)])
+            with f.if_(b.icmp_signed("<", whole, n), "stail"):
+                add(whole, [b.call(mload, [b.bitcast(f.at(brow[d], whole), self.vecp), i32(4), tail, zero])
+                            for d in range(depth)])
+
+        D = STREAM_DEPTH
+        deep = b.mul(b.sdiv(K, c64(D)), c64(D))
+        with f.loop(0, deep, D, "sk") as k:
+            rows_of_b(k, D)
+        with f.loop(deep, K, 1, "sk1") as k:
+            rows_of_b(k, 1)
+        b.ret_void()
+        return fn
+
+    def emit_stream_task(self, f, g, buf, i0, i1, j0, j1, srows, has_ep, ep):
+        """In a task (``emit_task``'s builder ``f``, its context fields ``g``): C[i0:i1, j0:j1] by
+        streaming, ``i1 - i0`` rows at most ``cfg.stream_max_m`` (``srows[rows]``), the sums in
+        ``buf``."""
+        b, W, NR = f.b, self.W, self.NR
+        mload, mstore = self._masked()
+        zero = ir.Constant(self.vec, [0.0] * W)
+        i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
+        mr = b.sub(i1, i0)
+        a = f.at(g["A"], b.mul(i0, g["ars"]))
+        with f.loop(j0, j1, STREAM_COLS, "sc") as jc:
+            n = f.min(c64(STREAM_COLS), b.sub(j1, jc))
+            padded = f.roundup(n, W)
+            with f.loop(0, b.mul(mr, c64(STREAM_COLS)), STREAM_COLS, "sz") as r0:
+                with f.loop(0, padded, W, "szv") as j:
+                    self.vstore(f, zero, buf, b.add(r0, j))
+            for rows in range(1, self.cfg.stream_max_m + 1):
+                with f.if_(b.icmp_signed("==", mr, c64(rows)), f"s{rows}"):
+                    b.call(srows[rows], [g["K"], a, g["ars"], f.at(g["B"], jc), g["brs"], n, buf,
+                                         c64(STREAM_COLS)])
+            # C = alpha * sums (+ beta * C; beta == 0 does not read C)
+            whole, tail = self._masks(f, n)
+            alpha_v, beta_v = self.splat(b, g["alpha"]), self.splat(b, g["beta"])
+            beta0 = b.fcmp_ordered("==", g["beta"], cf(0.0))
+            with f.loop(0, mr, 1, "sr") as r:
+                crow = f.at(g["C"], b.add(b.mul(b.add(i0, r), g["ldc"]), jc))
+                srow = f.at(buf, b.mul(r, c64(STREAM_COLS)))
+
+                def out(j, masked):
+                    val = b.fmul(self.vload(f, srow, j), alpha_v)
+                    ptr = b.bitcast(f.at(crow, j), self.vecp)
+                    with f.if_else(beta0, "sb0") as (then, otherwise):
+                        with then:
+                            if masked:
+                                b.call(mstore, [val, ptr, i32(4), tail])
+                            else:
+                                b.store(val, ptr, align=4)
+                        with otherwise:
+                            old = b.call(mload, [ptr, i32(4), tail, zero]) if masked else b.load(ptr, align=4)
+                            val2 = b.call(self.fmuladd, [old, beta_v, val])
+                            if masked:
+                                b.call(mstore, [val2, ptr, i32(4), tail])
+                            else:
+                                b.store(val2, ptr, align=4)
+
+                with f.loop(0, whole, W, "sov") as j:
+                    out(j, False)
+                with f.if_(b.icmp_signed("<", whole, n), "sotail"):
+                    out(whole, True)
+            with f.if_(has_ep, "sep"):  # panels of at most NR columns, as the tiles give them
+                with f.loop(0, n, NR, "sepj") as jr:
+                    j = b.add(jc, jr)
+                    b.call(ep, [g["epctx"], i0, i1, j, b.add(j, f.min(c64(NR), b.sub(n, jr)))])
+
+
+__all__ = ["STREAM_COLS", "STREAM_DEPTH", "StreamEmitter"]
