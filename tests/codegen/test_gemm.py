@@ -192,18 +192,25 @@ def test_the_in_place_row_kernels_are_built():
 
 
 
-@pytest.mark.parametrize("m", [1, 2, 3])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("n", [70, 2 * STREAM_COLS + 37])
+@pytest.mark.parametrize("layout", ["rows", "transposed"])
 @pytest.mark.parametrize("nthreads", [1, 2])
-def test_few_rows_stream_b(lib, tiny, m, n, nthreads):
-    """A row-major B in place against at most ``stream_max_m`` rows is streamed a row at a time
-    (``gemm/stream.py``): B a strided view, K odd (the last row of B alone), columns past whole
-    vectors and past ``STREAM_COLS`` (more than one pass), alpha, beta (0: C holding NaN is not read)
-    and the epilogue, on every panel of at most NR columns exactly once. M 3 (the register tiles)
-    gives the same numbers."""
+def test_few_rows_stream_b(lib, tiny, m, n, layout, nthreads):
+    """A B in place (not pre-packed) against at most ``stream_max_m`` rows (``gemm/stream.py``):
+    row-major, streamed a row at a time; transposed, by dot products of A's rows with B's columns
+    (rows of memory), a few columns at once and the rest one by one. B a strided view, K odd and
+    not a whole number of vectors, columns past whole vectors and past ``STREAM_COLS``, alpha,
+    beta (0: C holding NaN is not read) and the epilogue, on every panel of at most NR columns
+    exactly once. M 5 (the register tiles) gives the same numbers."""
     k = 45
     a = rand(m, k)
-    b = rand(k + 3, n + 11)[2:2 + k, 5:5 + n]
+    if layout == "rows":
+        b = rand(k + 3, n + 11)[2:2 + k, 5:5 + n]
+        bmem, tb = b, 0
+    else:
+        bmem = rand(n + 3, k + 11)[2:2 + n, 5:5 + k]
+        b, tb = bmem.T, 1
     c0 = rand(m, n)
     fp = ctypes.POINTER(ctypes.c_float)
     for g in (lib, tiny):
@@ -213,8 +220,8 @@ def test_few_rows_stream_b(lib, tiny, m, n, nthreads):
         for beta in (0.0, 0.5):
             c = c0.copy() if beta else np.full((m, n), np.nan, np.float32)
             blocks, ep = recording_epilogue()
-            rc = fn(0, 0, m, n, k, 1.5, a.ctypes.data_as(fp), k, b.ctypes.data_as(fp), b.strides[0] // 4, beta,
-                    c.ctypes.data_as(fp), n, nthreads, ctypes.cast(ep, ctypes.c_void_p), None)
+            rc = fn(0, tb, m, n, k, 1.5, a.ctypes.data_as(fp), k, bmem.ctypes.data_as(fp), bmem.strides[0] // 4,
+                    beta, c.ctypes.data_as(fp), n, nthreads, ctypes.cast(ep, ctypes.c_void_p), None)
             assert rc == 0
             check(c, ref(a, b, c0, 1.5, beta), k)
             assert sum((i1 - i0) * (j1 - j0) for i0, i1, j0, j1 in blocks) == m * n
@@ -222,14 +229,18 @@ def test_few_rows_stream_b(lib, tiny, m, n, nthreads):
 
 
 def test_the_stream_kernels_are_built():
-    """Structure: a streaming kernel per row count up to ``stream_max_m``, none with it 0."""
+    """Structure: a streaming kernel and dot kernels (4 columns and 1, AVX-512) per row count up to
+    ``stream_max_m``, none with it 0."""
     cfg = config_for("avx512")
     text = str(emit_gemm(ir.Module(), cfg).module)
     assert cfg.stream_max_m >= 1
     for rows in range(1, cfg.stream_max_m + 1):
         assert f"kiln_sgemm.srows{rows}" in text
     assert f"kiln_sgemm.srows{cfg.stream_max_m + 1}" not in text
-    assert "kiln_sgemm.srows" not in str(emit_gemm(ir.Module(), cfg.replace(stream_max_m=0)).module)
+    for rows, cols in ((1, 4), (1, 1), (4, 4), (4, 1)):
+        assert f"kiln_sgemm.sdot{rows}x{cols}" in text
+    none = str(emit_gemm(ir.Module(), cfg.replace(stream_max_m=0)).module)
+    assert "kiln_sgemm.srows" not in none and "kiln_sgemm.sdot" not in none
 
 @pytest.mark.parametrize("m,n,k", [(1, 512, 784), (37, 45, 70), (130, 50, 300), (12, 64, 5)])
 def test_packed_operands(lib, m, n, k):

@@ -16,8 +16,8 @@ BLIS-style single-precision GEMM:
 * optional *pre-packed* operands (constant weights packed once, at load time), and reading a
   row-major B in place when M is tiny (GEMV-like shapes: nothing to amortize packing over), and a
   row-major A's rows when there are fewer than MR (a batch-1 GEMV: then, with B pre-packed, the
-  whole depth K in one block); at most ``stream_max_m`` rows against a row-major B that is not
-  pre-packed stream B's rows whole instead (``stream.py``);
+  whole depth K in one block); at most ``stream_max_m`` rows against a B that is not pre-packed
+  stream B's rows whole instead, or (B transposed) take dot products with its columns (``stream.py``);
 * parallelism: the C matrix is cut into a grid of rectangular tasks (``tasks_per_thread`` tasks
   per thread up to twice that; the grid of least estimated time per thread: the padded area of the
   largest thread's range of tasks, plus the operand traffic its tasks stream and pack), which the calling thread and up to ``nthreads - 1``
@@ -103,7 +103,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter, StreamEmitter):
         self.ctx_fields = [
             ("M", I64), ("N", I64), ("K", I64), ("alpha", F32), ("beta", F32),
             ("A", FP), ("ars", I64), ("acs", I64), ("apacked", I1), ("adirect", I1),
-            ("B", FP), ("brs", I64), ("bcs", I64), ("bpacked", I1), ("bdirect", I1), ("bstream", I1),
+            ("B", FP), ("brs", I64), ("bcs", I64), ("bpacked", I1), ("bdirect", I1), ("bstream", I1), ("bdot", I1),
             ("C", FP), ("ldc", I64),
             ("tm", I64), ("tn", I64), ("tiles_n", I64), ("ntasks", I64), ("kstep", I64),
             ("abuf", I64), ("bbuf", I64), ("nranges", I64), ("done", I64), ("refs", I64),
@@ -298,7 +298,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter, StreamEmitter):
                 b.store(b.load(f.at(colrow[cc], off), align=4), f.at(drow, cc), align=4)
 
     # -- one task: C[i0:i1, j0:j1] -------------------------------------------------------------
-    def emit_task(self, name, ukr, ukr_direct, ukr_ar, ukr_direct_ar, tails, pack_a, pack_b, srows):
+    def emit_task(self, name, ukr, ukr_direct, ukr_ar, ukr_direct_ar, tails, pack_a, pack_b, srows, sdot):
         cfg, MR, NR = self.cfg, self.MR, self.NR
         fn = _new_fn(self.mod, name, VOID, [(self.ctx_ty.as_pointer(), "ctx"), (FP, "abuf"),
                                            (FP, "bbuf"), (I64, "i0"), (I64, "i1"), (I64, "j0"),
@@ -313,6 +313,10 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter, StreamEmitter):
         ep = b.bitcast(g["ep"], self.ep_type.as_pointer())
         with f.if_(g["bstream"], "stream"):  # a few rows against a B read in place: ``stream.py``
             self.emit_stream_task(f, g, bbuf, i0, i1, j0, j1, srows, has_ep, ep)
+            b.ret_void()
+            b.position_at_end(f.block("unreachable"))
+        with f.if_(g["bdot"], "dot"):  # ... against a transposed B in place: dot products
+            self.emit_dot_task(f, g, i0, i1, j0, j1, sdot, has_ep, ep)
             b.ret_void()
             b.position_at_end(f.block("unreachable"))
         with f.loop(j0, j1, cfg.NC, "jc") as jc:
@@ -495,9 +499,11 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter, StreamEmitter):
                                 b.or_(b.icmp_signed("<=", M, c64(4)),
                                       b.icmp_signed("<=", ldb, c64(cfg.direct_b_max_ldb)))))
         # a few rows against a row-major B in place: B's rows streamed whole (``stream.py``)
-        bstream = b.and_(b.and_(b.icmp_signed("==", ta, ir.Constant(I32, 0)), b.icmp_signed("==", tb, ir.Constant(I32, 0))),
-                         b.and_(b.icmp_signed("<=", M, c64(cfg.stream_max_m)),
-                                b.and_(b.not_(has_pb), b.icmp_unsigned("==", boff, null))))
+        # (and a transposed B, whose columns are rows of memory: dot products)
+        few = b.and_(b.and_(b.icmp_signed("==", ta, ir.Constant(I32, 0)), b.icmp_signed("<=", M, c64(cfg.stream_max_m))),
+                     b.and_(b.not_(has_pb), b.icmp_unsigned("==", boff, null)))
+        bstream = b.and_(few, b.icmp_signed("==", tb, ir.Constant(I32, 0)))
+        bdot = b.and_(few, tb_t)
         # threads
         T = b.sext(nth, I64)
         T = f.min(f.max(T, one), c64(cfg.max_threads))
@@ -557,9 +563,9 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter, StreamEmitter):
         abuf = b.select(b.or_(apacked, adirect), one, b.mul(f.min(c64(cfg.MC), f.roundup(tm, MR)), kcb))
         bbuf = b.mul(f.min(c64(cfg.NC), f.roundup(tn, NR)), kcb)
         bbuf = b.select(bpacked, one, b.select(bdirect, b.mul(c64(NR), kcb), bbuf))
-        bbuf = b.select(bstream, c64(STREAM_COLS * max(1, cfg.stream_max_m)), bbuf)
+        bbuf = b.select(bstream, c64(STREAM_COLS * max(1, cfg.stream_max_m)), b.select(bdot, one, bbuf))
         vals = dict(M=M, N=N, K=K, alpha=alpha, beta=beta, A=Ap, ars=ars, acs=acs, apacked=apacked, adirect=adirect,
-                    B=Bp, brs=brs, bcs=bcs, bpacked=bpacked, bdirect=bdirect, bstream=bstream, C=C, ldc=ldc, tm=tm,
+                    B=Bp, brs=brs, bcs=bcs, bpacked=bpacked, bdirect=bdirect, bstream=bstream, bdot=bdot, C=C, ldc=ldc, tm=tm,
                     tn=tn, tiles_n=tiles_n, ntasks=ntasks, abuf=abuf, bbuf=bbuf, kstep=kcb, ep=ep, epctx=epctx,
                     pb=pbf, pbctx=pbctx, boff=boff, bgroup=bgroup, nranges=T, done=c64(0))
         free = _declare(self.mod, "free", VOID, [I8P])
@@ -744,7 +750,9 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter, StreamEmitter):
         pack_a = self.emit_pack_a(f"{p}.pack_a")
         pack_b = self.emit_pack_b(f"{p}.pack_b")
         srows = {rows: self.emit_stream_rows(f"{p}.srows{rows}", rows) for rows in range(1, self.cfg.stream_max_m + 1)}
-        task = self.emit_task(f"{p}.task", ukr, ukr_direct, ukr_ar, ukr_direct_ar, tails, pack_a, pack_b, srows)
+        sdot = {(rows, cols): self.emit_dot_rows(f"{p}.sdot{rows}x{cols}", rows, cols)
+                for rows in range(1, self.cfg.stream_max_m + 1) for cols in sorted({1, self.dot_cols(rows)})}
+        task = self.emit_task(f"{p}.task", ukr, ukr_direct, ukr_ar, ukr_direct_ar, tails, pack_a, pack_b, srows, sdot)
         alloc = self.emit_alloc(f"{p}.alloc")
         run = self.emit_run(f"{p}.run", task)
         release = self.emit_release(f"{p}.release")

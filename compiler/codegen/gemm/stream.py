@@ -1,5 +1,5 @@
-"""A product of a few rows of A against a row-major B read in place, by streaming B's rows (a batch-1
-GEMV whose B is an activation, not a packed weight).
+"""A product of a few rows of A against a B read in place (a batch-1 GEMV whose B is an activation,
+not a packed weight): a row-major B by streaming its rows, a transposed one by dot products.
 
 The register-tile path reads such a B in place too (``bdirect``), as ``NR``-column stripes: each k
 step of a stripe is a few cache lines ``ldb`` floats after the last, so the hardware prefetchers
@@ -13,6 +13,12 @@ panel. Every column is summed in k order, the same way whatever its position. Th
 product: 446 -> 84 us on one Zen 4 core (docs/gemm.md has the rest); from 5 rows on, loading and
 storing every row's sums each pass costs more than the stripes lose (``GemmConfig.stream_max_m``).
 
+A transposed B (column n of B is row n of memory: attention's scores against the keys at decode
+time) was packed into panels, a whole extra pass over B for one row of A. Here each column of C
+is the dot product of A's row with a row of memory: ``dot_cols`` columns at once (a vector of
+sums per row and column, W k a step, the last ``K % W`` under a mask), each vector summed by
+halves (1 x 1024 x 1280: 303 -> 88 us).
+
 A mixin of the GEMM emitter (``kernel.py``), which provides ``mod``, ``cfg``, ``W``, ``NR``, ``vec``,
 ``vecp``, ``fmuladd``, ``splat``, ``vload`` and ``vstore``.
 """
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .irbuild import FP, I1, I32, I64, VOID, _declare, _Fn, _new_fn, c64, cf
+from .irbuild import F32, FP, I1, I32, I64, VOID, _declare, _Fn, _new_fn, c64, cf
 
 #: columns of a task streamed at once (their sums: ``STREAM_COLS`` floats a row, in L1)
 STREAM_COLS = 1024
@@ -141,6 +147,91 @@ class StreamEmitter:
                 with f.loop(0, n, NR, "sepj") as jr:
                     j = b.add(jc, jr)
                     b.call(ep, [g["epctx"], i0, i1, j, b.add(j, f.min(c64(NR), b.sub(n, jr)))])
+
+    # -- a transposed B (each column of B a row of memory): dot products --------------------------
+    def dot_cols(self, rows: int) -> int:
+        """Columns of C a dot kernel of ``rows`` rows computes at once: ``rows x cols``
+        accumulators, at most 16 of 32 vector registers (AVX-512), 8 of 16."""
+        budget = 16 if self.W == 16 else 8
+        return max(1, min(4, budget // rows))
+
+    def emit_dot_rows(self, name: str, rows: int, cols: int):
+        """sdot(K, a, ars, bt, bcs, c, ldc, alpha, beta): C[r, j] = alpha * sum_k a[r*ars + k] *
+        bt[j*bcs + k] (+ beta * C[r, j]; beta == 0 does not read C) for r < ``rows``, j < ``cols``,
+        C[r, j] at ``c + r * ldc + j``: W k at a time into a vector per (r, j), the last K % W under
+        a mask, each vector then summed by halves."""
+        W = self.W
+        fn = _new_fn(self.mod, name, VOID, [(I64, "K"), (FP, "a"), (I64, "ars"), (FP, "bt"), (I64, "bcs"),
+                                           (FP, "c"), (I64, "ldc"), (F32, "alpha"), (F32, "beta")])
+        fn.attributes.add("noinline")
+        f = _Fn(fn)
+        b = f.b
+        K, a, ars, bt, bcs, c, ldc, alpha, beta = fn.args
+        mload, _ = self._masked()
+        zero = ir.Constant(self.vec, [0.0] * W)
+        i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
+        accs = [[f.alloca(self.vec, name=f"acc{r}_{j}") for j in range(cols)] for r in range(rows)]
+        for row in accs:
+            for acc in row:
+                b.store(zero, acc)
+        arow = [f.at(a, b.mul(c64(r), ars)) for r in range(rows)]
+        bcol = [f.at(bt, b.mul(c64(j), bcs)) for j in range(cols)]
+
+        def step(load):
+            av = [load(arow[r]) for r in range(rows)]
+            bv = [load(bcol[j]) for j in range(cols)]
+            for r in range(rows):
+                for j in range(cols):
+                    b.store(b.call(self.fmuladd, [av[r], bv[j], b.load(accs[r][j])]), accs[r][j])
+
+        whole, tail = self._masks(f, K)
+        with f.loop(0, whole, W, "dk") as k:
+            step(lambda p: self.vload(f, p, k))
+        with f.if_(b.icmp_signed("<", whole, K), "dtail"):
+            step(lambda p: b.call(mload, [b.bitcast(f.at(p, whole), self.vecp), i32(4), tail, zero]))
+        beta0 = b.fcmp_ordered("==", beta, cf(0.0))
+        for r in range(rows):
+            for j in range(cols):
+                v, n = b.load(accs[r][j]), W
+                while n > 1:  # by halves
+                    n //= 2
+                    lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, n), list(range(n))))
+                    hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, n), list(range(n, 2 * n))))
+                    v = b.fadd(lo, hi)
+                val = b.fmul(b.extract_element(v, i32(0)), alpha)
+                ptr = f.at(c, b.add(b.mul(c64(r), ldc), c64(j)))
+                with f.if_else(beta0, f"db{r}_{j}") as (then, otherwise):
+                    with then:
+                        b.store(val, ptr, align=4)
+                    with otherwise:
+                        b.store(b.fadd(val, b.fmul(beta, b.load(ptr, align=4))), ptr, align=4)
+        b.ret_void()
+        return fn
+
+    def emit_dot_task(self, f, g, i0, i1, j0, j1, sdot, has_ep, ep):
+        """In a task: C[i0:i1, j0:j1] by dot products (``sdot[rows, cols]``), B transposed in place,
+        ``i1 - i0`` rows at most ``cfg.stream_max_m``; the epilogue on each NR-column panel."""
+        b, NR = f.b, self.NR
+        mr = b.sub(i1, i0)
+        a = f.at(g["A"], b.mul(i0, g["ars"]))
+        c = f.at(g["C"], b.mul(i0, g["ldc"]))
+
+        def call(rows, cols, j):
+            b.call(sdot[rows, cols], [g["K"], a, g["ars"], f.at(g["B"], b.mul(j, g["bcs"])), g["bcs"],
+                                      f.at(c, j), g["ldc"], g["alpha"], g["beta"]])
+
+        for rows in range(1, self.cfg.stream_max_m + 1):
+            with f.if_(b.icmp_signed("==", mr, c64(rows)), f"d{rows}"):
+                cols = self.dot_cols(rows)
+                grouped = b.add(j0, b.mul(b.sdiv(b.sub(j1, j0), c64(cols)), c64(cols)))
+                with f.loop(j0, grouped, cols, "dj") as j:
+                    call(rows, cols, j)
+                if cols > 1:
+                    with f.loop(grouped, j1, 1, "dj1") as j:
+                        call(rows, 1, j)
+        with f.if_(has_ep, "dep"):
+            with f.loop(j0, j1, NR, "depj") as j:
+                b.call(ep, [g["epctx"], i0, i1, j, f.min(b.add(j, c64(NR)), j1)])
 
 
 __all__ = ["STREAM_COLS", "STREAM_DEPTH", "StreamEmitter"]
