@@ -35,7 +35,10 @@ def main(argv=None) -> int:
     model = model_of(a.model)
     calibration = None
     if a.quantize == "int8":
-        inputs = kiln_compile(model, a.opt, nthreads=a.threads).inputs
+        from compiler.models import load_graph
+
+        graph = load_graph(model)  # (its inputs' names and types: nothing compiled for them)
+        inputs = [(v.name, v.type.dtype, tuple(v.type.shape)) for v in graph.inputs]
         calibration = [random_feeds(inputs, seed=1 + i) for i in range(a.samples)]
     exe = kiln_compile(model, a.opt, nthreads=a.threads, profile=True, disabled_passes=a.disable_pass,
                        quantize=a.quantize, calibration=calibration)
