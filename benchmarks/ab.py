@@ -1,7 +1,7 @@
 """Kiln at two commits on the model suite, interleaved in one run: did a change cost speed?
 
-    python benchmarks/ab.py --before d7f4236 [--after HEAD] [--only resnet50,bert] [--threads 2] [--rounds 7]
-                            [--quantize int8|int8-dynamic]
+    python benchmarks/ab.py --before d7f4236 [--after HEAD] [--only resnet50,bert | --model m.onnx ...]
+                            [--threads 2] [--rounds 7] [--quantize int8|int8-dynamic]
 
 Each commit is checked out into a temporary git worktree; per model, one worker process per commit
 (``PYTHONPATH`` = that worktree) compiles the model (its compile time is reported) and then runs
@@ -88,6 +88,8 @@ def main(argv=None) -> int:
     ap.add_argument("--before", required=True)
     ap.add_argument("--after", default="HEAD")
     ap.add_argument("--only", default="", help="models whose spec or label contains one of these (comma list)")
+    ap.add_argument("--model", action="append", default=[],
+                    help="an ONNX file (or zoo:/light: spec) to time instead of the suite (repeatable)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7, help="timed rounds per commit, taken in turns")
     ap.add_argument("--calls", type=int, default=10, help="calls per round (its median is the round's time)")
@@ -96,6 +98,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
     suite = [(label, spec) for label, spec in SUITE if not only or any(o in spec or o in label for o in only)]
+    if args.model:
+        suite = [(os.path.basename(m), os.path.abspath(m) if os.path.exists(m) else m) for m in args.model]
     rows = []
     with tempfile.TemporaryDirectory(prefix="kiln-ab-") as tmp:
         trees = [worktree(args.before, os.path.join(tmp, "a")), worktree(args.after, os.path.join(tmp, "b"))]
