@@ -202,8 +202,9 @@ def test_few_rows_stream_b(lib, tiny, m, n, layout, nthreads):
     (rows of memory), a few columns at once and the rest one by one. B a strided view, K odd and
     not a whole number of vectors, columns past whole vectors and past ``STREAM_COLS``, alpha,
     beta (0: C holding NaN is not read) and the epilogue, on every panel of at most NR columns
-    exactly once. M 5 (the register tiles) gives the same numbers."""
-    k = 45
+    exactly once; with 2085 columns B holds more than ``stream_par_min_floats``, so the threads
+    share it though the flops are few. M 5 (the register tiles) gives the same numbers."""
+    k = 65
     a = rand(m, k)
     if layout == "rows":
         b = rand(k + 3, n + 11)[2:2 + k, 5:5 + n]

@@ -36,6 +36,8 @@ class GemmConfig:
     direct_b_narrow_max_m: int = 0
     #: M at or below which a row-major B (not pre-packed) is streamed row by row (``stream.py``)
     stream_max_m: int = 4
+    #: ... and threads share such a product (below ``par_min_flops`` too) when B holds this many floats
+    stream_par_min_floats: int = 1 << 17
     par_min_flops: float = 3e6  # below 2*M*N*K = this, run on the calling thread only
     tasks_per_thread: int = 2  # tasks per thread, the fewest the grid search tries (it tries up to 2x)
     max_threads: int = 64

@@ -77,7 +77,7 @@ from .config import GemmConfig
 from .irbuild import F32, FP, I1, I8P, I32, I64, VOID, _declare, _Fn, _new_fn, c64, cf
 from .microkernel import MicrokernelEmitter
 from .pool import PoolEmitter
-from .stream import STREAM_COLS, StreamEmitter
+from .stream import STREAM_ROW, StreamEmitter
 
 
 # ----------------------------------------------------------------------------------------------
@@ -510,6 +510,9 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter, StreamEmitter):
         flops = b.fmul(b.fmul(b.sitofp(M, ir.DoubleType()), b.sitofp(N, ir.DoubleType())),
                        b.fmul(b.sitofp(K, ir.DoubleType()), ir.Constant(ir.DoubleType(), 2.0)))
         small = b.fcmp_ordered("<", flops, ir.Constant(ir.DoubleType(), cfg.par_min_flops))
+        # (streams and dots are bound by reading B: a large B is shared out whatever the flops)
+        big_b = b.icmp_signed(">=", b.mul(K, N), c64(cfg.stream_par_min_floats))
+        small = b.and_(small, b.not_(b.and_(few, big_b)))
         T = b.select(small, one, T)
         # task grid gm x gn (T * tasks_per_thread tasks up to twice that) of least estimated time
         # per thread: the most area any thread's range of tasks covers (its tiles, padding included:
@@ -563,7 +566,7 @@ class _GemmEmitter(MicrokernelEmitter, PoolEmitter, StreamEmitter):
         abuf = b.select(b.or_(apacked, adirect), one, b.mul(f.min(c64(cfg.MC), f.roundup(tm, MR)), kcb))
         bbuf = b.mul(f.min(c64(cfg.NC), f.roundup(tn, NR)), kcb)
         bbuf = b.select(bpacked, one, b.select(bdirect, b.mul(c64(NR), kcb), bbuf))
-        bbuf = b.select(bstream, c64(STREAM_COLS * max(1, cfg.stream_max_m)), b.select(bdot, one, bbuf))
+        bbuf = b.select(bstream, c64(STREAM_ROW * max(1, cfg.stream_max_m)), b.select(bdot, one, bbuf))
         vals = dict(M=M, N=N, K=K, alpha=alpha, beta=beta, A=Ap, ars=ars, acs=acs, apacked=apacked, adirect=adirect,
                     B=Bp, brs=brs, bcs=bcs, bpacked=bpacked, bdirect=bdirect, bstream=bstream, bdot=bdot, C=C, ldc=ldc, tm=tm,
                     tn=tn, tiles_n=tiles_n, ntasks=ntasks, abuf=abuf, bbuf=bbuf, kstep=kcb, ep=ep, epctx=epctx,

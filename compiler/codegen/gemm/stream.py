@@ -30,6 +30,9 @@ from .irbuild import F32, FP, I1, I32, I64, VOID, _declare, _Fn, _new_fn, c64, c
 
 #: columns of a task streamed at once (their sums: ``STREAM_COLS`` floats a row, in L1)
 STREAM_COLS = 1024
+#: floats between two rows' sums in the buffer: not a multiple of 4 KB apart, or a row's loads would
+#: wait on the stores of the row before (same address bits below 4 KB: "4K aliasing")
+STREAM_ROW = STREAM_COLS + 32
 #: rows of B a pass over the columns adds
 STREAM_DEPTH = 2
 
@@ -107,20 +110,20 @@ class StreamEmitter:
         with f.loop(j0, j1, STREAM_COLS, "sc") as jc:
             n = f.min(c64(STREAM_COLS), b.sub(j1, jc))
             padded = f.roundup(n, W)
-            with f.loop(0, b.mul(mr, c64(STREAM_COLS)), STREAM_COLS, "sz") as r0:
+            with f.loop(0, b.mul(mr, c64(STREAM_ROW)), STREAM_ROW, "sz") as r0:
                 with f.loop(0, padded, W, "szv") as j:
                     self.vstore(f, zero, buf, b.add(r0, j))
             for rows in range(1, self.cfg.stream_max_m + 1):
                 with f.if_(b.icmp_signed("==", mr, c64(rows)), f"s{rows}"):
                     b.call(srows[rows], [g["K"], a, g["ars"], f.at(g["B"], jc), g["brs"], n, buf,
-                                         c64(STREAM_COLS)])
+                                         c64(STREAM_ROW)])
             # C = alpha * sums (+ beta * C; beta == 0 does not read C)
             whole, tail = self._masks(f, n)
             alpha_v, beta_v = self.splat(b, g["alpha"]), self.splat(b, g["beta"])
             beta0 = b.fcmp_ordered("==", g["beta"], cf(0.0))
             with f.loop(0, mr, 1, "sr") as r:
                 crow = f.at(g["C"], b.add(b.mul(b.add(i0, r), g["ldc"]), jc))
-                srow = f.at(buf, b.mul(r, c64(STREAM_COLS)))
+                srow = f.at(buf, b.mul(r, c64(STREAM_ROW)))
 
                 def out(j, masked):
                     val = b.fmul(self.vload(f, srow, j), alpha_v)
@@ -234,4 +237,4 @@ class StreamEmitter:
                 b.call(ep, [g["epctx"], i0, i1, j, f.min(b.add(j, c64(NR)), j1)])
 
 
-__all__ = ["STREAM_COLS", "STREAM_DEPTH", "StreamEmitter"]
+__all__ = ["STREAM_COLS", "STREAM_DEPTH", "STREAM_ROW", "StreamEmitter"]
