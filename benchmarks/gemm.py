@@ -1,6 +1,7 @@
 """Reproduce the GEMM tables of docs/gemm.md: GFLOP/s of numpy.matmul, NumPy's OpenBLAS called
 through its C function pointer (option A), and Kiln's own LLVM sgemm (option B), plain and with the
-constant operand (weights) pre-packed, on 1 and 2 threads.
+constant operand (weights) pre-packed, and (the right operand an activation) with it transposed and
+read in place, on 1 and 2 threads.
 
     PYTHONPATH=. .venv/bin/python benchmarks/gemm.py                # all shapes, 1 and 2 threads
     PYTHONPATH=. .venv/bin/python benchmarks/gemm.py --isa avx2 --threads 1 --shapes bert
@@ -71,6 +72,11 @@ def variants_for(side, m, n, k, const, nthreads, kiln, ob):
         return variants, keep
     sg = kiln.sgemm
     variants["B: kiln"] = lambda: sg(0, 0, m, n, k, 1.0, pa, k, pb, n, 0.0, pc, n, nthreads)
+    if const != "A":  # the right operand transposed, read in place (an activation: attention's keys)
+        bt = np.ascontiguousarray(b.T)
+        pbt = _ptr(bt)
+        keep.append(bt)
+        variants["B: kiln, B^T in place"] = lambda: sg(0, 1, m, n, k, 1.0, pa, k, pbt, k, 0.0, pc, n, nthreads)
     if const == "A":
         ap = kiln.pack_a(a)
         pap = _ptr(ap)
@@ -224,7 +230,7 @@ def main(argv=None):
                 for shape, vs in shapes.items():
                     for v, ts in vs.items():
                         samples.setdefault(nt, {}).setdefault(shape, {}).setdefault(v, []).extend(ts)
-    cols = ["numpy", "A: openblas", "B: kiln", "B: kiln, W packed"]
+    cols = ["numpy", "A: openblas", "B: kiln", "B: kiln, W packed", "B: kiln, B^T in place"]
     for nt, shapes in samples.items():
         timer = "CPU time" if args.cpu_time and nt == "1" else "wall time"
         n = args.reps * args.rounds
