@@ -229,6 +229,31 @@ def test_few_rows_stream_b(lib, tiny, m, n, layout, nthreads):
             assert max(j1 - j0 for _, _, j0, j1 in blocks) <= g.cfg.NR
 
 
+
+def test_few_rows_random_shapes(lib):
+    """Differential check of the few-rows paths (streams, dots, and the tiles past them) on 200
+    seeded shapes: 1-5 rows, 1-300 columns (some past 1000), depth 1-89, B plain or transposed, A, B
+    and C strided views, alpha, beta (0: C holding NaN), 1 or 2 threads; C's columns outside the
+    view are not written."""
+    rng = np.random.default_rng(20261207)
+    fp = ctypes.POINTER(ctypes.c_float)
+    for _ in range(200):
+        m, n, k = int(rng.integers(1, 6)), int(rng.integers(1, 300)), int(rng.integers(1, 90))
+        n = int(rng.integers(1000, 2200)) if rng.random() < 0.1 else n
+        tb, nthreads = int(rng.integers(0, 2)), int(rng.integers(1, 3))
+        alpha, beta = float(rng.choice([1.0, -0.5, 2.0])), float(rng.choice([0.0, 1.0, 0.3]))
+        pa, pb, pc = (int(x) for x in rng.integers(0, 5, size=3))
+        a_mem = rand(m, k + pa)
+        b_mem = rand(k, n + pb) if tb == 0 else rand(n, k + pb)
+        b = b_mem[:, :n] if tb == 0 else b_mem[:, :k].T
+        c_mem = rand(m, n + pc) if beta else np.full((m, n + pc), np.nan, np.float32)
+        c0 = c_mem.copy()
+        rc = lib.sgemm(0, tb, m, n, k, alpha, a_mem.ctypes.data_as(fp), k + pa, b_mem.ctypes.data_as(fp),
+                       b_mem.shape[1], beta, c_mem.ctypes.data_as(fp), n + pc, nthreads)
+        assert rc == 0
+        check(c_mem[:, :n], ref(a_mem[:, :k], b, c0[:, :n], alpha, beta), k)
+        np.testing.assert_array_equal(c_mem[:, n:], c0[:, n:])
+
 def test_the_stream_kernels_are_built():
     """Structure: a streaming kernel and dot kernels (4 columns and 1, AVX-512) per row count up to
     ``stream_max_m``, none with it 0."""
