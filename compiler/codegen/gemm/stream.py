@@ -128,19 +128,15 @@ class StreamEmitter:
                 def out(j, masked):
                     val = b.fmul(self.vload(f, srow, j), alpha_v)
                     ptr = b.bitcast(f.at(crow, j), self.vecp)
+                    load = (lambda: b.call(mload, [ptr, i32(4), tail, zero])) if masked else \
+                        (lambda: b.load(ptr, align=4))
+                    store = (lambda v: b.call(mstore, [v, ptr, i32(4), tail])) if masked else \
+                        (lambda v: b.store(v, ptr, align=4))
                     with f.if_else(beta0, "sb0") as (then, otherwise):
                         with then:
-                            if masked:
-                                b.call(mstore, [val, ptr, i32(4), tail])
-                            else:
-                                b.store(val, ptr, align=4)
+                            store(val)
                         with otherwise:
-                            old = b.call(mload, [ptr, i32(4), tail, zero]) if masked else b.load(ptr, align=4)
-                            val2 = b.call(self.fmuladd, [old, beta_v, val])
-                            if masked:
-                                b.call(mstore, [val2, ptr, i32(4), tail])
-                            else:
-                                b.store(val2, ptr, align=4)
+                            store(b.call(self.fmuladd, [load(), beta_v, val]))
 
                 with f.loop(0, whole, W, "sov") as j:
                     out(j, False)
