@@ -14,7 +14,8 @@ from compiler.codegen.gemm import (
 )
 from compiler.codegen.gemm.build import _init_llvm, compile_object
 from compiler.codegen.gemm.config import PRESETS, host_isa
-from compiler.codegen.gemm.kernel import pack_a_numpy, pack_b_numpy, sgemm_type
+from compiler.codegen.gemm.kernel import sgemm_type
+from compiler.codegen.gemm.packing import pack_a_numpy, pack_b_numpy
 from compiler.codegen.gemm.stream import STREAM_COLS
 
 from ..threads import run_threads

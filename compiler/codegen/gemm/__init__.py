@@ -10,7 +10,8 @@
 from .blas import OpenBLAS, find_openblas
 from .build import GemmLib, build_shared, load_gemm
 from .config import PRESETS, GemmConfig, config_for, config_for_target, host_isa
-from .kernel import emit_gemm, pack_a_numpy, pack_b_numpy
+from .kernel import emit_gemm
+from .packing import pack_a_numpy, pack_b_numpy
 
 __all__ = ["GemmConfig", "PRESETS", "config_for", "config_for_target", "host_isa", "emit_gemm", "pack_a_numpy",
            "pack_b_numpy", "build_shared", "load_gemm", "GemmLib", "OpenBLAS", "find_openblas"]

@@ -20,7 +20,8 @@ from llvmlite import ir
 
 from ...paths import cache_home
 from .config import GemmConfig, config_for
-from .kernel import emit_gemm, pack_a_numpy, pack_b_numpy
+from .kernel import emit_gemm
+from .packing import pack_a_numpy, pack_b_numpy
 
 _initialized = False
 

@@ -125,3 +125,39 @@ def _declare(mod, name, ret, args):
     if name in mod.globals:
         return mod.globals[name]
     return ir.Function(mod, ir.FunctionType(ret, args), name)
+
+
+class VectorOps:
+    """Vector helpers of an emitter of ``W``-float vectors (``vec``, ``vecp``) into ``mod``."""
+
+    def splat(self, b, s, ty: ir.VectorType | None = None):
+        """``s`` in every lane of a vector of ``ty`` (default: the W-wide one)."""
+        ty = ty or self.vec
+        v = b.insert_element(ir.Constant(ty, ir.Undefined), s, ir.Constant(I32, 0))
+        zeros = ir.Constant(ir.VectorType(I32, ty.count), [0] * ty.count)
+        return b.shuffle_vector(v, ir.Constant(ty, ir.Undefined), zeros)
+
+    def vload(self, f, ptr, idx, align=4):
+        return f.b.load(f.b.bitcast(f.at(ptr, idx), self.vecp), align=align)
+
+    def vstore(self, f, val, ptr, idx, align=4):
+        f.b.store(val, f.b.bitcast(f.at(ptr, idx), self.vecp), align=align)
+
+    def lane_mask(self, b, n):
+        """The lanes below ``n`` (an i64 value) of a W-wide vector, as a mask."""
+        W = self.W
+        return b.icmp_signed("<", ir.Constant(ir.VectorType(I64, W), list(range(W))),
+                             self.splat(b, n, ir.VectorType(I64, W)))
+
+    def tail_mask(self, f, n):
+        """(the floats of ``n``'s whole vectors, the mask of the ``n % W`` lanes after them)."""
+        b, W = f.b, self.W
+        whole = b.mul(b.sdiv(n, c64(W)), c64(W))
+        return whole, self.lane_mask(b, b.sub(n, whole))
+
+    def masked_ops(self):
+        """(masked load, masked store) of W-wide float vectors: the LLVM intrinsics, declared once."""
+        W, mask_ty = self.W, ir.VectorType(I1, self.W)
+        mstore = _declare(self.mod, f"llvm.masked.store.v{W}f32.p0", VOID, [self.vec, self.vecp, I32, mask_ty])
+        mload = _declare(self.mod, f"llvm.masked.load.v{W}f32.p0", self.vec, [self.vecp, I32, mask_ty, self.vec])
+        return mload, mstore

@@ -1,12 +1,12 @@
 """The GEMM's microkernels, emitted as LLVM IR: the register-blocked ``MR x NR`` kernel (and its
 narrower variants for M and N remainders) and the column-tail kernel for N remainders of a few
 columns. A mixin of the GEMM emitter (``kernel.py``), which provides ``mod``, ``cfg``, ``W``, ``MR``,
-``NV``, ``NR``, ``vec``, ``vecp``, ``fmuladd``, ``prefetch``, ``splat`` and ``vload``."""
+``NV``, ``NR``, ``vec``, ``vecp``, ``fmuladd``, ``prefetch`` and the helpers of ``irbuild.VectorOps``."""
 from __future__ import annotations
 
 from llvmlite import ir
 
-from .irbuild import F32, FP, I1, I8P, I32, I64, VOID, _declare, _Fn, _new_fn, c64, cf
+from .irbuild import F32, FP, I8P, I32, I64, VOID, _declare, _Fn, _new_fn, c64, cf
 
 
 def _kloop(f: _Fn, kc, name, start, a_start, b_start, accs_in, step, steps, a_kstride: int, b_kstride):
@@ -118,19 +118,8 @@ class MicrokernelEmitter:
         vals = [b.fmul(acc, alpha_v) for acc in accs]
         full = b.icmp_signed("==", nr, c64(NV * W))
         beta0 = b.fcmp_ordered("==", A["beta"], cf(0.0))
-        mask_ty = ir.VectorType(I1, W)
-        iota = ir.Constant(ir.VectorType(I64, W), list(range(W)))
-        masks = []
-        for v in range(NV):
-            lim = b.insert_element(ir.Constant(ir.VectorType(I64, W), ir.Undefined),
-                                   b.sub(nr, c64(v * W)), i32(0))
-            lim = b.shuffle_vector(lim, ir.Constant(ir.VectorType(I64, W), ir.Undefined),
-                                   ir.Constant(ir.VectorType(I32, W), [0] * W))
-            masks.append(b.icmp_signed("<", iota, lim))
-        mstore = _declare(self.mod, f"llvm.masked.store.v{W}f32.p0", VOID,
-                          [self.vec, self.vecp, I32, mask_ty])
-        mload = _declare(self.mod, f"llvm.masked.load.v{W}f32.p0", self.vec,
-                         [self.vecp, I32, mask_ty, self.vec])
+        masks = [self.lane_mask(b, b.sub(nr, c64(v * W))) for v in range(NV)]
+        mload, mstore = self.masked_ops()
 
         def store_all(masked, with_beta):
             for r in range(rows):

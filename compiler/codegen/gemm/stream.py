@@ -20,13 +20,13 @@ sums per row and column, W k a step, the last ``K % W`` under a mask), each vect
 halves (1 x 1024 x 1280: 303 -> 88 us).
 
 A mixin of the GEMM emitter (``kernel.py``), which provides ``mod``, ``cfg``, ``W``, ``NR``, ``vec``,
-``vecp``, ``fmuladd``, ``splat``, ``vload`` and ``vstore``.
+``vecp``, ``fmuladd`` and the helpers of ``irbuild.VectorOps``.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
-from .irbuild import F32, FP, I1, I32, I64, VOID, _declare, _Fn, _new_fn, c64, cf
+from .irbuild import F32, FP, I32, I64, VOID, _Fn, _new_fn, c64, cf
 
 #: columns of a task streamed at once (their sums: ``STREAM_COLS`` floats a row, in L1)
 STREAM_COLS = 1024
@@ -38,21 +38,6 @@ STREAM_DEPTH = 2
 
 
 class StreamEmitter:
-    def _masks(self, f, n):
-        """The lanes of a vector at ``n % W`` columns from the end of ``n``: (whole vectors' floats,
-        the tail's lane mask)."""
-        b, W = f.b, self.W
-        whole = b.mul(b.sdiv(n, c64(W)), c64(W))
-        lim = self.splat(b, b.sub(n, whole), ir.VectorType(I64, W))
-        return whole, b.icmp_signed("<", ir.Constant(ir.VectorType(I64, W), list(range(W))), lim)
-
-    def _masked(self):
-        W = self.W
-        mask_ty = ir.VectorType(I1, W)
-        mload = _declare(self.mod, f"llvm.masked.load.v{W}f32.p0", self.vec, [self.vecp, I32, mask_ty, self.vec])
-        mstore = _declare(self.mod, f"llvm.masked.store.v{W}f32.p0", VOID, [self.vec, self.vecp, I32, mask_ty])
-        return mload, mstore
-
     def emit_stream_rows(self, name: str, rows: int):
         """srows(K, a, ars, bm, brs, n, acc, accs): acc[r, 0:n] += sum_k a[r*ars + k] * bm[k*brs + 0:n]
         for r < ``rows`` (the sums' rows ``accs`` floats apart, padded to whole vectors)."""
@@ -63,10 +48,10 @@ class StreamEmitter:
         f = _Fn(fn)
         b = f.b
         K, a, ars, bm, brs, n, acc, accs = fn.args
-        mload, _ = self._masked()
+        mload, _ = self.masked_ops()
         zero = ir.Constant(self.vec, [0.0] * W)
         i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
-        whole, tail = self._masks(f, n)
+        whole, tail = self.tail_mask(f, n)
         accrow = [f.at(acc, b.mul(c64(r), accs)) for r in range(rows)]
 
         def rows_of_b(k, depth):
@@ -102,7 +87,7 @@ class StreamEmitter:
         streaming, ``i1 - i0`` rows at most ``cfg.stream_max_m`` (``srows[rows]``), the sums in
         ``buf``."""
         b, W, NR = f.b, self.W, self.NR
-        mload, mstore = self._masked()
+        mload, mstore = self.masked_ops()
         zero = ir.Constant(self.vec, [0.0] * W)
         i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
         mr = b.sub(i1, i0)
@@ -118,7 +103,7 @@ class StreamEmitter:
                     b.call(srows[rows], [g["K"], a, g["ars"], f.at(g["B"], jc), g["brs"], n, buf,
                                          c64(STREAM_ROW)])
             # C = alpha * sums (+ beta * C; beta == 0 does not read C)
-            whole, tail = self._masks(f, n)
+            whole, tail = self.tail_mask(f, n)
             alpha_v, beta_v = self.splat(b, g["alpha"]), self.splat(b, g["beta"])
             beta0 = b.fcmp_ordered("==", g["beta"], cf(0.0))
             with f.loop(0, mr, 1, "sr") as r:
@@ -166,7 +151,7 @@ class StreamEmitter:
         f = _Fn(fn)
         b = f.b
         K, a, ars, bt, bcs, c, ldc, alpha, beta = fn.args
-        mload, _ = self._masked()
+        mload, _ = self.masked_ops()
         zero = ir.Constant(self.vec, [0.0] * W)
         i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
         accs = [[f.alloca(self.vec, name=f"acc{r}_{j}") for j in range(cols)] for r in range(rows)]
@@ -183,7 +168,7 @@ class StreamEmitter:
                 for j in range(cols):
                     b.store(b.call(self.fmuladd, [av[r], bv[j], b.load(accs[r][j])]), accs[r][j])
 
-        whole, tail = self._masks(f, K)
+        whole, tail = self.tail_mask(f, K)
         with f.loop(0, whole, W, "dk") as k:
             step(lambda p: self.vload(f, p, k))
         with f.if_(b.icmp_signed("<", whole, K), "dtail"):

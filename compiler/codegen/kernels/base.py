@@ -225,12 +225,12 @@ class Services:
         return self._helpers[name]
 
     def pack_a(self, a: np.ndarray) -> np.ndarray:
-        from ..gemm.kernel import pack_a_numpy
+        from ..gemm.packing import pack_a_numpy
 
         return pack_a_numpy(np.ascontiguousarray(a, dtype=np.float32), self.gemm_cfg)
 
     def pack_b(self, b: np.ndarray) -> np.ndarray:
-        from ..gemm.kernel import pack_b_numpy
+        from ..gemm.packing import pack_b_numpy
 
         return pack_b_numpy(np.ascontiguousarray(b, dtype=np.float32), self.gemm_cfg)
 
