@@ -95,6 +95,13 @@ class MicrokernelEmitter:
                         pf = f.at(bp, b.add(b.mul(c64(u + self.cfg.prefetch_b), bks), c64(off)))
                         b.call(self.prefetch, [b.bitcast(pf, I8P), ir.Constant(I32, 0),
                                                ir.Constant(I32, 3), ir.Constant(I32, 1)])
+                if self.cfg.prefetch_direct_b and b_kstride is None:
+                    # B read in place: its rows are as many streams as K, more than the hardware
+                    # prefetchers follow; each k step prefetches its row prefetch_direct_b floats on
+                    for off in range(0, NR, 16):
+                        pf = f.at(bp, b.add(b.mul(c64(u), bks), c64(off + self.cfg.prefetch_direct_b)))
+                        b.call(self.prefetch, [b.bitcast(pf, I8P), ir.Constant(I32, 0),
+                                               ir.Constant(I32, self.cfg.prefetch_direct_locality), ir.Constant(I32, 1)])
                 for r in range(rows):
                     at = b.add(b.mul(c64(r), A["ars"]), c64(u)) if a_rows else u * MR + r
                     av = self.splat(b, b.load(f.at(ap, at), align=4))
