@@ -269,6 +269,29 @@ def test_the_stream_kernels_are_built():
     none = str(emit_gemm(ir.Module(), cfg.replace(stream_max_m=0)).module)
     assert "kiln_sgemm.srows" not in none and "kiln_sgemm.sdot" not in none
 
+
+def _function_text(text: str, name: str) -> str:
+    start = text.index(f'define internal void @"{name}"(')
+    return text[start:text.index("\n}\n", start)]
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_a_b_in_place_is_prefetched(isa):
+    """Structure: the kernels reading B in place prefetch its rows (a read hint at the configured
+    locality, one per cache line of the panel and k step, ``prefetch_direct_b`` floats on); the
+    packed-B kernels do not (their C prefetches are write hints); none with it 0."""
+    cfg = config_for(isa)
+    assert cfg.prefetch_direct_b > 0
+    hint = f"i32 0, i32 {cfg.prefetch_direct_locality}, i32 1)"
+    text = str(emit_gemm(ir.Module(), cfg).module)
+    direct, packed = (_function_text(text, f"kiln_sgemm.ukr{cfg.MR}{s}") for s in ("_direct", f"x{cfg.NV}"))
+    per_step = -(-cfg.NR // 16)  # one per 64-byte line of the panel's row
+    assert direct.count(hint) == per_step * cfg.unroll + per_step, direct.count(hint)  # main loop + remainder
+    assert hint not in packed
+    off = _function_text(str(emit_gemm(ir.Module(), cfg.replace(prefetch_direct_b=0)).module),
+                         f"kiln_sgemm.ukr{cfg.MR}_direct")
+    assert hint not in off
+
 @pytest.mark.parametrize("m,n,k", [(1, 512, 784), (37, 45, 70), (130, 50, 300), (12, 64, 5)])
 def test_packed_operands(lib, m, n, k):
     cfg = lib.cfg

@@ -89,7 +89,7 @@ PRESETS = {
     # 2048x49x512 1236 -> 987, 576x196x96 229 -> 215; from about 12 columns the masked vector wins)
     # A B read in place prefetched 128 floats (8 lines) ahead along its rows into L2: its K rows are
     # K streams, more than the hardware prefetchers follow (1 thread, Zen 4, B not in cache: 16 x
-    # 12544 x 32 397 -> 208 us, 24 x 3136 x 144 664 -> 263; in cache the same)
+    # 12544 x 32 375 -> 206 us, 24 x 3136 x 144 404 -> 233; in cache the same; docs/gemm.md)
     "avx512": GemmConfig("avx512", W=16, MR=12, NV=2, KC=256, MC=192, NC=1024, direct_b_max_m=48,
                          direct_b_max_ldb=1 << 40, direct_b_narrow_max_m=96, col_tail=8,
                          prefetch_direct_b=128, prefetch_direct_locality=2),
