@@ -76,10 +76,10 @@ class MicrokernelEmitter:
         bks = c64(b_kstride) if b_kstride is not None else A["bks"]
         balign = 4  # packed buffers may come from the caller unaligned (vmovups costs nothing)
         i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
-        for r in range(rows):  # prefetch the C tile (written at the end)
+        for r in range(rows):  # prefetch the C tile (written at the end; past nr columns only a hint)
             row = f.at(c, b.mul(c64(r), ldc))
             for off in list(range(0, NR, 16)) + ([NR - 1] if NR % 16 else []):
-                b.call(self.prefetch, [b.bitcast(f.at(row, off), I8P), i32(1), i32(3), i32(1)])
+                b.call(self.prefetch, [b.bitcast(b.gep(row, [c64(off)]), I8P), i32(1), i32(3), i32(1)])
         zero = ir.Constant(self.vec, [0.0] * W)
         nacc = rows * NV
 
@@ -92,14 +92,15 @@ class MicrokernelEmitter:
                 if self.cfg.prefetch_b and b_kstride is not None:
                     # software prefetch of the packed B stream, prefetch_b k steps ahead
                     for off in range(0, NR, 16):
-                        pf = f.at(bp, b.add(b.mul(c64(u + self.cfg.prefetch_b), bks), c64(off)))
+                        pf = b.gep(bp, [b.add(b.mul(c64(u + self.cfg.prefetch_b), bks), c64(off))])
                         b.call(self.prefetch, [b.bitcast(pf, I8P), ir.Constant(I32, 0),
                                                ir.Constant(I32, 3), ir.Constant(I32, 1)])
                 if self.cfg.prefetch_direct_b and b_kstride is None:
                     # B read in place: its rows are as many streams as K, more than the hardware
                     # prefetchers follow; each k step prefetches its row prefetch_direct_b floats on
+                    # (an address past B's end is only a hint: a plain GEP, not ``inbounds``)
                     for off in range(0, NR, 16):
-                        pf = f.at(bp, b.add(b.mul(c64(u), bks), c64(off + self.cfg.prefetch_direct_b)))
+                        pf = b.gep(bp, [b.add(b.mul(c64(u), bks), c64(off + self.cfg.prefetch_direct_b))])
                         b.call(self.prefetch, [b.bitcast(pf, I8P), ir.Constant(I32, 0),
                                                ir.Constant(I32, self.cfg.prefetch_direct_locality), ir.Constant(I32, 1)])
                 for r in range(rows):
