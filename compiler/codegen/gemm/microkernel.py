@@ -82,6 +82,10 @@ class MicrokernelEmitter:
                 b.call(self.prefetch, [b.bitcast(b.gep(row, [c64(off)]), I8P), i32(1), i32(3), i32(1)])
         zero = ir.Constant(self.vec, [0.0] * W)
         nacc = rows * NV
+        # a packed B panel: prefetch_b k steps ahead; B read in place (its K rows are K streams, more
+        # than the hardware prefetchers follow): each k step's row prefetch_direct_b floats on
+        ahead_k, ahead_cols, locality = ((self.cfg.prefetch_b, 0, 3) if b_kstride is not None else
+                                         (0, self.cfg.prefetch_direct_b, self.cfg.prefetch_direct_locality))
 
         def steps(ap, bp, accs, n):
             accs = list(accs)
@@ -89,20 +93,10 @@ class MicrokernelEmitter:
                 ph = (u % phases) * nacc
                 bv = [self.vload(f, bp, b.add(b.mul(c64(u), bks), c64(v * W)), balign)
                       for v in range(NV)]
-                if self.cfg.prefetch_b and b_kstride is not None:
-                    # software prefetch of the packed B stream, prefetch_b k steps ahead
-                    for off in range(0, NR, 16):
-                        pf = b.gep(bp, [b.add(b.mul(c64(u + self.cfg.prefetch_b), bks), c64(off))])
-                        b.call(self.prefetch, [b.bitcast(pf, I8P), ir.Constant(I32, 0),
-                                               ir.Constant(I32, 3), ir.Constant(I32, 1)])
-                if self.cfg.prefetch_direct_b and b_kstride is None:
-                    # B read in place: its rows are as many streams as K, more than the hardware
-                    # prefetchers follow; each k step prefetches its row prefetch_direct_b floats on
-                    # (an address past B's end is only a hint: a plain GEP, not ``inbounds``)
-                    for off in range(0, NR, 16):
-                        pf = b.gep(bp, [b.add(b.mul(c64(u), bks), c64(off + self.cfg.prefetch_direct_b))])
-                        b.call(self.prefetch, [b.bitcast(pf, I8P), ir.Constant(I32, 0),
-                                               ir.Constant(I32, self.cfg.prefetch_direct_locality), ir.Constant(I32, 1)])
+                if ahead_k or ahead_cols:  # software prefetch of B: one per line of the panel's row
+                    for off in range(0, NR, 16):  # (past B's end only a hint: a plain GEP, not inbounds)
+                        pf = b.gep(bp, [b.add(b.mul(c64(u + ahead_k), bks), c64(off + ahead_cols))])
+                        b.call(self.prefetch, [b.bitcast(pf, I8P), i32(0), i32(locality), i32(1)])
                 for r in range(rows):
                     at = b.add(b.mul(c64(r), A["ars"]), c64(u)) if a_rows else u * MR + r
                     av = self.splat(b, b.load(f.at(ap, at), align=4))
