@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.errors import UnsupportedError
+from compiler.errors import ModelError, UnsupportedError
 
 from .converters import attr_to_input, generic, op_class
 
@@ -24,6 +24,15 @@ def convert_split(ctx):
     if "num_outputs" not in attrs:
         # equal parts, one per declared output (empty trailing output names count: they fix the sizes)
         attrs["num_outputs"] = None if has_sizes else len(ctx.proto.output)
+        if not has_sizes and inputs and inputs[0] is not None:
+            # before opset 18 the parts must be equal (num_outputs, from 18 on, allows a smaller last one)
+            x = inputs[0].type
+            axis = int(attrs.get("axis", 0))
+            d = x.shape[axis] if -x.rank <= axis < x.rank else None
+            n = attrs["num_outputs"]
+            if isinstance(d, int) and n and d % n:
+                raise ModelError(ctx.where(f"without split sizes, axis {axis} of length {d} must divide evenly "
+                                           f"into its {n} outputs"))
     elif has_sizes:
         raise UnsupportedError(ctx.where("takes either the split input or the num_outputs attribute, not both"))
     return generic(ctx, cls, attrs, inputs)

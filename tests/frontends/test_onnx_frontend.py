@@ -134,6 +134,27 @@ def test_unsupported_dtype_is_named():
         import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
 
 
+def _split_model(opset, length, outputs, **attrs):
+    node = helper.make_node("Split", ["x"], [f"y{i}" for i in range(outputs)], name="the_split", axis=1, **attrs)
+    g = helper.make_graph([node], "split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, length])],
+                          [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None) for i in range(outputs)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_split_without_sizes_must_divide_evenly_before_opset_18():
+    """Split-13 without its split input makes equal parts: a length that does not divide is a malformed
+    model (as onnx's shape inference says), not a smaller last part; opset 18's num_outputs allows one."""
+    with pytest.raises(ModelError, match="the_split.*axis 1 of length 11 must divide evenly into its 2 outputs"):
+        import_model(_split_model(17, 11, 2))
+    x = np.arange(22, dtype=np.float32).reshape(2, 11)
+    even = import_model(_split_model(17, 12, 3))
+    assert [tuple(v.shape) for v in even.outputs] == [(2, 4)] * 3
+    uneven = import_model(_split_model(18, 11, 2, num_outputs=2))
+    outs = interpret(uneven, {"x": x})
+    assert [o.shape for o in outs.values()] == [(2, 6), (2, 5)]
+    np.testing.assert_array_equal(np.concatenate(list(outs.values()), axis=1), x)
+
+
 def test_legacy_broadcast_with_axis():
     """Opset 6 Add with broadcast=1, axis=1: B [3] aligns with A's dimension 1."""
     node = helper.make_node("Add", ["a", "b"], ["y"], broadcast=1, axis=1)
