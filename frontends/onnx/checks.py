@@ -7,7 +7,7 @@ checker and ONNX Runtime refuse and for Kiln's own limits.
   its graphs) must not hold more than ``max_nodes`` nodes.
 * ``check_node_schema``: a node's number of inputs and outputs and its attributes' types (INT, FLOAT,
   ...) must be what the op's ONNX schema says (``epsilon=1`` as an INT on BatchNormalization is refused,
-  as ONNX Runtime refuses it).
+  as ONNX Runtime refuses it), and the attributes it requires must be there (a Cast without ``to``).
 * ``declared_type_problem``: a declared type (a graph output, a value_info) must agree with the type
   Kiln computes for the value (kind, element type, rank, and static dims where asked).
 """
@@ -154,27 +154,34 @@ def check_model(proto: onnx.ModelProto, max_nesting_depth: int = MAX_NESTING_DEP
 
 @functools.lru_cache(maxsize=None)
 def _schema(op_type: str, domain: str, opset: int):
-    """(min inputs, max inputs, min outputs, max outputs, {attribute: type}) of the op's ONNX schema at
-    ``opset``, or None for an op ONNX does not define (another domain, or a newer op)."""
+    """(min inputs, max inputs, min outputs, max outputs, {attribute: type}, [required attributes]) of
+    the op's ONNX schema at ``opset``, or None for an op ONNX does not define (another domain, or a
+    newer op)."""
     try:
         s = onnx.defs.get_schema(op_type, opset, domain)
     except onnx.defs.SchemaError:
         return None
     return (s.min_input, s.max_input, s.min_output, s.max_output,
-            {name: int(a.type) for name, a in s.attributes.items()})
+            {name: int(a.type) for name, a in s.attributes.items()},
+            sorted(name for name, a in s.attributes.items() if a.required))
 
 
 def check_node_schema(proto: onnx.NodeProto, domain: str, opset: int, where) -> None:
     """The node must have as many inputs and outputs as the op's ONNX schema (at this opset) allows,
-    and each attribute the type the schema gives it."""
+    each attribute the type the schema gives it, and every attribute the schema requires (a Cast
+    without ``to`` is refused, not cast to a default type)."""
     schema = _schema(proto.op_type, domain, opset)
     if schema is None:
         return
-    lo_in, hi_in, lo_out, hi_out, types = schema
+    lo_in, hi_in, lo_out, hi_out, types, required = schema
     for what, n, lo, hi in (("inputs", len(proto.input), lo_in, hi_in), ("outputs", len(proto.output), lo_out, hi_out)):
         if not lo <= n <= hi:
             allowed = f"{lo}" if lo == hi else f"{lo} or more" if hi >= 2 ** 31 - 1 else f"{lo} to {hi}"
             raise ModelError(where(f"has {n} {what}; {proto.op_type} (opset {opset}) takes {allowed}"))
+    given = {a.name for a in proto.attribute}
+    missing = [name for name in required if name not in given]
+    if missing:
+        raise ModelError(where(f"required attribute {missing[0]!r} is missing ({proto.op_type}, opset {opset})"))
     for a in proto.attribute:
         want = types.get(a.name)
         if want is not None and a.type != want and not a.ref_attr_name:

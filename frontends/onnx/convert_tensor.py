@@ -22,6 +22,8 @@ def convert_split(ctx):
         attrs, inputs = dict(ctx.attrs), list(ctx.inputs)
     has_sizes = len(inputs) > 1 and inputs[1] is not None
     if "num_outputs" not in attrs:
+        if not has_sizes and ctx.opset >= 18:
+            raise ModelError(ctx.where("needs the split input or the num_outputs attribute (from opset 18)"))
         # equal parts, one per declared output (empty trailing output names count: they fix the sizes)
         attrs["num_outputs"] = None if has_sizes else len(ctx.proto.output)
         if not has_sizes and inputs and inputs[0] is not None:

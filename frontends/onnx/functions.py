@@ -19,6 +19,8 @@ import onnx.defs
 import onnx.inliner
 import onnx.shape_inference
 
+from compiler.errors import ModelError
+
 #: ops imported as their ONNX function body (each in ONNX's default domain)
 EXPANDED = frozenset({"Attention", "CausalConvWithState", "SwiGLU",
                       "GroupNormalization", "MeanVarianceNormalization", "SpaceToDepth", "DepthToSpace",
@@ -105,6 +107,21 @@ def _widen(node: onnx.NodeProto, types: dict) -> tuple[list, list]:
     return before, after
 
 
+def _check_node(node: onnx.NodeProto, schema, opset: int, types: dict) -> None:
+    """ONNX's own inference on ``node`` (its inputs' types known): what its schema forbids (an input
+    the op's attributes rule out, an attribute out of range) is a ModelError naming the node, not a
+    body that silently ignores it."""
+    known = {x: types[x] for x in node.input if x and x in types}
+    if any(x and x not in known for x in node.input):
+        return
+    try:
+        onnx.shape_inference.infer_node_outputs(schema, node, known)
+    except onnx.shape_inference.InferenceError as e:
+        name = f" {node.name!r}" if node.name else ""
+        why = str(e).split("] ", 1)[-1]
+        raise ModelError(f"{node.op_type} node{name} (opset {opset}): {why}") from None
+
+
 def _function(node: onnx.NodeProto, opset: int, types: dict) -> onnx.FunctionProto | None:
     """ONNX's function body for ``node`` at ``opset``, or None."""
     ins = [types.get(x) for x in node.input]
@@ -114,6 +131,7 @@ def _function(node: onnx.NodeProto, opset: int, types: dict) -> onnx.FunctionPro
         schema = onnx.defs.get_schema(node.op_type, opset, "")
     except onnx.defs.SchemaError:
         return None
+    _check_node(node, schema, opset, types)
     for name, attr in schema.attributes.items():  # the body refers to them: give defaults explicitly
         if attr.default_value.name and not any(a.name == name for a in node.attribute):
             node.attribute.append(attr.default_value)

@@ -126,6 +126,19 @@ def test_unsupported_attribute_is_named():
         import_model(_tiny_model("LeakyRelu", 17, beta=2.0))
 
 
+def test_a_missing_required_attribute_is_named():
+    """What the op's ONNX schema requires is not filled in with a default: a Cast without ``to`` (which
+    Kiln's own Cast op would take as float32) and a BitShift without ``direction`` are refused."""
+    with pytest.raises(ModelError, match="the_node.*required attribute 'to' is missing"):
+        import_model(_tiny_model("Cast", 21))
+    with pytest.raises(ModelError, match="required attribute 'direction' is missing"):
+        node = helper.make_node("BitShift", ["a", "b"], ["y"], name="shift")
+        g = helper.make_graph([node], "t", [helper.make_tensor_value_info(n, TensorProto.UINT8, [2]) for n in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [2])])
+        import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert import_model(_tiny_model("Cast", 21, to=TensorProto.FLOAT)).nodes  # given, it imports
+
+
 def test_unsupported_dtype_is_named():
     node = helper.make_node("Relu", ["x"], ["y"], name="n")
     g = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", TensorProto.COMPLEX64, [2])],
@@ -143,12 +156,15 @@ def _split_model(opset, length, outputs, **attrs):
 
 def test_split_without_sizes_must_divide_evenly_before_opset_18():
     """Split-13 without its split input makes equal parts: a length that does not divide is a malformed
-    model (as onnx's shape inference says), not a smaller last part; opset 18's num_outputs allows one."""
+    model (as onnx's shape inference says), not a smaller last part; opset 18's num_outputs allows one,
+    and from opset 18 a Split has either its split input or num_outputs."""
     with pytest.raises(ModelError, match="the_split.*axis 1 of length 11 must divide evenly into its 2 outputs"):
         import_model(_split_model(17, 11, 2))
     x = np.arange(22, dtype=np.float32).reshape(2, 11)
     even = import_model(_split_model(17, 12, 3))
     assert [tuple(v.shape) for v in even.outputs] == [(2, 4)] * 3
+    with pytest.raises(ModelError, match="the_split.*needs the split input or the num_outputs attribute"):
+        import_model(_split_model(18, 12, 2))  # opset 18 wants one of them
     uneven = import_model(_split_model(18, 11, 2, num_outputs=2))
     outs = interpret(uneven, {"x": x})
     assert [o.shape for o in outs.values()] == [(2, 6), (2, 5)]

@@ -100,3 +100,18 @@ def test_an_op_without_a_function_at_the_models_opset_stays():
     m = _model(helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2), [("x", (1, 2, 4, 4))], 13)
     assert expand_functions(m) is m
     assert import_model(m).op_counts() == {"SpaceToDepth": 1}
+
+
+def test_what_the_schema_forbids_is_refused_before_the_body_is_taken():
+    """An expanded op is checked by ONNX's own inference first: a gated LinearAttention given a beta
+    input (which its update rule forbids, and its body would ignore) is a ModelError naming the node."""
+    from compiler.errors import ModelError
+
+    node = helper.make_node("LinearAttention", ["q", "k", "v", "", "decay", "beta"], ["y", "state"], name="la",
+                            q_num_heads=2, kv_num_heads=2, update_rule="gated")
+    shapes = [(n, (2, 4, 32)) for n in ("q", "k", "v", "decay", "beta")]
+    with pytest.raises(ModelError, match="LinearAttention node 'la' .*gated.*forbids beta"):
+        import_model(_model(node, shapes, 27))
+    node.input.pop()  # without beta it is a valid model, imported as its body
+    graph = import_model(_model(node, shapes[:4], 27))
+    assert all(n.op.name != "LinearAttention" for n in graph.nodes)
