@@ -28,6 +28,10 @@ EXPANDED = frozenset({"Attention", "CausalConvWithState", "SwiGLU",
 #: ops whose float16/bfloat16 nodes are imported as float32 ones between Casts (then expanded):
 #: Kiln's own op computes them in float32 and rounds the results once, which is what the Casts give
 WIDENED = frozenset({"Attention", "LinearAttention"})
+#: the values ONNX defines for attributes that neither its inference nor the op's function body checks
+#: (a body computes something for any value: an is_causal of 2 as causal, a qk_matmul_output_mode of 7
+#: as some other mode), so an expanded node with another value is refused as Kiln's own op refuses it
+ALLOWED_VALUES = {("Attention", "is_causal"): (0, 1), ("Attention", "qk_matmul_output_mode"): (0, 1, 2, 3)}
 #: the domain the expanded nodes' functions are put in before they are inlined
 DOMAIN = "kiln.expanded"
 _NARROW = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
@@ -108,16 +112,21 @@ def _widen(node: onnx.NodeProto, types: dict) -> tuple[list, list]:
 
 
 def _check_node(node: onnx.NodeProto, schema, opset: int, types: dict) -> None:
-    """ONNX's own inference on ``node`` (its inputs' types known): what its schema forbids (an input
-    the op's attributes rule out, an attribute out of range) is a ModelError naming the node, not a
-    body that silently ignores it."""
+    """``ALLOWED_VALUES``, then ONNX's own inference on ``node`` (its inputs' types known): what its
+    schema forbids (an input the op's attributes rule out) is a ModelError naming the node, not a body
+    that silently ignores it."""
+    name = f" {node.name!r}" if node.name else ""
+    for a in node.attribute:
+        allowed = ALLOWED_VALUES.get((node.op_type, a.name))
+        if allowed is not None and a.type == onnx.AttributeProto.INT and a.i not in allowed:
+            raise ModelError(f"{node.op_type} node{name} (opset {opset}): attribute {a.name!r} must be one of "
+                             f"{', '.join(map(str, allowed))}, got {a.i}")
     known = {x: types[x] for x in node.input if x and x in types}
     if any(x and x not in known for x in node.input):
         return
     try:
         onnx.shape_inference.infer_node_outputs(schema, node, known)
     except onnx.shape_inference.InferenceError as e:
-        name = f" {node.name!r}" if node.name else ""
         why = str(e).split("] ", 1)[-1]
         raise ModelError(f"{node.op_type} node{name} (opset {opset}): {why}") from None
 
