@@ -37,6 +37,9 @@ def convert_split(ctx):
                                            f"into its {n} outputs"))
     elif has_sizes:
         raise UnsupportedError(ctx.where("takes either the split input or the num_outputs attribute, not both"))
+    elif attrs["num_outputs"] != len(ctx.proto.output):
+        raise ModelError(ctx.where(f"num_outputs={attrs['num_outputs']} but the node has {len(ctx.proto.output)} "
+                                   "outputs"))
     return generic(ctx, cls, attrs, inputs)
 
 

@@ -165,6 +165,8 @@ def test_split_without_sizes_must_divide_evenly_before_opset_18():
     assert [tuple(v.shape) for v in even.outputs] == [(2, 4)] * 3
     with pytest.raises(ModelError, match="the_split.*needs the split input or the num_outputs attribute"):
         import_model(_split_model(18, 12, 2))  # opset 18 wants one of them
+    with pytest.raises(ModelError, match="the_split.*num_outputs=3 but the node has 2 outputs"):
+        import_model(_split_model(18, 12, 2, num_outputs=3))
     uneven = import_model(_split_model(18, 11, 2, num_outputs=2))
     outs = interpret(uneven, {"x": x})
     assert [o.shape for o in outs.values()] == [(2, 6), (2, 5)]

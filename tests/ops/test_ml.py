@@ -375,6 +375,19 @@ def test_tfidf_strings_and_output_coordinates():
     _vs_ort("TfIdfVectorizer", [("X", x)], attrs, domain="")
 
 
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+def test_tfidf_shared_and_permuted_coordinates(mode):
+    """In mode TF, n-grams given one output coordinate add their counts there (they overwrote each other);
+    with weights, weight i is the i-th n-gram's wherever ngram_indexes puts it: as ONNX Runtime computes."""
+    x = np.array([[1, 1, 3, 3, 3, 7, 8, 6, 7, 5, 6, 8], [5, 6, 5, 6, 7, 8, 7, 8, 6, 7, 2, 2]], np.int64)
+    attrs = dict(mode=mode, min_gram_length=2, max_gram_length=2, max_skip_count=0, ngram_counts=[0, 0],
+                 pool_int64s=[5, 6, 7, 8, 6, 7])
+    if mode != "TF":
+        attrs["weights"] = [0.5, 2.0, 3.0]
+    for indexes in ([0, 0, 2], [1, 1, 1]) if mode == "TF" else ([2, 0, 1], [1, 2, 0]):
+        _vs_ort("TfIdfVectorizer", [("X", x)], dict(attrs, ngram_indexes=indexes), domain="")
+
+
 @pytest.mark.parametrize("change,match", [
     (dict(mode="BM25"), "mode"),
     (dict(min_gram_length=3, max_gram_length=2), "min_gram_length"),
@@ -384,6 +397,7 @@ def test_tfidf_strings_and_output_coordinates():
     (dict(ngram_counts=[0, 5]), "offsets into the pool of 4 items"),
     (dict(ngram_indexes=[0, 1]), "ngram_indexes has 2"),
     (dict(weights=[1.0]), "weights has 1"),
+    (dict(mode="IDF", ngram_indexes=(0, 1, 1)), "several n-grams one output coordinate"),
     (dict(ngram_counts=[3, 1]), "non-decreasing"),
     (dict(mode=None), "mode is required"),
 ])

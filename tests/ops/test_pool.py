@@ -237,6 +237,9 @@ def test_maxunpool_output_shape():
     assert t == f32(1, 1, None, None)
     with pytest.raises(OpError, match="index out of range"):
         P.MaxUnpool(kernel_shape=(2, 2), strides=(2, 2)).compute(x, idx + 20)
+    # smaller than the unpooled 4x4 would cut values off: refused (ONNX Runtime and the reference do)
+    with pytest.raises(OpError, match=r"output_shape \[1, 1, 3, 5\] is smaller than the unpooled shape \[1, 1, 4, 4\]"):
+        P.MaxUnpool(kernel_shape=(2, 2), strides=(2, 2)).compute(x, idx, np.array([1, 1, 3, 5]))
 
 
 def test_maxroipool_matches_onnxruntime():

@@ -461,8 +461,10 @@ class TfIdfVectorizer(OpDef):
     or [N, max(ngram_indexes)+1], f32. The pool (``pool_int64s`` for integer X, ``pool_strings`` for
     string X) holds the 1-grams, then the 2-grams, ... from the offsets ``ngram_counts``; the i-th n-gram
     counts into Y[ngram_indexes[i]]. n-grams of length ``min_gram_length`` to ``max_gram_length`` are
-    taken with every skip 0..``max_skip_count`` between their items (1-grams once). Mode TF gives counts,
-    IDF ``weights[i]`` where the count is non-zero, TFIDF counts times ``weights`` (default all ones)."""
+    taken with every skip 0..``max_skip_count`` between their items (1-grams once). Mode TF gives counts
+    (n-grams sharing an output coordinate add up there), IDF ``weights[i]`` where the count is non-zero,
+    TFIDF counts times ``weights`` (default all ones): weight i is the i-th n-gram's, as ONNX Runtime
+    reads them (ONNX's reference evaluator reads them by output coordinate)."""
 
     max_gram_length: int | None = None
     max_skip_count: int | None = None
@@ -508,6 +510,10 @@ class TfIdfVectorizer(OpDef):
             raise self.fail("ngram_indexes must be non-negative")
         if self.weights is not None and len(self.weights) != total:
             raise self.fail(f"weights has {len(self.weights)} entries, ngram_indexes {total}")
+        if self.mode != "TF" and len(set(self.ngram_indexes)) < total:
+            raise self.fail(f"ngram_indexes {list(self.ngram_indexes)} give several n-grams one output coordinate: "
+                            f"in mode {self.mode} ONNX Runtime and ONNX's reference compute that differently "
+                            "(supported in mode TF, where their counts add up)")
 
     def pool(self) -> tuple:
         return self.pool_int64s if self.pool_int64s is not None else self.pool_strings
@@ -582,9 +588,10 @@ class TfIdfVectorizer(OpDef):
             vals = (counts > 0) * w
         else:
             vals = counts * w
-        out = np.zeros((nrows, self.output_size()), np.float32)
-        out[:, np.asarray(self.ngram_indexes, dtype=np.int64)] = vals
-        return [out.reshape(x.shape[:-1] + (self.output_size(),))]
+        out = np.zeros((nrows, self.output_size()), np.float64)
+        for j, slot in enumerate(self.ngram_indexes):  # n-grams sharing a coordinate (TF only) add up there
+            out[:, slot] += vals[:, j]
+        return [out.astype(np.float32).reshape(x.shape[:-1] + (self.output_size(),))]
 
 
 OPS = (LabelEncoder, TreeEnsemble, ArrayFeatureExtractor, Binarizer, TfIdfVectorizer)

@@ -266,8 +266,8 @@ class GlobalLpPool(_GlobalPool):
 class MaxUnpool(OpDef):
     """The partial inverse of MaxPool: X scattered to the flat positions I (MaxPool's Indices) of a
     zero tensor of the default unpooled size ((in - 1) * stride + kernel - pads); with ``output_shape``
-    that tensor is then zero-extended (or cropped) at the end of each axis to that shape, as ONNX's
-    reference and conformance case read it."""
+    that tensor is then zero-extended at the end of each axis to that shape, as ONNX's reference and
+    conformance case read it (a smaller ``output_shape`` is refused, as they refuse it)."""
 
     kernel_shape: tuple[int, ...] = ()
     pads: tuple[int, ...] = ()
@@ -307,7 +307,15 @@ class MaxUnpool(OpDef):
         dims = known_ints(shape)
         if dims is None:
             return [x.type.with_shape(x.shape[:2] + (None,) * nd)]
+        self._check_output_shape(dims, x.shape[:2] + self._default_dims(x.shape[2:]))
         return [x.type.with_shape(tuple(dims))]
+
+    def _check_output_shape(self, dims, base) -> None:
+        """output_shape may add zeros at the end of an axis, not cut the unpooled values off (ONNX
+        Runtime and ONNX's reference refuse it too)."""
+        if any(is_static(b) and d < b for d, b in zip(dims, base)):
+            raise self.fail(f"output_shape {list(dims)} is smaller than the unpooled shape "
+                            f"{[b if is_static(b) else '?' for b in base]}")
 
     def compute(self, x, idx, shape=None):
         base = x.shape[:2] + self._default_dims(x.shape[2:])
@@ -320,6 +328,7 @@ class MaxUnpool(OpDef):
             return [y]
         # ONNX's reading: indices address the default unpooled shape; output_shape pads (or crops) its end
         dims = tuple(int(v) for v in shape)
+        self._check_output_shape(dims, base)
         out = np.zeros(dims, dtype=x.dtype)
         common = tuple(slice(0, min(a, b)) for a, b in zip(dims, base))
         out[common] = y[common]
