@@ -30,8 +30,14 @@ EXPANDED = frozenset({"Attention", "CausalConvWithState", "SwiGLU",
 WIDENED = frozenset({"Attention", "LinearAttention"})
 #: the values ONNX defines for attributes that neither its inference nor the op's function body checks
 #: (a body computes something for any value: an is_causal of 2 as causal, a qk_matmul_output_mode of 7
-#: as some other mode), so an expanded node with another value is refused as Kiln's own op refuses it
-ALLOWED_VALUES = {("Attention", "is_causal"): (0, 1), ("Attention", "qk_matmul_output_mode"): (0, 1, 2, 3)}
+#: as some other mode, a negative softcap as its magnitude, where ONNX Runtime and ONNX's reference
+#: apply none), so an expanded node with another value is refused, as Kiln's own op refuses it:
+#: (op, attribute) -> (what the value must be, the test)
+ALLOWED_VALUES = {
+    ("Attention", "is_causal"): ("0 or 1", lambda v: v in (0, 1)),
+    ("Attention", "qk_matmul_output_mode"): ("0, 1, 2 or 3", lambda v: v in (0, 1, 2, 3)),
+    ("Attention", "softcap"): (">= 0 (0: none)", lambda v: v >= 0),
+}
 #: the domain the expanded nodes' functions are put in before they are inlined
 DOMAIN = "kiln.expanded"
 _NARROW = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
@@ -117,10 +123,11 @@ def _check_node(node: onnx.NodeProto, schema, opset: int, types: dict) -> None:
     that silently ignores it."""
     name = f" {node.name!r}" if node.name else ""
     for a in node.attribute:
-        allowed = ALLOWED_VALUES.get((node.op_type, a.name))
-        if allowed is not None and a.type == onnx.AttributeProto.INT and a.i not in allowed:
-            raise ModelError(f"{node.op_type} node{name} (opset {opset}): attribute {a.name!r} must be one of "
-                             f"{', '.join(map(str, allowed))}, got {a.i}")
+        rule = ALLOWED_VALUES.get((node.op_type, a.name))
+        value = a.i if a.type == onnx.AttributeProto.INT else a.f if a.type == onnx.AttributeProto.FLOAT else None
+        if rule is not None and value is not None and not rule[1](value):
+            raise ModelError(f"{node.op_type} node{name} (opset {opset}): attribute {a.name!r} must be {rule[0]}, "
+                             f"got {value}")
     known = {x: types[x] for x in node.input if x and x in types}
     if any(x and x not in known for x in node.input):
         return

@@ -117,15 +117,17 @@ def test_what_the_schema_forbids_is_refused_before_the_body_is_taken():
     assert all(n.op.name != "LinearAttention" for n in graph.nodes)
 
 
-@pytest.mark.parametrize("attr,value", [("is_causal", 2), ("qk_matmul_output_mode", 7), ("qk_matmul_output_mode", -1)])
+@pytest.mark.parametrize("attr,value", [("is_causal", 2), ("qk_matmul_output_mode", 7), ("qk_matmul_output_mode", -1),
+                                        ("softcap", -1.0)])
 def test_attention_attribute_values_onnx_does_not_define_are_refused(attr, value):
-    """Attention's body would compute something for any is_causal or qk_matmul_output_mode (and ONNX's
-    inference does not look): a value the op does not define is refused, as Kiln's own op refuses it."""
+    """Attention's body would compute something for any is_causal, qk_matmul_output_mode or softcap (and
+    ONNX's inference does not look): a value the op does not define is refused, as Kiln's own op
+    refuses it (a negative softcap: the body applied its magnitude, ONNX Runtime none)."""
     from compiler.errors import ModelError
 
     node = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="att", **{attr: value})
     shapes = [("q", (1, 2, 4, 8)), ("k", (1, 2, 4, 8)), ("v", (1, 2, 4, 8))]
-    with pytest.raises(ModelError, match=f"Attention node 'att' .*{attr}.* got {value}"):
+    with pytest.raises(ModelError, match=f"Attention node 'att' .*{attr}.* got {value}"):  # (-1.0 for softcap)
         import_model(_model(node, shapes, 24))
-    ok = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="att", **{attr: 1})
+    ok = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="att", **{attr: 1.0 if attr == "softcap" else 1})
     assert import_model(_model(ok, shapes, 24)).nodes
