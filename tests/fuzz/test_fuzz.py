@@ -60,6 +60,47 @@ def test_malformed_files_and_tampered_artifacts_give_clear_errors(pool, out):
 
 
 # -- the harness itself ---------------------------------------------------------------------------------
+#: node test models whose mutants found defects (2026-12-07): each must sweep clean now
+SWEPT = ("test_tfidfvectorizer_tf_onlybigrams_levelempty,test_cast_FLOAT_to_DOUBLE,test_split_equal_parts_2d,"
+         "test_maxunpool_export_with_output_shape,test_linear_attention_gated_delta_beta_scalar,"
+         "test_attention_4d_with_qk_matmul_softcap")
+
+
+@pytest.mark.slow
+def test_node_tests_with_one_change_give_no_finding():
+    """``tests.fuzz.nodesweep`` on the node test models where it found defects: every mutant is refused
+    or computed as ONNX Runtime and ONNX's reference compute it (its own process: each mutant forks)."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-m", "tests.fuzz.nodesweep", "--only", SWEPT], cwd=root,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "0 finding(s)" in r.stdout and " 0 mutants" not in r.stdout, r.stdout[-2000:]
+
+
+def test_node_sweep_judge():
+    """The sweep's verdicts: Kiln refusing is never a finding; running what the checker or both
+    references refuse is; outputs count against the references where they agree."""
+    from .nodesweep import judge, known
+
+    a, b = [np.array([1.0, 2.0])], [np.array([1.0, 3.0])]
+    ok = dict(checker=None, ort=a, ref=a)
+    assert judge(dict(ok, kiln="refused: ModelError"), "Relu", False) is None
+    assert judge(dict(ok, kiln=a), "Relu", False) is None
+    assert judge(dict(ok, kiln=b), "Relu", False)[0] == "differs"
+    assert judge(dict(ok, kiln=b), "Bernoulli", False) is None  # random: not compared
+    assert judge(dict(ok, ort=b, kiln=b), "Relu", False) is None  # the references disagree
+    assert judge(dict(ok, checker="Required attribute 'to' is missing.", kiln=a), "Cast", False)[0] == "accepted"
+    refused = dict(checker=None, ort="error: FAIL", ref="error: bad", kiln=a)
+    assert judge(refused, "Relu", False)[0] == "accepted"
+    assert judge(dict(refused, ort="error: NOT_IMPLEMENTED"), "Relu", False) is None
+    assert judge(dict(ok, kiln="crashed: TypeError: x"), "Relu", False)[0] == "crashed"
+    assert known("test_maxpool_2d_precomputed_same_upper", "value strides[0]=7")
+    assert known("test_maxpool_2d_default", "value strides[0]=7") is None
+
+
 def test_generator_is_deterministic_and_valid():
     a, b = gen.generate(5, 3), gen.generate(5, 3)
     assert a.model.SerializeToString() == b.model.SerializeToString()
