@@ -156,6 +156,9 @@ def test_regex_translation_and_refusals():
             S.RegexFullMatch(regex=bad)
     with pytest.raises(OpError, match="X has element type f32"):
         _infer(S.RegexFullMatch(regex="a"), T([2], DType.f32))
+    with pytest.raises(OpError, match="pattern attribute is required"):  # an empty one is a pattern
+        S.RegexFullMatch()
+    assert _run(S.RegexFullMatch(regex=""), _strs("", "a"))[0].tolist() == [True, False]
 
 
 def test_regex_onnx_pattern_attribute_imports_as_regex():

@@ -251,7 +251,7 @@ class RegexFullMatch(OpDef):
     field is ``regex`` (``onnx_attr_names`` maps it for the importer and exporter).
     """
 
-    regex: str = ""
+    regex: str | None = None
     onnx_attr_names: ClassVar = {"regex": "pattern"}
     inputs: ClassVar = ("X",)
     outputs: ClassVar = ("Y",)
@@ -259,6 +259,8 @@ class RegexFullMatch(OpDef):
     since: ClassVar = 20
 
     def validate(self):
+        if self.regex is None:  # (ONNX Runtime and ONNX's reference refuse a node without its pattern)
+            raise self.fail("the pattern attribute is required")
         self.compiled()
 
     def compiled(self) -> re.Pattern:
